@@ -1,0 +1,287 @@
+"""Configuration schema: frozen dataclasses that hold every default.
+
+Owns the shape facts of the model family (DiT, action module, VAE, CLIP, sampler) and the named model
+configurations (the three released MG2 modes and the small built-in ``tiny`` model). Everything else in
+the engine derives shapes from these objects; no module hard-codes 30, 880 or 1536.
+
+Overlays (presets, CLI flags) are applied with :func:`replace_strict`, which rejects unknown keys by
+name.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from engine.errors import ConfigError
+
+# Wan2.1 VAE latent normalisation constants (per latent channel).
+WAN_LATENT_MEAN = (
+    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+)
+WAN_LATENT_STD = (
+    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+)
+CLIP_PIXEL_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_PIXEL_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass(frozen=True)
+class ActionConfig:
+    """Keyboard/mouse action module (MG2 ``action_config``)."""
+
+    blocks: tuple[int, ...] = tuple(range(15))
+    enable_keyboard: bool = True
+    enable_mouse: bool = True
+    keyboard_dim_in: int = 4
+    mouse_dim_in: int = 2
+    heads_num: int = 16
+    hidden_size: int = 128           # keyboard embedding width
+    keyboard_hidden_dim: int = 1024
+    mouse_hidden_dim: int = 1024
+    rope_dim_list: tuple[int, ...] = (8, 28, 28)
+    rope_theta: float = 256.0
+    vae_time_compression_ratio: int = 4
+    windows_size: int = 3            # latent frames of action history per latent frame
+    qkv_bias: bool = False
+
+    @property
+    def window_frames(self) -> int:
+        """Video-frame actions each latent frame sees (12 for MG2)."""
+        return self.vae_time_compression_ratio * self.windows_size
+
+    @property
+    def head_dim(self) -> int:
+        return self.mouse_hidden_dim // self.heads_num if self.enable_mouse else self.keyboard_head_dim
+
+    @property
+    def keyboard_head_dim(self) -> int:
+        return self.keyboard_hidden_dim // self.heads_num
+
+
+@dataclass(frozen=True)
+class DiTConfig:
+    """Causal Wan DiT (MG2 ``CausalWanModel``)."""
+
+    dim: int = 1536
+    ffn_dim: int = 8960
+    num_heads: int = 12
+    num_layers: int = 30
+    freq_dim: int = 256
+    in_dim: int = 36
+    out_dim: int = 16
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    eps: float = 1e-6
+    local_attn_size: int = 6         # latent frames in the attention window, current chunk included
+    sink_size: int = 0
+    qk_norm: bool = True
+    cross_attn_norm: bool = True
+    clip_dim: int = 1280             # width of the CLIP tokens fed to img_emb
+    rope_theta: float = 10000.0
+    rope_table_frames: int = 1024    # MG2's native rotary table length (the positional horizon)
+    action: ActionConfig | None = field(default_factory=ActionConfig)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+    @property
+    def rope_split(self) -> tuple[int, int, int]:
+        """Real channels of a head given to (time, height, width) rotary axes."""
+        d = self.head_dim
+        return d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)
+
+
+@dataclass(frozen=True)
+class VAEConfig:
+    """Wan2.1 causal 3D VAE."""
+
+    dim: int = 96
+    z_dim: int = 16
+    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2
+    temporal_downsample: tuple[bool, ...] = (False, True, True)
+    latent_mean: tuple[float, ...] = WAN_LATENT_MEAN
+    latent_std: tuple[float, ...] = WAN_LATENT_STD
+
+    @property
+    def spatial_factor(self) -> int:
+        return 2 ** (len(self.dim_mult) - 1)
+
+    @property
+    def temporal_factor(self) -> int:
+        return 2 ** sum(self.temporal_downsample)
+
+
+@dataclass(frozen=True)
+class CLIPConfig:
+    """CLIP ViT image tower as MG2 uses it (tokens of the residual stream after ``used_layers``)."""
+
+    image_size: int = 224
+    patch_size: int = 14
+    width: int = 1280
+    layers: int = 32
+    heads: int = 16
+    mlp_ratio: int = 4
+    used_layers: int = 31            # MG2 stops one block before the end: no post-norm, no pooling
+    norm_eps: float = 1e-5
+    pixel_mean: tuple[float, float, float] = CLIP_PIXEL_MEAN
+    pixel_std: tuple[float, float, float] = CLIP_PIXEL_STD
+
+    @property
+    def num_tokens(self) -> int:
+        return (self.image_size // self.patch_size) ** 2 + 1
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Few-step flow-matching sampler."""
+
+    denoising_step_list: tuple[int, ...] = (1000, 666, 333)
+    warp_denoising_step: bool = True
+    timestep_shift: float = 5.0
+    num_train_timesteps: int = 1000
+    frames_per_chunk: int = 3        # latent frames per chunk ("block")
+    context_noise: float = 0.0       # timestep of the clean pass that writes the chunk's KV
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One complete model: DiT + VAE + CLIP + sampler + latent geometry + checkpoint file names."""
+
+    name: str = "mg2-universal"
+    mode: str = "universal"          # action space: universal | gta_drive | templerun
+    dit: DiTConfig = field(default_factory=DiTConfig)
+    vae: VAEConfig = field(default_factory=VAEConfig)
+    clip: CLIPConfig = field(default_factory=CLIPConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    latent_height: int = 44
+    latent_width: int = 80
+    fps: int = 16
+    dit_file: str = "base_distilled_model/base_distill.safetensors"
+    vae_file: str = "Wan2.1_VAE.pth"
+    clip_file: str = "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth"
+
+    @property
+    def video_height(self) -> int:
+        return self.latent_height * self.vae.spatial_factor
+
+    @property
+    def video_width(self) -> int:
+        return self.latent_width * self.vae.spatial_factor
+
+    @property
+    def tokens_per_frame(self) -> int:
+        _, ph, pw = self.dit.patch_size
+        return (self.latent_height // ph) * (self.latent_width // pw)
+
+    @property
+    def tokens_per_chunk(self) -> int:
+        return self.tokens_per_frame * self.sampler.frames_per_chunk
+
+    @property
+    def window_frames(self) -> int:
+        """Past latent frames kept in the rolling local window (excluding the current chunk)."""
+        return self.dit.local_attn_size - self.sampler.frames_per_chunk
+
+    def video_frames_of_chunk(self, chunk: int) -> int:
+        """Video frames the causal VAE emits for chunk ``chunk`` (9 for the first, 12 after)."""
+        t = self.vae.temporal_factor
+        n = self.sampler.frames_per_chunk
+        return 1 + t * (n - 1) if chunk == 0 else t * n
+
+    def video_frames_total(self, chunks: int) -> int:
+        return sum(self.video_frames_of_chunk(c) for c in range(chunks))
+
+    def kv_bytes_per_chunk(self, bytes_per_value: float = 2.0) -> int:
+        """Self-attention K+V bytes of one chunk over all layers (action caches excluded)."""
+        values = 2 * self.dit.num_layers * self.tokens_per_chunk * self.dit.dim
+        return int(values * bytes_per_value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Named model configurations.
+
+_UNIVERSAL = ModelConfig()
+
+_GTA = dataclasses.replace(
+    _UNIVERSAL,
+    name="mg2-gta",
+    mode="gta_drive",
+    dit=dataclasses.replace(_UNIVERSAL.dit, local_attn_size=4,
+                            action=dataclasses.replace(ActionConfig(), keyboard_dim_in=2)),
+    dit_file="gta_distilled_model/gta_keyboard2dim.safetensors",
+)
+
+_TEMPLERUN = dataclasses.replace(
+    _UNIVERSAL,
+    name="mg2-templerun",
+    mode="templerun",
+    dit=dataclasses.replace(_UNIVERSAL.dit,
+                            action=dataclasses.replace(ActionConfig(), keyboard_dim_in=7,
+                                                       enable_mouse=False)),
+    sampler=dataclasses.replace(_UNIVERSAL.sampler, denoising_step_list=(1000, 750, 500, 250)),
+    dit_file="templerun_distilled_model/templerun_7dim_onlykey.safetensors",
+)
+
+# A small model with MG2's exact architecture, for CPU demos and tests (seeded random weights).
+_TINY = dataclasses.replace(
+    _UNIVERSAL,
+    name="tiny",
+    dit=DiTConfig(dim=128, ffn_dim=256, num_heads=2, num_layers=2, clip_dim=64,
+                  action=ActionConfig(blocks=(0, 1), heads_num=2, hidden_size=16,
+                                      keyboard_hidden_dim=128, mouse_hidden_dim=128)),
+    vae=VAEConfig(dim=16),
+    clip=CLIPConfig(width=64, layers=3, heads=2, used_layers=2),
+    latent_height=22,
+    latent_width=40,
+)
+
+MODEL_CONFIGS: dict[str, ModelConfig] = {
+    c.name: c for c in (_UNIVERSAL, _GTA, _TEMPLERUN, _TINY)
+}
+
+
+def model_config(name: str) -> ModelConfig:
+    """Look up a named model configuration; the error names the bad value and the choices."""
+    try:
+        return MODEL_CONFIGS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown model preset {name!r} (choose from {', '.join(sorted(MODEL_CONFIGS))})"
+        ) from None
+
+
+def replace_strict(obj: Any, overlay: Mapping[str, Any], where: str = "") -> Any:
+    """Return ``obj`` with ``overlay`` applied recursively; unknown keys raise ``ConfigError``.
+
+    Nested dataclass fields take nested mappings; lists become tuples so configs stay hashable.
+    """
+    known = {f.name: f for f in dataclasses.fields(obj)}
+    changes: dict[str, Any] = {}
+    for key, value in overlay.items():
+        path = f"{where}.{key}" if where else key
+        if key not in known:
+            raise ConfigError(f"unknown config key {path!r}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
+            changes[key] = replace_strict(current, value, path)
+        else:
+            changes[key] = tuple(value) if isinstance(value, list) else value
+    return dataclasses.replace(obj, **changes)
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """One generation session: which model, which inputs, how long, where the video goes."""
+
+    model: str = "tiny"
+    checkpoint: Path | None = None     # directory laid out like the official release; None = built-in
+    image: Path | None = None          # start image; None = the packaged default
+    out: Path = Path("worldpager.mp4")
+    chunks: int = 40
+    seed: int = 0
+    device: str = "auto"               # auto | cpu | cuda | cuda:N

@@ -1,0 +1,30 @@
+"""User-facing error types.
+
+Owns the split between *our* bugs (plain ``assert``) and the *user's* mistakes (a ``WorldPagerError``
+subclass whose message names the bad value). The CLI turns every ``WorldPagerError`` into one line on
+stderr and exit code 1; anything else is an internal error (exit 2).
+"""
+
+
+class WorldPagerError(Exception):
+    """Base class: a problem with the user's input or environment, reported as one line."""
+
+
+class ConfigError(WorldPagerError):
+    """A preset, flag or config value is invalid (unknown key, wrong type, out of range)."""
+
+
+class CheckpointError(WorldPagerError):
+    """A checkpoint directory or file is missing, unreadable, or has wrong keys or shapes."""
+
+
+class InputError(WorldPagerError):
+    """A start image, trajectory or other input file is missing or malformed."""
+
+
+class OutputError(WorldPagerError):
+    """An output path (video, log, spill directory) cannot be written."""
+
+
+class HorizonError(WorldPagerError):
+    """A position lies past the model's native rotary table and the position mode forbids it."""

@@ -1,0 +1,71 @@
+"""One chunk of MG2 inference: the denoising steps, the clean pass, and the commit of its KV.
+
+Owns the order of the per-chunk forwards (MG2 §3.2): for each step k, velocity -> x0 -> (re-noise
+unless last); then one forward of the final x0 at timestep ``context_noise`` whose only effect is to
+overwrite the chunk's K/V with values computed from the clean latent; then ``ctx.commit()``.
+Knows nothing about where the context's memory comes from or where the latents go.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch
+
+from engine.model.kv_context import AttentionContext
+from engine.model.mg2 import CausalDiT
+from engine.model.scheduler import FlowMatchSampler
+
+
+@dataclass
+class ChunkInputs:
+    """Everything one chunk needs besides the context."""
+
+    noise: torch.Tensor                 # [B, z, F, h, w] initial noise of the chunk
+    cond_concat: torch.Tensor           # [B, in_dim - z, F, h, w] mask + start-image latent slice
+    start_frame: int                    # absolute latent index of the chunk's first frame
+    keyboard: torch.Tensor | None       # [B, T, kdim] per-video-frame actions (history included)
+    mouse: torch.Tensor | None          # [B, T, mdim]
+
+
+class ForwardTrace(Protocol):
+    def __call__(self, step: int, x_in: torch.Tensor, velocity: torch.Tensor,
+                 x0: torch.Tensor | None) -> None: ...
+
+
+NoiseSource = Callable[[int, torch.Tensor], torch.Tensor]
+"""``(next_step, x0) -> eps`` with x0's shape: the fresh noise used to re-noise before ``next_step``."""
+
+
+def denoise_chunk(model: CausalDiT, sampler: FlowMatchSampler, ctx: AttentionContext,
+                  inputs: ChunkInputs, noise_source: NoiseSource,
+                  trace: ForwardTrace | None = None) -> torch.Tensor:
+    """Run the chunk's forwards and commit its KV; returns the clean latents [B, z, F, h, w]."""
+    batch, _, frames = inputs.noise.shape[:3]
+    device = inputs.noise.device
+
+    def forward(x, t):
+        return model(x, t, inputs.cond_concat, ctx, inputs.start_frame, inputs.keyboard, inputs.mouse)
+
+    x = inputs.noise
+    x0 = x
+    for step in range(sampler.num_steps):
+        velocity = forward(x, sampler.timestep_tensor(step, batch, frames, device))
+        x0 = sampler.x0_from_velocity(x, velocity, step)
+        if trace is not None:
+            trace(step, x, velocity, x0)
+        if step + 1 < sampler.num_steps:
+            x = sampler.renoise(x0, step + 1, noise_source(step + 1, x0))
+    velocity = forward(x0, sampler.clean_timestep_tensor(batch, frames, device))
+    if trace is not None:
+        trace(sampler.num_steps, x0, velocity, None)
+    ctx.commit()
+    return x0
+
+
+def generator_noise(generator: torch.Generator) -> NoiseSource:
+    """Fresh standard-normal noise from a seeded generator (drawn on the CPU for determinism)."""
+    def draw(_step: int, like: torch.Tensor) -> torch.Tensor:
+        eps = torch.randn(like.shape, generator=generator, dtype=torch.float32)
+        return eps.to(device=like.device, dtype=like.dtype)
+    return draw

@@ -1,0 +1,117 @@
+"""Building the three networks of a model and loading their weights.
+
+Owns the checkpoint directory layout of the official release, strict key/shape checking (a missing,
+extra or mis-shaped key is a ``CheckpointError`` naming the key and the file), safe deserialisation
+(``.safetensors`` natively; ``.pth`` with ``torch.load(weights_only=True)``, never arbitrary
+unpickling), and the seeded weights of the built-in model when no checkpoint is given.
+
+Expected layout (file names come from the model config):
+
+    DIR/base_distilled_model/base_distill.safetensors   (or the gta / templerun DiT)
+    DIR/Wan2.1_VAE.pth
+    DIR/models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import torch
+import torch.nn as nn
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from engine.config import ModelConfig
+from engine.errors import CheckpointError
+from engine.model.clip import CLIPVisionTower, clip_visual_state_dict, is_unused_checkpoint_key
+from engine.model.mg2 import CausalDiT
+from engine.model.seeded_weights import fill_module_
+from engine.model.vae import WanVAE
+
+BUILTIN_SEED = 20260101   # seeds of the built-in model's weights (DiT, VAE, CLIP get +0, +1, +2)
+
+
+@dataclass
+class MG2Models:
+    dit: CausalDiT
+    vae: WanVAE
+    clip: CLIPVisionTower
+    source: str            # "checkpoint DIR" or "built-in seeded weights"
+
+
+def checkpoint_files(cfg: ModelConfig, root: Path) -> dict[str, Path]:
+    """The three weight files of ``cfg`` under ``root``; a missing one is named in the error."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {root}")
+    files = {"dit": root / cfg.dit_file, "vae": root / cfg.vae_file, "clip": root / cfg.clip_file}
+    for path in files.values():
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint file missing: {path}")
+    return files
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a ``.safetensors`` or ``.pth`` file, on the CPU, without executing code."""
+    try:
+        if path.suffix == ".safetensors":
+            return load_file(str(path), device="cpu")
+        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except (SafetensorError, pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"cannot read weights {path}: {reason[:200]}") from None
+    if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
+        state = state["state_dict"]
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"cannot read weights {path}: not a flat mapping of tensors")
+    return dict(state)
+
+
+def assign_strict(module: nn.Module, state: Mapping[str, torch.Tensor], path: Path,
+                  dtype: torch.dtype, device: torch.device,
+                  ignored: Callable[[str], bool] = lambda key: False) -> None:
+    """Copy ``state`` into ``module`` after checking the key sets and every shape."""
+    expected = module.state_dict(keep_vars=True)
+    for key in sorted(expected):
+        if key not in state:
+            raise CheckpointError(f"missing key {key!r} in {path}")
+    for key in sorted(state):
+        if key not in expected and not ignored(key):
+            raise CheckpointError(f"unexpected key {key!r} in {path}")
+    for key, param in expected.items():
+        if tuple(state[key].shape) != tuple(param.shape):
+            raise CheckpointError(
+                f"key {key!r} in {path} has shape {tuple(state[key].shape)}, expected {tuple(param.shape)}")
+    converted = {k: state[k].to(device=device, dtype=dtype if state[k].is_floating_point() else None)
+                 for k in expected}
+    module.load_state_dict(converted, strict=True, assign=True)
+
+
+def _dit_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The official DiT keys carry the wrapper's ``model.`` prefix; strip it."""
+    return {k.removeprefix("model."): v for k, v in state.items()}
+
+
+def load_models(cfg: ModelConfig, checkpoint: Path | None, device: torch.device,
+                dtype: torch.dtype) -> MG2Models:
+    """Build DiT, VAE and CLIP for ``cfg``: from ``checkpoint`` or with built-in seeded weights."""
+    if checkpoint is None:
+        return _seeded_models(cfg, device, dtype)
+    files = checkpoint_files(cfg, checkpoint)
+    with torch.device("meta"):
+        dit, vae, clip = CausalDiT(cfg.dit), WanVAE(cfg.vae), CLIPVisionTower(cfg.clip)
+    assign_strict(dit, _dit_state(read_weights(files["dit"])), files["dit"], dtype, device)
+    assign_strict(vae, read_weights(files["vae"]), files["vae"], dtype, device)
+    assign_strict(clip, clip_visual_state_dict(read_weights(files["clip"])), files["clip"], dtype,
+                  device, ignored=lambda key: is_unused_checkpoint_key(key, cfg.clip))
+    return MG2Models(dit.eval(), vae.eval(), clip.eval(), source=f"checkpoint {checkpoint}")
+
+
+def _seeded_models(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> MG2Models:
+    dit = fill_module_(CausalDiT(cfg.dit), BUILTIN_SEED, prefix="model.")
+    vae = fill_module_(WanVAE(cfg.vae), BUILTIN_SEED + 1)
+    clip = fill_module_(CLIPVisionTower(cfg.clip), BUILTIN_SEED + 2, prefix="visual.")
+    models = [m.to(device=device, dtype=dtype).eval() for m in (dit, vae, clip)]
+    return MG2Models(*models, source="built-in seeded weights")
