@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from engine.config import VAEConfig
 from engine.errors import CheckpointError, ConfigError, InputError
-from engine.model.vae_blocks import CausalConv3d, Decoder3d, Encoder3d
+from engine.model.vae_blocks import CausalConv3d, Decoder3d, Encoder3d, StreamState
 
 
 class WanVAE(nn.Module):
@@ -161,7 +161,7 @@ class StartImageEncoder:
         self.vae = vae
         self.image = image.to(vae.device, vae.dtype)
         self.memoise = memoise
-        self.state = vae.encoder.new_state()
+        self.state: StreamState | None = vae.encoder.new_state()   # None once memoised
         self.position = 0            # absolute index of the next latent frame
         self.encoder_calls = 0       # real encoder passes made (for tests and logs)
         self._previous: EncodedLatent | None = None

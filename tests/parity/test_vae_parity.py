@@ -51,6 +51,7 @@ def test_load_parts_is_strict():
         vae.load_parts({**part, "conv2.bias": torch.zeros(3)})
 
 
+@pytest.mark.slow
 def test_decoder_parity(parity_fixtures):
     fx = Fixture.open(parity_fixtures / "universal_tiny.safetensors")
     vae = WanVAE().eval()
@@ -72,6 +73,7 @@ def test_decoder_parity(parity_fixtures):
     assert max(errors) < DEFAULT_TOLERANCE, errors
 
 
+@pytest.mark.slow
 def test_encoder_parity(parity_fixtures):
     fx = Fixture.open(parity_fixtures / "universal_tiny_vae_encoder.safetensors")
     vae = WanVAE().eval()
