@@ -55,7 +55,7 @@ def resolve_device(name: str) -> tuple[torch.device, torch.dtype]:
 
 
 class Session:
-    """One generation session; construct (validates and loads), then ``run()``."""
+    """One generation session: constructing it validates the inputs; ``run()`` loads and generates."""
 
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[ChunkReport], None] | None = None):
         self.cfg = cfg
@@ -66,25 +66,32 @@ class Session:
         image_path = cfg.image or default_start_image_path()
         self.image = load_image(image_path, m.video_height, m.video_width)  # [1, 3, H, W] in [-1, 1]
         self.writer = VideoWriter(cfg.out, m.video_width, m.video_height, m.fps)
+        self.actions: ActionTrack = builtin_schedule(m.mode, m.video_frames_total(cfg.chunks) + 1)
+        self.models: MG2Models | None = None
+
+    def load(self) -> None:
+        """Load the three networks; on failure the (still empty) output file is removed."""
         try:
-            self.models: MG2Models = load_models(m, cfg.checkpoint, self.device, self.dtype)
+            self.models = load_models(self.model_cfg, self.cfg.checkpoint, self.device, self.dtype)
         except BaseException:
             self.writer.close()
-            cfg.out.unlink(missing_ok=True)   # nothing was generated: leave no empty file behind
+            self.cfg.out.unlink(missing_ok=True)   # nothing was generated: leave no empty file behind
             raise
-        self.actions: ActionTrack = builtin_schedule(m.mode, m.video_frames_total(cfg.chunks) + 1)
 
     def run(self) -> SessionResult:
+        """Generate every chunk (loading first if needed); the MP4 is closed on every exit path."""
         start = time.perf_counter()
+        if self.models is None:
+            self.load()
         try:
-            frames = self._loop()
+            frames = self._loop(self.models)
         finally:
             self.writer.close()
         return SessionResult(self.cfg.out, self.cfg.chunks, frames, time.perf_counter() - start)
 
     @torch.no_grad()
-    def _loop(self) -> int:
-        m, models = self.model_cfg, self.models
+    def _loop(self, models: MG2Models) -> int:
+        m = self.model_cfg
         image = self.image.to(self.device, self.dtype)
         ctx = AttentionContext(m, dtype=self.dtype, device=self.device)
         models.dit.prepare_visual_context(ctx, models.clip.encode(image))

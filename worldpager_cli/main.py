@@ -65,14 +65,15 @@ def generate(image, out, chunks, seconds, minutes, checkpoint, model_name, seed,
                           m.video_frames_of_chunk(1))
     cfg = SessionConfig(model=name, checkpoint=checkpoint, image=image,
                         out=out or default_output_path(), chunks=n, seed=seed, device=device)
+    progress = ChunkProgress(total=n, frames_total=m.video_frames_total(n), fps=m.fps)
+    session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
     if checkpoint is None:
         click.echo(f"worldpager: using the built-in {name} model (seeded random weights, no checkpoint): "
                    "the video shows the pipeline, not a trained world model")
     else:
         click.echo(f"worldpager: loading {name} from {checkpoint}")
-    progress = ChunkProgress(total=n, frames_total=m.video_frames_total(n), fps=m.fps)
+    session.load()
     with progress:
-        session = Session(cfg, on_chunk=progress.update)
         result = session.run()
     click.echo(f"wrote {result.frames} frames ({result.frames / m.fps:.1f} s of video) to {result.out} "
                f"in {result.wall_s:.1f} s")

@@ -16,7 +16,8 @@ import torch
 
 def _inverse_frequencies(dim: int, theta: float, dtype: torch.dtype) -> torch.Tensor:
     """``theta ** (-2j / dim)`` for j < dim/2 (the rotary frequency of each channel pair)."""
-    return 1.0 / torch.pow(theta, torch.arange(0, dim, 2, dtype=dtype).div(dim))
+    # Explicit CPU device: a model built under ``torch.device("meta")`` still gets real tables.
+    return 1.0 / torch.pow(theta, torch.arange(0, dim, 2, dtype=dtype, device="cpu").div(dim))
 
 
 def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -40,12 +40,6 @@ class WanVAE(nn.Module):
         self.conv2 = CausalConv3d(z, z, 1)
         self.decoder = Decoder3d(config.dim, z, config.dim_mult, config.num_res_blocks,
                                  tuple(reversed(config.temporal_downsample)))
-        # Not in the checkpoint: fixed constants of the released VAE, kept out of state_dict.
-        self.register_buffer("latent_mean", torch.tensor(config.latent_mean, dtype=torch.float32),
-                             persistent=False)
-        self.register_buffer("latent_std", torch.tensor(config.latent_std, dtype=torch.float32),
-                             persistent=False)
-
     @property
     def dtype(self) -> torch.dtype:
         return self.conv2.weight.dtype
@@ -54,18 +48,25 @@ class WanVAE(nn.Module):
     def device(self) -> torch.device:
         return self.conv2.weight.device
 
-    def _per_channel(self, values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return values.to(like.dtype).view(1, -1, 1, 1, 1)             # [1, z, 1, 1, 1]
+    def _per_channel(self, values: tuple[float, ...], like: torch.Tensor) -> torch.Tensor:
+        """A per-channel constant of the config as [1, z, 1, 1, 1] in ``like``'s dtype and device.
+
+        Built from the config on use (not a buffer): it stays exact in float32 until this cast, and a
+        model built on the meta device needs nothing beyond its checkpoint.
+        """
+        return torch.tensor(values, dtype=torch.float32, device=like.device).to(like.dtype).view(1, -1, 1, 1, 1)
+
+    def _inverse_std(self) -> tuple[float, ...]:
+        std = torch.tensor(self.config.latent_std, dtype=torch.float32)
+        return tuple((1.0 / std).tolist())
 
     def normalise(self, mu: torch.Tensor) -> torch.Tensor:
         """Raw latent mean -> DiT latent space: ``(mu - mean) * (1 / std)`` (reciprocal as the reference)."""
-        inv_std = 1.0 / self.latent_std.float()
-        return (mu - self._per_channel(self.latent_mean, mu)) * self._per_channel(inv_std, mu)
+        return (mu - self._per_channel(self.config.latent_mean, mu)) * self._per_channel(self._inverse_std(), mu)
 
     def denormalise(self, z: torch.Tensor) -> torch.Tensor:
         """DiT latent space -> decoder input scale: ``z / (1 / std) + mean`` (the reference divides)."""
-        inv_std = 1.0 / self.latent_std.float()
-        return z / self._per_channel(inv_std, z) + self._per_channel(self.latent_mean, z)
+        return z / self._per_channel(self._inverse_std(), z) + self._per_channel(self.config.latent_mean, z)
 
     def load_parts(self, state_dict: Mapping[str, torch.Tensor]) -> tuple[str, ...]:
         """Load a checkpoint holding complete top-level parts (e.g. only ``decoder`` + ``conv2``).

@@ -5,37 +5,18 @@ import pickle
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from engine.config import model_config
 from engine.errors import CheckpointError
 from engine.model.load import load_models
+from tests_support import tiny_reference_models, write_checkpoint
 
 TINY = model_config("tiny")
 
 
-def _reference_models():
-    return load_models(TINY, None, torch.device("cpu"), torch.float32)
-
-
-def write_checkpoint(root, models, dit_edit=None, clip_extra=True):
-    dit_state = {"model." + k: v.contiguous() for k, v in models.dit.state_dict().items()}
-    if dit_edit:
-        dit_edit(dit_state)
-    (root / TINY.dit_file).parent.mkdir(parents=True, exist_ok=True)
-    save_file(dit_state, str(root / TINY.dit_file))
-    torch.save(models.vae.state_dict(), root / TINY.vae_file)
-    clip_state = {"visual." + k: v for k, v in models.clip.state_dict().items()}
-    if clip_extra:  # the official file also holds the text tower and unused vision keys
-        clip_state["textual.token_embedding.weight"] = torch.zeros(4, 8)
-        clip_state["log_scale"] = torch.zeros(())
-        clip_state["visual.post_norm.weight"] = torch.ones(TINY.clip.width)
-    torch.save(clip_state, root / TINY.clip_file)
-
-
 @pytest.fixture(scope="module")
 def reference():
-    return _reference_models()
+    return tiny_reference_models()
 
 
 def test_round_trip_equals_the_seeded_weights(tmp_path, reference):

@@ -1,0 +1,117 @@
+"""``worldpager generate`` and ``inspect`` end to end, in-process through click's runner."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from engine.io.video import count_frames
+from tests_support import TINY, tiny_reference_models, write_checkpoint
+from worldpager_cli.main import chunks_for_length, cli
+
+
+def run(*args, **kwargs):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False, **kwargs)
+
+
+def test_generate_writes_a_decodable_mp4_with_12n_minus_3_frames(tmp_path):
+    out = tmp_path / "two.mp4"
+    result = run("generate", "--chunks", "2", "--out", str(out), "--seed", "3")
+    assert result.exit_code == 0, result.output
+    first_line = result.output.splitlines()[0]
+    assert "built-in tiny model" in first_line and "seeded random weights" in first_line
+    assert count_frames(out) == 12 * 2 - 3
+
+
+def test_generate_defaults_name_the_output_by_date_in_the_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("generate", "--chunks", "1")
+    assert result.exit_code == 0, result.output
+    [out] = list(tmp_path.glob("worldpager-*.mp4"))
+    assert count_frames(out) == 9
+
+
+def test_generate_from_a_checkpoint_directory(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    write_checkpoint(tmp_path / "ckpt", tiny_reference_models())
+    out = tmp_path / "ckpt.mp4"
+    result = run("generate", "--model", "tiny", "--checkpoint", str(tmp_path / "ckpt"), "--chunks", "1",
+                 "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "loading tiny from" in result.output.splitlines()[0]
+    assert count_frames(out) == 9
+
+
+@pytest.mark.parametrize("chunks, seconds, minutes, expected", [
+    (5, None, None, 5), (None, 1.0, None, 2), (None, None, 0.5, 41), (None, 30.0, None, 41),
+    (None, 0.5, None, 1),
+])
+def test_length_flags(chunks, seconds, minutes, expected):
+    n = chunks_for_length(chunks, seconds, minutes, TINY.fps, 9, 12)
+    assert n == expected
+    if chunks is None:  # the smallest number of chunks that covers the requested duration
+        wanted = (seconds if seconds is not None else minutes * 60) * TINY.fps
+        assert TINY.video_frames_total(n) >= wanted > TINY.video_frames_total(n - 1) if n > 1 else True
+
+
+def one_line_error(result, *needles):
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) <= 2 and lines[-1].startswith("worldpager: error: "), result.output
+    for needle in needles:
+        assert needle in lines[-1], lines[-1]
+    return lines[-1]
+
+
+def test_missing_image(tmp_path):
+    missing = tmp_path / "nope.png"
+    one_line_error(run("generate", "--chunks", "1", "--image", str(missing), "--out", str(tmp_path / "o.mp4")),
+                   str(missing))
+
+
+def test_unreadable_image(tmp_path):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"definitely not a png")
+    one_line_error(run("generate", "--chunks", "1", "--image", str(bad), "--out", str(tmp_path / "o.mp4")),
+                   str(bad))
+
+
+def test_unwritable_output(tmp_path):
+    out = tmp_path / "no-such-dir" / "o.mp4"
+    one_line_error(run("generate", "--chunks", "1", "--out", str(out)), "no-such-dir")
+
+
+def test_checkpoint_with_a_missing_key(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    write_checkpoint(ckpt, tiny_reference_models(), dit_edit=lambda s: s.pop("model.blocks.1.ffn.2.bias"))
+    out = tmp_path / "o.mp4"
+    one_line_error(run("generate", "--model", "tiny", "--checkpoint", str(ckpt), "--chunks", "1", "--out", str(out)),
+                   "'blocks.1.ffn.2.bias'", "base_distill.safetensors")
+    assert not out.exists()   # nothing was generated, so no empty file is left behind
+
+
+def test_checkpoint_with_a_misshaped_key(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+
+    def bad(s):
+        s["model.patch_embedding.bias"] = s["model.patch_embedding.bias"][:-1].clone()
+    write_checkpoint(ckpt, tiny_reference_models(), dit_edit=bad)
+    one_line_error(run("generate", "--model", "tiny", "--checkpoint", str(ckpt), "--chunks", "1",
+                       "--out", str(tmp_path / "o.mp4")), "'patch_embedding.bias'", "shape")
+
+
+def test_conflicting_length_flags(tmp_path):
+    one_line_error(run("generate", "--chunks", "2", "--seconds", "3", "--out", str(tmp_path / "o.mp4")),
+                   "only one of")
+
+
+def test_inspect_universal_last_line_json():
+    result = run("inspect", "--preset", "mg2-universal")
+    assert result.exit_code == 0
+    facts = json.loads(result.output.strip().splitlines()[-1])
+    assert facts["kv_bytes_per_chunk_bf16"] == 486_604_800
+    assert facts["tokens_per_chunk"] == 2640
+    assert facts["params"] == 1_619_242_304 and facts["layers"] == 30
