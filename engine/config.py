@@ -4,15 +4,14 @@ Owns the shape facts of the model family (DiT, action module, VAE, CLIP, sampler
 configurations (the three released MG2 modes and the small built-in ``tiny`` model). Everything else in
 the engine derives shapes from these objects; no module hard-codes 30, 880 or 1536.
 
-Overlays (presets, CLI flags) are applied with :func:`replace_strict`, which rejects unknown keys by
-name.
+Overlays (presets, CLI flags) are applied by ``engine.overlay``, which rejects unknown keys and wrong
+types by name.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
 
 from engine.errors import ConfigError
 
@@ -255,33 +254,84 @@ def model_config(name: str) -> ModelConfig:
         ) from None
 
 
-def replace_strict(obj: Any, overlay: Mapping[str, Any], where: str = "") -> Any:
-    """Return ``obj`` with ``overlay`` applied recursively; unknown keys raise ``ConfigError``.
+STORE_MODES = ("prefetch", "on-demand", "sync", "dram-only", "device-only", "window")
+POSITION_MODES = ("native", "extend", "rerotate")
 
-    Nested dataclass fields take nested mappings; lists become tuples so configs stay hashable.
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """How MG2 actions map to camera motion and back (``engine.io.poses.Calibration`` adds the math).
+
+    MG2 defines no camera model, so the defaults are Matrix-Game 3's pose-from-action constants: mouse
+    0.1 turns 1.5 degrees per frame; a held move key advances 0.1235 world units per frame.
     """
-    known = {f.name: f for f in dataclasses.fields(obj)}
-    changes: dict[str, Any] = {}
-    for key, value in overlay.items():
-        path = f"{where}.{key}" if where else key
-        if key not in known:
-            raise ConfigError(f"unknown config key {path!r}")
-        current = getattr(obj, key)
-        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
-            changes[key] = replace_strict(current, value, path)
-        else:
-            changes[key] = tuple(value) if isinstance(value, list) else value
-    return dataclasses.replace(obj, **changes)
+
+    degrees_per_mouse_unit: float = 15.0     # yaw/pitch degrees per frame per unit of mouse value
+    distance_per_frame: float = 0.1235       # world units per frame while one move key is held
+    mouse_dead_zone: float = 0.02            # |mouse| below this turns nothing
+    mouse_step: float = 0.1                  # MG2's camera value: the only magnitude it trained on
+    quantise_mouse: bool = True              # poses -> actions emit only 0 / +-mouse_step
+    diagonal_scale: float = 0.7071067811865476  # per-axis speed when a forward and a side key are held
+    pitch_limit: float = 89.0                # degrees; pitch is clamped like a game camera
+    templerun_turn_degrees: float = 7.5      # yaw per frame of turn_left/right (a 12-frame press = 90)
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """The retrieval memory and its tiers (used from the tiered store on)."""
+
+    store: str = "prefetch"                  # one of STORE_MODES
+    kv_bits: int = 4                         # 16 = unquantised
+    retrieve_k: int = 3                      # past chunks retrieved per chunk
+    sink: bool = False                       # keep the first chunk resident as an attention sink
+    host_mem_gib: float | None = None        # host budget; None = what the machine has
+    device_mem_gib: float | None = None      # device budget for KV; None = what the device has
+    spill: Path | None = None                # disk tier directory; None = no disk tier
+    drive_bw: str | None = None              # emulated drive bandwidth, GB/s: "0.25" or "r=0.5,w=0.5"
 
 
 @dataclass(frozen=True)
 class SessionConfig:
-    """One generation session: which model, which inputs, how long, where the video goes."""
+    """One generation session: which model, which inputs, how long, where the video and log go.
+
+    Precedence: these defaults < a preset (``presets/*.yaml``) < command-line flags.
+    """
 
     model: str = "tiny"
     checkpoint: Path | None = None     # directory laid out like the official release; None = built-in
     image: Path | None = None          # start image; None = the packaged default
+    trajectory: Path | None = None     # trajectory file; None = the packaged revisit_loop
+    repeat: str = "loop"               # loop | pingpong, when the trajectory is shorter than the video
     out: Path = Path("worldpager.mp4")
-    chunks: int = 40
+    log: Path | None = None            # JSON Lines log; None = beside the video (<out>.log.jsonl)
+    chunks: int = 41                   # 30 s of video at 16 fps (9 + 40 x 12 frames)
     seed: int = 0
     device: str = "auto"               # auto | cpu | cuda | cuda:N
+    positions: str = "rerotate"        # one of POSITION_MODES
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+
+    @property
+    def log_path(self) -> Path:
+        return self.log if self.log is not None else self.out.with_suffix(".log.jsonl")
+
+    @property
+    def config_path(self) -> Path:
+        """Where the resolved config is written (beside the video)."""
+        return self.out.with_suffix(".config.json")
+
+    def validate(self) -> "SessionConfig":
+        """Range checks of values whose type is right but whose value is not; returns self."""
+        checks = [
+            (self.chunks >= 1, f"chunks must be at least 1, got {self.chunks}"),
+            (self.repeat in ("loop", "pingpong"), f"repeat must be loop or pingpong, got {self.repeat!r}"),
+            (self.positions in POSITION_MODES, f"positions must be one of {', '.join(POSITION_MODES)}, got {self.positions!r}"),
+            (self.memory.store in STORE_MODES, f"store must be one of {', '.join(STORE_MODES)}, got {self.memory.store!r}"),
+            (self.memory.kv_bits in (2, 4, 8, 16), f"kv_bits must be 2, 4, 8 or 16, got {self.memory.kv_bits}"),
+            (self.memory.retrieve_k >= 0, f"retrieve_k must be >= 0, got {self.memory.retrieve_k}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        model_config(self.model)
+        return self

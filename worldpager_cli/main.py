@@ -1,20 +1,22 @@
 """``worldpager`` commands: parse flags, build a config, call one engine function, print.
 
 Commands that measure or describe print a human table and then one compact JSON line last.
+Exit codes: 0 done, 1 bad input, 2 internal error, 130 interrupted (see ``worldpager_cli.errors``).
 """
 from __future__ import annotations
 
 import json
 import math
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import click
 
-from engine.config import MODEL_CONFIGS, SessionConfig, model_config
+from engine.config import MODEL_CONFIGS, model_config
 from engine.errors import ConfigError
-from worldpager_cli.errors import WorldPagerGroup
+from engine.overlay import resolve_session_config
+from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
+from worldpager_cli.tail import tail
 
 
 @click.group(cls=WorldPagerGroup)
@@ -23,9 +25,12 @@ def cli() -> None:
     """WorldPager: long-session interactive world-model video with a tiered KV memory."""
 
 
+cli.add_command(tail)
+
+
 def chunks_for_length(chunks: int | None, seconds: float | None, minutes: float | None,
-                      fps: int, first_chunk_frames: int, chunk_frames: int) -> int:
-    """Chunks needed for the requested length (at least the requested video duration)."""
+                      fps: int, first_chunk_frames: int, chunk_frames: int) -> int | None:
+    """Chunks needed for the requested length (None when no length flag was given)."""
     given = [v is not None for v in (chunks, seconds, minutes)]
     if sum(given) > 1:
         raise ConfigError("give only one of --chunks, --seconds, --minutes")
@@ -33,7 +38,9 @@ def chunks_for_length(chunks: int | None, seconds: float | None, minutes: float 
         if chunks < 1:
             raise ConfigError(f"--chunks must be at least 1, got {chunks}")
         return chunks
-    total_s = seconds if seconds is not None else (minutes * 60 if minutes is not None else 30.0)
+    if seconds is None and minutes is None:
+        return None
+    total_s = seconds if seconds is not None else minutes * 60
     if not math.isfinite(total_s) or total_s <= 0:
         raise ConfigError(f"length must be a positive number of seconds, got {total_s}")
     frames = math.ceil(total_s * fps)
@@ -44,39 +51,81 @@ def default_output_path() -> Path:
     return Path.cwd() / datetime.now().strftime("worldpager-%Y%m%d-%H%M%S.mp4")
 
 
+def generate_flags(image, out, log, trajectory, repeat, checkpoint, model_name, seed, device) -> dict:
+    """Only the flags the user gave, as a config overlay (flags override the preset)."""
+    flags = {"image": image, "out": out, "log": log, "trajectory": trajectory, "repeat": repeat,
+             "checkpoint": checkpoint, "model": model_name, "seed": seed, "device": device}
+    return {k: v for k, v in flags.items() if v is not None}
+
+
 @cli.command()
+@click.option("--preset", help="Preset name (presets/NAME.yaml) or a YAML file; flags override it.")
 @click.option("--image", type=click.Path(path_type=Path), help="Start image (PNG/JPEG/WebP). Default: the packaged scene.")
+@click.option("--trajectory", type=click.Path(path_type=Path), help="Trajectory file (YAML, pose CSV, action CSV, nerfstudio JSON). Default: the packaged revisit_loop.")
+@click.option("--repeat", type=click.Choice(["loop", "pingpong"]), help="How a short trajectory is extended. Default: loop.")
 @click.option("--out", type=click.Path(path_type=Path), help="Output MP4. Default: worldpager-DATE-TIME.mp4 here.")
+@click.option("--log", type=click.Path(path_type=Path), help="JSON Lines log. Default: beside the MP4 (.log.jsonl).")
 @click.option("--chunks", type=int, help="Length in chunks (12 video frames each; the first has 9).")
-@click.option("--seconds", type=float, help="Length in seconds of video (16 fps).")
+@click.option("--seconds", type=float, help="Length in seconds of video (16 fps). Default: 30.")
 @click.option("--minutes", type=float, help="Length in minutes of video (16 fps).")
 @click.option("--checkpoint", type=click.Path(path_type=Path), help="Directory with the official MG2 weights. Default: the built-in tiny model.")
 @click.option("--model", "model_name", type=click.Choice(sorted(MODEL_CONFIGS)), help="Model configuration. Default: mg2-universal with --checkpoint, else tiny.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-def generate(image, out, chunks, seconds, minutes, checkpoint, model_name, seed, device) -> None:
-    """Generate a video from a start image, chunk by chunk, into an MP4."""
+@click.option("--seed", type=int, help="Seed of the noise. Default: 0.")
+@click.option("--device", help="auto, cpu, cuda or cuda:N. Default: auto.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minutes, checkpoint, model_name,
+             seed, device, quiet) -> None:
+    """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     from engine.session import Session   # keeps `worldpager --help` fast
-    from worldpager_cli.progress import ChunkProgress
+    from worldpager_cli.progress import make_progress
 
-    name = model_name or ("mg2-universal" if checkpoint else "tiny")
-    m = model_config(name)
-    n = chunks_for_length(chunks, seconds, minutes, m.fps, m.video_frames_of_chunk(0),
-                          m.video_frames_of_chunk(1))
-    cfg = SessionConfig(model=name, checkpoint=checkpoint, image=image,
-                        out=out or default_output_path(), chunks=n, seed=seed, device=device)
-    progress = ChunkProgress(total=n, frames_total=m.video_frames_total(n), fps=m.fps)
+    flags = generate_flags(image, out or default_output_path(), log, trajectory, repeat, checkpoint,
+                           model_name, seed, device)
+    if checkpoint is not None and model_name is None and preset is None:
+        flags["model"] = "mg2-universal"
+    m = model_config(resolve_session_config(preset, flags).model)
+    n = chunks_for_length(chunks, seconds, minutes, m.fps, m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
+    cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})})
+    progress = make_progress(total=cfg.chunks, frames_total=m.video_frames_total(cfg.chunks), quiet=quiet)
     session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
-    if checkpoint is None:
-        click.echo(f"worldpager: using the built-in {name} model (seeded random weights, no checkpoint): "
-                   "the video shows the pipeline, not a trained world model")
+    say = (lambda text: None) if quiet else click.echo
+    if cfg.checkpoint is None:
+        say(f"worldpager: using the built-in {cfg.model} model (seeded random weights, no checkpoint): "
+            "the video shows the pipeline, not a trained world model")
     else:
-        click.echo(f"worldpager: loading {name} from {checkpoint}")
+        say(f"worldpager: loading {cfg.model} from {cfg.checkpoint}")
     session.load()
-    with progress:
+    with progress, _stop_on_sigint(session):
         result = session.run()
-    click.echo(f"wrote {result.frames} frames ({result.frames / m.fps:.1f} s of video) to {result.out} "
-               f"in {result.wall_s:.1f} s")
+    summary = (f"{result.frames} frames ({result.frames / m.fps:.1f} s of video) to {result.out} in "
+               f"{result.wall_s:.1f} s ({result.wall_s / max(result.chunks, 1):.2f} s per chunk); log {result.log}")
+    if result.status == "interrupted":
+        click.echo(f"worldpager: interrupted after {result.chunks} chunks: wrote {summary}", err=True)
+        raise SystemExit(EXIT_INTERRUPTED)
+    say(f"wrote {summary}")
+
+
+class _stop_on_sigint:
+    """First Ctrl-C: finish the chunk in hand, then stop cleanly. Second: interrupt at once."""
+
+    def __init__(self, session):
+        self.session = session
+        self.previous = None
+
+    def __enter__(self):
+        import signal
+
+        def handler(signum, frame):
+            if self.session._stop.is_set():
+                raise KeyboardInterrupt
+            click.echo("\nworldpager: stopping after the current chunk (Ctrl-C again to abort)", err=True)
+            self.session.request_stop()
+        self.previous = signal.signal(signal.SIGINT, handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        signal.signal(signal.SIGINT, self.previous)
 
 
 @cli.command()
@@ -91,7 +140,3 @@ def inspect(name: str) -> None:
     for key, value in facts.items():
         click.echo(f"{key:<{width}}  {value:,}" if isinstance(value, int) else f"{key:<{width}}  {value}")
     click.echo(json.dumps(facts, separators=(",", ":")))
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    sys.exit(cli())

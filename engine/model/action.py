@@ -37,13 +37,23 @@ class UnusedNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
 
-def action_windows(actions: torch.Tensor, start_frame: int, frames: int, cfg: ActionConfig
-                   ) -> torch.Tensor:
-    """Per-latent-frame windows [B, frames, window_frames, C] of per-video-frame actions [B, T, C]."""
+def first_window_frame(start_frame: int, cfg: ActionConfig) -> int:
+    """The earliest video frame whose action the windows of latent ``start_frame`` onwards read."""
+    return max(0, cfg.vae_time_compression_ratio * start_frame - cfg.window_frames)
+
+
+def action_windows(actions: torch.Tensor, start_frame: int, frames: int, cfg: ActionConfig,
+                   offset: int = 0) -> torch.Tensor:
+    """Per-latent-frame windows [B, frames, window_frames, C] of per-video-frame actions.
+
+    ``actions`` [B, T, C] holds video frames [offset, offset + T); offset 0 or at most
+    ``first_window_frame(start_frame)``.
+    """
     ratio, width = cfg.vae_time_compression_ratio, cfg.window_frames
     latents = torch.arange(start_frame, start_frame + frames, device=actions.device)
     offsets = torch.arange(width, device=actions.device) - width
-    index = (ratio * latents[:, None] + offsets[None, :]).clamp(min=0)    # [frames, width]
+    index = (ratio * latents[:, None] + offsets[None, :]).clamp(min=0) - offset  # [frames, width]
+    assert int(index.min()) >= 0, f"actions start at video frame {offset}, windows need {offset + int(index.min())}"
     assert int(index.max()) < actions.shape[1], (
         f"actions cover {actions.shape[1]} video frames, chunk needs index {int(index.max())}")
     return actions[:, index]
@@ -78,20 +88,22 @@ class ActionModule(nn.Module):
 
     def forward(self, x: torch.Tensor, frames: int, start_frame: int,
                 keyboard: torch.Tensor | None, mouse: torch.Tensor | None,
-                keyboard_kv: RollingKV | None, mouse_kv: RollingKV | None) -> torch.Tensor:
-        """x [B, frames*S, C] -> same; keyboard [B, T, kdim], mouse [B, T, mdim] per video frame."""
+                keyboard_kv: RollingKV | None, mouse_kv: RollingKV | None,
+                action_offset: int = 0) -> torch.Tensor:
+        """x [B, frames*S, C] -> same; keyboard [B, T, kdim], mouse [B, T, mdim] per video frame,
+        holding video frames [action_offset, action_offset + T)."""
         if self.cfg.enable_mouse:
-            x = x + self._mouse_branch(x, frames, start_frame, mouse, mouse_kv)
+            x = x + self._mouse_branch(x, frames, start_frame, mouse, mouse_kv, action_offset)
         if self.cfg.enable_keyboard:
-            x = x + self._keyboard_branch(x, frames, start_frame, keyboard, keyboard_kv)
+            x = x + self._keyboard_branch(x, frames, start_frame, keyboard, keyboard_kv, action_offset)
         return x
 
-    def _mouse_branch(self, x, frames, start_frame, mouse, rolling):
+    def _mouse_branch(self, x, frames, start_frame, mouse, rolling, offset):
         b, length, c = x.shape
         s = length // frames
         heads = self.cfg.heads_num
         tokens = x.view(b, frames, s, c).transpose(1, 2).reshape(b * s, frames, c)   # [(B S), F, C]
-        win = action_windows(mouse, start_frame, frames, self.cfg).flatten(2)      # [B, F, 12*m]
+        win = action_windows(mouse, start_frame, frames, self.cfg, offset).flatten(2)  # [B, F, 12*m]
         win = win[:, None].expand(b, s, frames, win.shape[-1]).reshape(b * s, frames, -1)
         h = self.mouse_mlp(torch.cat([tokens, win.to(tokens.dtype)], dim=-1))
         q, k, v = self.t_qkv(h).unflatten(-1, (3, heads, -1)).unbind(2)           # [(B S), F, H, D]
@@ -102,12 +114,12 @@ class ActionModule(nn.Module):
         out = out.reshape(b, s, frames, -1).transpose(1, 2).reshape(b, frames * s, -1)
         return self.proj_mouse(out)
 
-    def _keyboard_branch(self, x, frames, start_frame, keyboard, rolling):
+    def _keyboard_branch(self, x, frames, start_frame, keyboard, rolling, offset):
         b, length, _ = x.shape
         s = length // frames
         heads = self.cfg.heads_num
         emb = self.keyboard_embed(keyboard.to(x.dtype))                            # [B, T, hidden]
-        win = action_windows(emb, start_frame, frames, self.cfg).flatten(2)       # [B, F, 12*hidden]
+        win = action_windows(emb, start_frame, frames, self.cfg, offset).flatten(2)  # [B, F, 12*hidden]
         k, v = self.keyboard_attn_kv(win).unflatten(-1, (2, heads, -1)).unbind(2)  # [B, F, H, D]
         q = self.mouse_attn_q(x).unflatten(-1, (heads, -1))                        # [B, F*S, H, D]
         q = rms_normalise(q).to(v.dtype)

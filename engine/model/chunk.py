@@ -26,6 +26,7 @@ class ChunkInputs:
     start_frame: int                    # absolute latent index of the chunk's first frame
     keyboard: torch.Tensor | None       # [B, T, kdim] per-video-frame actions (history included)
     mouse: torch.Tensor | None          # [B, T, mdim]
+    action_offset: int = 0              # video frame index of keyboard[:, 0] / mouse[:, 0]
 
 
 class ForwardTrace(Protocol):
@@ -45,7 +46,8 @@ def denoise_chunk(model: CausalDiT, sampler: FlowMatchSampler, ctx: AttentionCon
     device = inputs.noise.device
 
     def forward(x, t):
-        return model(x, t, inputs.cond_concat, ctx, inputs.start_frame, inputs.keyboard, inputs.mouse)
+        return model(x, t, inputs.cond_concat, ctx, inputs.start_frame, inputs.keyboard, inputs.mouse,
+                     inputs.action_offset)
 
     x = inputs.noise
     x0 = x

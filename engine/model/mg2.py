@@ -110,7 +110,7 @@ class Block(nn.Module):
         has_action = cfg.action is not None and index in cfg.action.blocks
         self.action_model = ActionModule(cfg.action, cfg.dim) if has_action else None
 
-    def forward(self, x, e0, grid, start_frame, rope, state: LayerState, keyboard, mouse):
+    def forward(self, x, e0, grid, start_frame, rope, state: LayerState, keyboard, mouse, action_offset):
         frames = grid[0]
         e = (self.modulation.unsqueeze(1) + e0).chunk(6, dim=2)   # 6 x [B, F, 1, C]
         y = self.self_attn(modulate(layer_norm(x, self.eps), frames, e[0], e[1]), grid, start_frame,
@@ -118,7 +118,8 @@ class Block(nn.Module):
         x = x + gate(y, frames, e[2])
         x = x + self.cross_attn(self.norm3(x), state)
         if self.action_model is not None:
-            x = self.action_model(x, frames, start_frame, keyboard, mouse, state.keyboard, state.mouse)
+            x = self.action_model(x, frames, start_frame, keyboard, mouse, state.keyboard, state.mouse,
+                                  action_offset)
         y = self.ffn(modulate(layer_norm(x, self.eps), frames, e[3], e[4]))
         return x + gate(y, frames, e[5])
 
@@ -171,11 +172,12 @@ class CausalDiT(nn.Module):
     @torch.no_grad()
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond_concat: torch.Tensor,
                 ctx: AttentionContext, start_frame: int, keyboard: torch.Tensor | None = None,
-                mouse: torch.Tensor | None = None) -> torch.Tensor:
+                mouse: torch.Tensor | None = None, action_offset: int = 0) -> torch.Tensor:
         """x [B, out_dim, F, h, w], t [B, F], cond_concat [B, in_dim - out_dim, F, h, w] -> velocity.
 
         ``start_frame`` is the absolute latent index of the chunk's first frame; keyboard/mouse hold
-        per-video-frame actions [B, T, dim] covering at least the chunk's action windows.
+        per-video-frame actions [B, T, dim] of video frames [action_offset, action_offset + T),
+        covering at least the chunk's action windows.
         """
         assert ctx.has_visual_context, "call prepare_visual_context first"
         dtype = self.patch_embedding.weight.dtype
@@ -186,7 +188,7 @@ class CausalDiT(nn.Module):
         e = self.time_embedding(sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(dtype))
         e0 = self.time_projection(e).unflatten(1, (6, self.cfg.dim)).unflatten(0, (b, frames))
         for block, state in zip(self.blocks, ctx.layers):
-            h = block(h, e0, grid, start_frame, self.rope, state, keyboard, mouse)
+            h = block(h, e0, grid, start_frame, self.rope, state, keyboard, mouse, action_offset)
         out = self.head(h, e.unflatten(0, (b, frames)).unsqueeze(2), frames)         # [B, L, p*c]
         return self.unpatchify(out, grid)
 

@@ -1,8 +1,9 @@
 """CLIP vision tower: parity with the official MG2 code (fixture §7.3) and fast structural checks.
 
-The slow test rebuilds the full-size ViT-H/14 weights (31 of 32 blocks, ~610 M values) from the fixture's
-key list, checks every generated tensor against ``clip.weights.checksum``, and compares the preprocessed
-pixels and the output tokens with the stored reference. The fast tests use a tiny config.
+The slow test replays the fixture through ``engine.model.parity_clip`` (the same code as
+``python -m engine.model.parity``): full-size ViT-H/14 weights (31 of 32 blocks, ~610 M values) rebuilt
+from the key list and checked against ``clip.weights.checksum``, then the preprocessed pixels and the
+output tokens compared with the stored reference. The fast tests use a tiny config.
 """
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import CLIPConfig
+from engine.model import parity_clip
 from engine.model.clip import (CLIPVisionTower, clip_visual_state_dict, is_unused_checkpoint_key)
 from engine.model.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
-from engine.model.seeded_weights import checksum, fill_module_, seeded_array
+from engine.model.seeded_weights import fill_module_
 
 TINY = CLIPConfig(width=64, layers=3, heads=2, used_layers=2)
 SEED = 1234
@@ -145,45 +147,15 @@ def test_forward_matches_plain_reference():
 @pytest.mark.slow
 def test_clip_parity_with_official(parity_fixtures):
     fx = Fixture.open(parity_fixtures / "universal_tiny_clip.safetensors")
-    keys = fx.json("clip_weight_keys")                             # [[key, shape], ...] sorted
-    seed = int(fx.metadata["clip_weight_seed"])
-    sums = fx.tensor("clip.weights.checksum").numpy()              # [len(keys), 2] float64
-    assert [k for k, _ in keys] == sorted(k for k, _ in keys) and sums.shape == (len(keys), 2)
     cfg = CLIPConfig()
-
-    # Allocate without random init (no buffers to lose), then fill one key at a time so the peak stays
-    # near the model size plus one float64 temporary.
-    with torch.device("meta"):
-        tower = CLIPVisionTower(cfg)
-    tower.to_empty(device="cpu")
-    params = dict(tower.named_parameters())
-    skipped = []
-    with torch.no_grad():
-        for row, (key, shape) in enumerate(keys):
-            assert key.startswith("visual.")
-            name = key[len("visual."):]
-            if is_unused_checkpoint_key(key, cfg):
-                assert name not in params, name
-                skipped.append(name)
-                continue
-            value = seeded_array(seed, key, tuple(shape))
-            # Float64 sums in a different order than the generator's: allow last-bit noise only.
-            np.testing.assert_allclose(checksum(value), sums[row], rtol=1e-13, atol=1e-11, err_msg=key)
-            params.pop(name).copy_(torch.from_numpy(value))
-            del value
-    assert not params, f"parameters without a checkpoint key: {sorted(params)}"
+    # Every generated key is checked against clip.weights.checksum inside fixture_tower (it raises).
+    tower, skipped = parity_clip.fixture_tower(fx, cfg)
     # Exactly the blocks past used_layers, post_norm and head are left out.
     assert {n.split(".")[1] for n in skipped if n.startswith("transformer.")} == {
         str(i) for i in range(cfg.used_layers, cfg.layers)}
     assert {n for n in skipped if not n.startswith("transformer.")} == {
         "post_norm.weight", "post_norm.bias", "head"}
-    tower.eval()
-
-    image = fx.tensor("clip.image")                                # [1, 3, 1, 352, 640]
-    pixel_ref = fx.tensor("clip.pixel_values")                     # [1, 3, 224, 224]
-    tokens_ref = fx.tensor("clip.tokens")                          # [1, 257, 1280]
-    pixels = tower.preprocess(image)
-    assert relative_error(pixels, pixel_ref) < DEFAULT_TOLERANCE
-    # Tokens from our own preprocessing, so both halves of encode() are under the bound together.
-    tokens = tower.encode(image)
-    assert relative_error(tokens, tokens_ref) < DEFAULT_TOLERANCE
+    rows = parity_clip.clip_case_rows(fx, tower)
+    assert [name for name, _ in rows] == ["clip.pixel_values", "clip.tokens"]
+    print("clip:", {name: f"{e:.2e}" for name, e in rows})
+    assert all(e < DEFAULT_TOLERANCE for _, e in rows), rows

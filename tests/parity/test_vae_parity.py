@@ -6,27 +6,19 @@ rebuilt from the fixtures' key lists; every stored tensor must match to ``max|di
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from engine.config import VAEConfig
 from engine.errors import CheckpointError
+from engine.model import parity_vae
 from engine.model.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
-from engine.model.seeded_weights import checksum, fill_module_
+from engine.model.seeded_weights import checksum, fill_module_, seeded_array
 from engine.model.vae import StartImageEncoder, StreamingDecoder, WanVAE, frames_for
-
-
-def _rebuild(fixture: Fixture, prefix: str, checksum_key: str) -> dict[str, torch.Tensor]:
-    """The case's weights, verified row by row against the stored checksum table."""
-    weights = fixture.weights(prefix)
-    keys = [key for key, _ in fixture.json(f"{prefix}weight_keys")]
-    ours = np.array([checksum(weights[key].numpy()) for key in keys])
-    ref = fixture.tensor(checksum_key).numpy()
-    assert ours.shape == ref.shape
-    # Float64 sums of identical float32 values; only summation order may differ.
-    np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-9)
-    return weights
 
 
 def test_state_dict_keys_match_official_checkpoint(parity_fixtures):
@@ -51,45 +43,62 @@ def test_load_parts_is_strict():
         vae.load_parts({**part, "conv2.bias": torch.zeros(3)})
 
 
+def _tiny_checksum_fixture(tmp_path, corrupt: bool) -> Fixture:
+    """A two-key fixture whose checksum table is right, or wrong in the last bit of one row."""
+    keys = [["a.bias", [3]], ["a.weight", [4, 3]]]
+    table = np.array([checksum(seeded_array(7, k, tuple(s))) for k, s in keys])
+    if corrupt:
+        table[1, 0] += 1e-9            # far above summation noise: the size of a one-ulp change of one value
+    path = tmp_path / ("bad.safetensors" if corrupt else "good.safetensors")
+    save_file({"t.weights.checksum": torch.from_numpy(table)}, str(path),
+              metadata={"t_weight_keys": json.dumps(keys), "t_weight_seed": "7"})
+    return Fixture.open(path)
+
+
+def test_verified_weights_checks_every_key(tmp_path):
+    weights = parity_vae.verified_weights(_tiny_checksum_fixture(tmp_path, False), "t_", "t.weights.checksum")
+    assert sorted(weights) == ["a.bias", "a.weight"] and weights["a.weight"].shape == (4, 3)
+    with pytest.raises(parity_vae.WeightChecksumError, match="a.weight"):
+        parity_vae.verified_weights(_tiny_checksum_fixture(tmp_path, True), "t_", "t.weights.checksum")
+
+
+@pytest.mark.parametrize("per_chunk", [[9, 12], [12, 9]])
+def test_decoder_rows_check_frame_counts(tmp_path, per_chunk):
+    """A tiny decoder replayed against its own output: exact rows, or failing rows for wrong counts."""
+    vae = fill_module_(WanVAE(VAEConfig(dim=8)), 3).eval()
+    latents = torch.randn(1, 16, 6, 2, 3, generator=torch.Generator().manual_seed(0))
+    frames = StreamingDecoder(vae).decode_chunk(latents)            # [1, 21, 3, 16, 24]
+    path = tmp_path / "decoder.safetensors"
+    save_file({"vae.latents_in": latents, "vae.frames_raw": frames.contiguous(),
+               "vae.frames_per_chunk": torch.tensor(per_chunk)}, str(path))
+    rows = parity_vae.decoder_case_rows(Fixture.open(path), vae)
+    if per_chunk == [9, 12]:
+        assert rows == [("vae.frames_raw[chunk 0]", 0.0), ("vae.frames_raw[chunk 1]", 0.0)]
+    else:
+        assert [name.split(" (")[0] for name, _ in rows] == ["vae.frame_count[chunk 0]",
+                                                              "vae.frame_count[chunk 1]"]
+        assert all(e == float("inf") for _, e in rows)
+
+
 @pytest.mark.slow
 def test_decoder_parity(parity_fixtures):
-    fx = Fixture.open(parity_fixtures / "universal_tiny.safetensors")
-    vae = WanVAE().eval()
-    assert vae.load_parts(_rebuild(fx, "vae_", "vae.weights.checksum")) == ("conv2", "decoder")
-    latents = fx.tensor("vae.latents_in")                         # [1, 16, 9, 8, 16] normalised
-    ref = fx.tensor("vae.frames_raw")                             # [1, 33, 3, 64, 128] unclamped
-    per_chunk = fx.tensor("vae.frames_per_chunk").tolist()        # [9, 12, 12]
-    decoder = StreamingDecoder(vae)
-    start = 0
-    errors = []
-    for c, expected_frames in enumerate(per_chunk):
-        assert decoder.frames_for(3) == expected_frames
-        frames = decoder.decode_chunk(latents[:, :, 3 * c:3 * c + 3])
-        assert frames.shape == (1, expected_frames, 3, 64, 128) and frames.dtype == torch.float32
-        errors.append(relative_error(frames, ref[:, start:start + expected_frames]))
-        start += expected_frames
-    assert start == ref.shape[1]
-    print(f"vae.frames_raw per chunk: {['%.2e' % e for e in errors]}")
-    assert max(errors) < DEFAULT_TOLERANCE, errors
+    rows = parity_vae.vae_decoder_rows(parity_fixtures / "universal_tiny.safetensors")
+    # One frames row per chunk means every chunk decoded the stored number of frames (a wrong count
+    # replaces the chunk's row by an infinite-error vae.frame_count row).
+    assert [name for name, _ in rows] == [f"vae.frames_raw[chunk {c}]" for c in range(3)]
+    print("vae.frames_raw per chunk:", [f"{e:.2e}" for _, e in rows])
+    assert all(e < DEFAULT_TOLERANCE for _, e in rows), rows
 
 
 @pytest.mark.slow
 def test_encoder_parity(parity_fixtures):
     fx = Fixture.open(parity_fixtures / "universal_tiny_vae_encoder.safetensors")
-    vae = WanVAE().eval()
-    assert vae.load_parts(_rebuild(fx, "vae_encoder_", "vaeenc.weights.checksum")) == ("conv1", "encoder")
-    image = fx.tensor("vaeenc.image")                             # [1, 3, 1, 64, 96] in [-1, 1]
-    n = fx.tensor("vaeenc.latent").shape[2]
-
-    encoder = StartImageEncoder(vae, image[:, :, 0])              # the [B, 3, H, W] form
-    steps = [encoder.next_step() for _ in range(n)]
-    got = {name: torch.cat([getattr(s, name) for s in steps], dim=2)
-           for name in ("encoder_out", "mu_raw", "latent")}
-    # A fresh stream so that cond_concat's mask sees absolute frame 0.
-    got["cond_concat"] = StartImageEncoder(vae, image).cond_concat(n)
-    errors = {name: relative_error(t, fx.tensor(f"vaeenc.{name}")) for name, t in got.items()}
-    print("vaeenc:", {k: f"{v:.2e}" for k, v in errors.items()})
-    assert all(e < DEFAULT_TOLERANCE for e in errors.values()), errors
+    got = parity_vae.encoder_outputs(fx, parity_vae.fixture_encoder_vae(fx))
+    rows = parity_vae.encoder_case_rows(fx, got)
+    assert [name for name, _ in rows] == ["vaeenc.encoder_out", "vaeenc.mu_raw", "vaeenc.latent",
+                                          "vaeenc.cond_concat"]
+    print("vaeenc:", {name: f"{e:.2e}" for name, e in rows})
+    assert all(e < DEFAULT_TOLERANCE for _, e in rows), rows
     mask = got["cond_concat"][:, :4]
     assert torch.equal(mask[:, :, 0], torch.ones_like(mask[:, :, 0])) and not mask[:, :, 1:].any()
 

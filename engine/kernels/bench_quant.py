@@ -1,0 +1,85 @@
+"""Throughput of quantising / dequantising one chunk's KV, against a plain copy of the same KV.
+
+Contract: :func:`bench_quant` builds one chunk of random per-layer K/V (``[1, T, H, D]`` per layer, the
+shapes of the given model config; ``tokens`` scales the chunk down for CPUs), times
+``quantize_chunk_into`` (KV → block), ``dequantize_chunk_into`` (block → KV views) and a per-layer
+``copy_`` of the same KV tensors on the same device, and returns a flat dict of numbers. It prints
+nothing (the CLI formats) and asserts nothing about speed (benchmarks are never tests).
+
+Every GB/s figure counts the unquantised KV bytes of the chunk (``layers × 2 × T × C × itemsize``), so
+``quant_vs_copy = copy_s / quant_s`` — a ratio of the same work's throughput; higher is better, and the
+aim is ≥ 0.5 on the GPU.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from engine.config import ModelConfig, model_config
+from engine.kernels import ops
+from engine.memory.quant import ChunkFormat, dequantize_chunk_into, quantize_chunk_into
+
+
+def _timer(device: torch.device) -> Callable[[Callable[[], None], int, int], float]:
+    def run(fn: Callable[[], None], repeats: int, warmup: int) -> float:
+        """Median seconds of one call."""
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(repeats):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2]
+    return run
+
+
+def bench_quant(model: str | ModelConfig = "mg2-universal", *, bits: int = 4, value_group: int = 64,
+                tokens: int | None = None, device: str | torch.device | None = None,
+                dtype: torch.dtype | None = None, repeats: int = 5, warmup: int = 1,
+                seed: int = 0) -> dict:
+    """Time one chunk's quantise, dequantise and copy; see the module docstring for the figures.
+
+    ``device`` defaults to CUDA when present; ``dtype`` to bf16 on CUDA and fp32 on CPU (what a session
+    keeps its KV in); ``tokens`` defaults to the model's tokens per chunk.
+    """
+    cfg = model_config(model) if isinstance(model, str) else model
+    dev = torch.device(device) if device is not None else torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu")
+    dt = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    fmt = ChunkFormat.from_model(cfg, bits=bits, value_group=value_group)
+    if tokens is not None:
+        fmt = ChunkFormat(layers=fmt.layers, tokens=tokens, heads=fmt.heads, head_dim=fmt.head_dim,
+                          bits=bits, value_group=value_group)
+    shape = (1, fmt.tokens, fmt.heads, fmt.head_dim)  # [B=1, T, H, D] per layer, keys after RoPE
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    kv = [(torch.randn(shape, generator=gen, device=dev).to(dt),
+           torch.randn(shape, generator=gen, device=dev).to(dt)) for _ in range(fmt.layers)]
+    out = [(torch.empty_like(k), torch.empty_like(v)) for k, v in kv]
+    block = torch.empty(fmt.slot_bytes, dtype=torch.uint8, device=dev)  # [slot_bytes]
+
+    def copy() -> None:
+        for (k, v), (ko, vo) in zip(kv, out):
+            ko.copy_(k)
+            vo.copy_(v)
+
+    timed = _timer(dev)
+    copy_s = timed(copy, repeats, warmup)
+    quant_s = timed(lambda: quantize_chunk_into(kv, fmt, block), repeats, warmup)
+    dequant_s = timed(lambda: dequantize_chunk_into(block, fmt, out), repeats, warmup)
+    kv_bytes = 2 * fmt.layers * fmt.tokens * fmt.channels * kv[0][0].element_size()
+    gbps = lambda s: kv_bytes / s / 1e9  # noqa: E731 - one-line unit conversion
+    return {
+        "model": cfg.name, "device": str(dev), "backend": ops.backend_for(block), "format": fmt.name,
+        "kv_dtype": str(dt).removeprefix("torch."), "layers": fmt.layers, "tokens": fmt.tokens,
+        "channels": fmt.channels, "kv_bytes": kv_bytes, "block_bytes": fmt.nbytes,
+        "quant_s": quant_s, "dequant_s": dequant_s, "copy_s": copy_s,
+        "quant_gbps": gbps(quant_s), "dequant_gbps": gbps(dequant_s), "copy_gbps": gbps(copy_s),
+        "quant_vs_copy": copy_s / quant_s, "dequant_vs_copy": copy_s / dequant_s,
+    }

@@ -1,0 +1,327 @@
+"""The disk tier: fixed-size blocks in one preallocated file under the spill directory.
+
+Contract. ``DiskTier(directory, slot_bytes)`` creates the directory (mode 0700) if missing, takes an
+exclusive ``flock`` on ``worldpager.lock`` (a second session gets a one-line ``SpillLockedError``
+naming the directory), and opens ``blocks.dat`` with ``O_DIRECT``. Blocks are appended at 4 KiB-aligned
+offsets; the file grows in large ``posix_fallocate``d extents. ``write(chunk, buf)`` and
+``read(chunk, buf)`` move bytes straight between the file and a caller-owned, 4 KiB-aligned uint8
+tensor (a host-pool slot) with ``os.pwritev`` / ``os.preadv`` on a memoryview of it: no extra copy.
+
+Integrity. Each block's crc32 is kept in the index and checked on every read; a mismatch (or a short
+read) raises ``CorruptBlockError``, so a bad block becomes a failed read, never data. The index
+(JSON: chunk -> offset, length, crc, format) is written atomically — data fdatasync'ed first, then a
+temp file, fdatasync, rename, directory fsync — every ``index_every`` writes and on ``close()``, so a
+session can be resumed after a crash with ``resume=True`` (blocks written after the last index write
+are simply absent).
+
+Failures. No room (ENOSPC, or the ``max_bytes`` cap) raises a one-line ``DiskFullError`` naming the
+directory; earlier blocks stay readable. Where the file system refuses O_DIRECT (EINVAL on open or
+first I/O) one warning is logged and buffered I/O is used (``io_mode`` says which). ``pace(nbytes)``,
+when given, is called before each piece of I/O (the bandwidth cap lives with the caller).
+Thread-safe: reads and writes may run on different threads.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import threading
+import zlib
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from engine.errors import ConfigError, OutputError
+from engine.memory.types import ChunkId, CorruptBlockError, DiskFullError, SpillLockedError
+
+log = logging.getLogger("worldpager.memory")
+
+ALIGN = 4096
+MiB = 1 << 20
+LOCK_NAME, DATA_NAME, INDEX_NAME = "worldpager.lock", "blocks.dat", "index.json"
+INDEX_VERSION = 1
+Pace = Callable[[int], None]
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DiskTier:
+    """Append-only block file + crc index under one locked directory (see the module docstring)."""
+
+    def __init__(self, directory: str | os.PathLike, slot_bytes: int, *, format_tag: str = "",
+                 max_bytes: int | None = None, extent_bytes: int = 256 * MiB, direct: bool = True,
+                 resume: bool = False, index_every: int = 8, piece_bytes: int = 8 * MiB):
+        assert slot_bytes % ALIGN == 0 and piece_bytes % ALIGN == 0
+        self.dir = Path(directory)
+        self.slot_bytes = slot_bytes
+        self.format_tag = format_tag
+        self.max_bytes = max_bytes
+        self.extent_bytes = max(_round_up(extent_bytes, ALIGN), ALIGN)
+        self.piece_bytes = piece_bytes
+        self.index_every = index_every
+        self._lock = threading.Lock()         # offsets, index, fd swaps
+        self._index_lock = threading.Lock()   # one index writer at a time
+        self._index: dict[ChunkId, dict] = {}
+        self._free: list[int] = []            # offsets of blocks whose write failed
+        self._next = 0
+        self._unsaved = 0
+        self._retired_fds: list[int] = []
+        self.bytes_read = self.bytes_written = 0
+        self._make_dir()
+        self._lock_fd = self._take_lock()
+        try:
+            self._open_data(direct, resume)
+        except Exception:
+            self._release_lock()
+            raise
+
+    # ---- set-up ---------------------------------------------------------------------------------
+
+    def _make_dir(self) -> None:
+        try:
+            if not self.dir.exists():
+                self.dir.mkdir(mode=0o700, parents=True)
+                os.chmod(self.dir, 0o700)   # mkdir's mode is masked by the umask
+        except OSError as exc:
+            raise OutputError(f"cannot create spill directory {self.dir}: {exc.strerror}") from None
+        if not self.dir.is_dir() or not os.access(self.dir, os.W_OK | os.X_OK):
+            raise OutputError(f"spill directory {self.dir} is not a writable directory")
+
+    def _take_lock(self) -> int:
+        path = self.dir / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SpillLockedError(
+                f"spill directory {self.dir} is in use by another WorldPager session "
+                f"(lock {path} is held); choose another --spill directory") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _open_data(self, direct: bool, resume: bool) -> None:
+        flags = os.O_RDWR | os.O_CREAT | (0 if resume else os.O_TRUNC)
+        if not resume and (self.dir / INDEX_NAME).exists():
+            log.info("spill directory %s: starting fresh; blocks of an earlier session are "
+                     "discarded (resume=True keeps them)", self.dir)
+        self.io_mode = "direct" if direct else "buffered"
+        self._fd = -1
+        if direct:
+            try:
+                self._fd = os.open(self.dir / DATA_NAME, flags | os.O_DIRECT, 0o600)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self._warn_buffered("open")
+        if self._fd < 0:
+            self._fd = os.open(self.dir / DATA_NAME, flags, 0o600)
+        self._size = os.fstat(self._fd).st_size
+        if resume:
+            self._load_index()
+        else:
+            self._write_index()
+
+    def _warn_buffered(self, where: str) -> None:
+        self.io_mode = "buffered"
+        log.warning("spill directory %s: the file system refuses O_DIRECT (EINVAL on %s); "
+                    "using buffered I/O (slower, goes through the page cache)", self.dir, where)
+
+    def _fall_back_to_buffered(self) -> None:
+        """EINVAL on the first direct I/O: reopen without O_DIRECT, once, for every thread."""
+        with self._lock:
+            if self.io_mode == "buffered":
+                return
+            self._retired_fds.append(self._fd)
+            self._fd = os.open(self.dir / DATA_NAME, os.O_RDWR)
+            self._warn_buffered("first I/O")
+
+    # ---- blocks ---------------------------------------------------------------------------------
+
+    def __contains__(self, chunk: ChunkId) -> bool:
+        return chunk in self._index
+
+    def chunks(self) -> list[ChunkId]:
+        with self._lock:
+            return sorted(self._index)
+
+    @property
+    def blocks(self) -> int:
+        return len(self._index)
+
+    @property
+    def used_bytes(self) -> int:
+        with self._lock:
+            return sum(e["length"] for e in self._index.values())
+
+    def write(self, chunk: ChunkId, buf: torch.Tensor, pace: Pace | None = None) -> int:
+        """Append ``buf`` (uint8, 4 KiB-aligned address and length) as ``chunk``'s block."""
+        view = self._check_buffer(buf)
+        assert chunk not in self._index, f"chunk {chunk} written to disk twice"
+        crc = zlib.crc32(view)
+        offset = self._reserve(len(view))
+        try:
+            self._io(os.pwritev, view, offset, pace)
+        except Exception:
+            with self._lock:
+                self._free.append(offset)
+            raise
+        with self._lock:
+            self._index[chunk] = {"offset": offset, "length": len(view), "crc": crc,
+                                  "format": self.format_tag}
+            self.bytes_written += len(view)
+            self._unsaved += 1
+            due = self.index_every > 0 and self._unsaved >= self.index_every
+        if due:
+            self.flush_index()
+        return len(view)
+
+    def read(self, chunk: ChunkId, buf: torch.Tensor, pace: Pace | None = None) -> int:
+        """Fill ``buf`` with ``chunk``'s block; CorruptBlockError when it fails its crc."""
+        with self._lock:
+            entry = self._index.get(chunk)
+        if entry is None:
+            raise KeyError(f"chunk {chunk} is not on disk in {self.dir}")
+        view = self._check_buffer(buf)[:entry["length"]]
+        assert len(view) == entry["length"], "read buffer smaller than the block"
+        got = self._io(os.preadv, view, entry["offset"], pace)
+        if got != len(view) or zlib.crc32(view) != entry["crc"]:
+            raise CorruptBlockError(f"chunk {chunk}: block at offset {entry['offset']} of "
+                                    f"{self.dir / DATA_NAME} fails its crc32 check")
+        with self._lock:
+            self.bytes_read += len(view)
+        return len(view)
+
+    def _check_buffer(self, buf: torch.Tensor) -> memoryview:
+        assert buf.dtype == torch.uint8 and buf.device.type == "cpu" and buf.is_contiguous()
+        assert buf.data_ptr() % ALIGN == 0 and buf.numel() % ALIGN == 0, (
+            "disk I/O buffers must be 4 KiB-aligned in address and length (use host-pool slots)")
+        return memoryview(buf.numpy()).cast("B")
+
+    def _io(self, call, view: memoryview, offset: int, pace: Pace | None) -> int:
+        """pread/pwrite ``view`` at ``offset`` in pieces; returns the bytes moved (short at EOF)."""
+        done = 0
+        while done < len(view):
+            piece = view[done:done + self.piece_bytes]
+            if pace is not None:
+                pace(len(piece))
+            try:
+                n = call(self._fd, [piece], offset + done)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL and self.io_mode == "direct":
+                    self._fall_back_to_buffered()
+                    continue
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise self._full(len(view)) from None
+                raise
+            if n == 0:
+                break
+            done += n
+        return done
+
+    # ---- space ----------------------------------------------------------------------------------
+
+    def _reserve(self, length: int) -> int:
+        with self._lock:
+            if self._free and length <= self.slot_bytes:
+                return self._free.pop()
+            offset = self._next
+            if offset + length > self._size:
+                self._grow(offset + length)
+            self._next = offset + length
+            return offset
+
+    def _grow(self, needed: int) -> None:
+        if self.max_bytes is not None and needed > self.max_bytes:
+            raise self._full(needed - self._next)
+        new_size = _round_up(needed, self.extent_bytes)
+        if self.max_bytes is not None:
+            new_size = min(new_size, self.max_bytes)
+        try:
+            os.posix_fallocate(self._fd, self._size, new_size - self._size)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise self._full(needed - self._next) from None
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.ftruncate(self._fd, new_size)   # no fallocate here: a sparse file, ENOSPC at write
+        self._size = new_size
+
+    def _full(self, length: int) -> DiskFullError:
+        return DiskFullError(f"spill directory {self.dir} is full: no room for another "
+                             f"{length / MiB:.1f} MiB block after {len(self._index)} blocks")
+
+    # ---- index ----------------------------------------------------------------------------------
+
+    def flush_index(self) -> None:
+        """Make every block written so far durable and findable after a crash."""
+        with self._index_lock:
+            os.fdatasync(self._fd)
+            self._write_index()
+
+    def _write_index(self) -> None:
+        with self._lock:
+            blocks = {str(c): dict(e) for c, e in self._index.items()}
+            self._unsaved = 0
+        doc = {"version": INDEX_VERSION, "slot_bytes": self.slot_bytes,
+               "format": self.format_tag, "blocks": blocks}
+        tmp = self.dir / (INDEX_NAME + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fdatasync(f.fileno())
+        os.replace(tmp, self.dir / INDEX_NAME)
+        _fsync_dir(self.dir)
+
+    def _load_index(self) -> None:
+        path = self.dir / INDEX_NAME
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise OutputError(f"cannot resume from spill directory {self.dir}: "
+                              f"unreadable {INDEX_NAME} ({exc})") from None
+        if doc.get("version") != INDEX_VERSION or doc.get("slot_bytes") != self.slot_bytes \
+                or doc.get("format") != self.format_tag:
+            raise ConfigError(f"cannot resume from spill directory {self.dir}: it holds "
+                              f"{doc.get('format')!r} blocks of {doc.get('slot_bytes')} B, this "
+                              f"session stores {self.format_tag!r} blocks of {self.slot_bytes} B")
+        self._index = {int(c): e for c, e in doc["blocks"].items()}
+        self._next = max((e["offset"] + e["length"] for e in self._index.values()), default=0)
+
+    def close(self) -> None:
+        """Write the index, close the file, release the lock (idempotent)."""
+        if self._lock_fd < 0:
+            return
+        try:
+            self.flush_index()
+        finally:
+            for fd in [self._fd, *self._retired_fds]:
+                os.close(fd)
+            self._retired_fds.clear()
+            self._release_lock()
+
+    def __enter__(self) -> "DiskTier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

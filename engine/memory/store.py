@@ -1,0 +1,417 @@
+"""KVStore: the tiered KV memory the session uses (device staging ← host pool ← disk).
+
+Contract.
+  ``put(c, kv)``        kv = per layer (k, v), each [1, T, H, D] on the device. Quantised into a host-pool
+                        slot before returning (CPU: synchronously; CUDA: on the device, then an
+                        event-ordered copy to the pinned slot), so the caller may overwrite kv at once.
+                        Blocks only when every slot is dirty or pinned (write-back is behind); raises
+                        ``CapacityError`` when the pool is full with no disk tier or a failed one.
+  ``stage(ids)``        starts bringing up to ``k_slots`` chunks into the device staging slots (disk →
+                        host → dequantised) on worker threads and returns at once; a new ``stage`` makes
+                        the previous set stale (late arrivals still land in the host pool).
+  ``take_staged(t)``    waits at most ``t`` seconds (0: not at all), then reports per id hit or miss and
+                        hands out the hits' per-layer (k, v) views. The views stay valid until the
+                        ``n_banks``-th following ``stage``/``load_now``: copy them out (``copy_into``).
+  ``load_now(ids)``     the same, synchronously (on-demand and sync baseline modes).
+  ``counters()``        bytes and seconds per tier, pool slots/bytes, write-back depth, hits/misses.
+  ``close()``           drains write-back (all dirty blocks with ``persist_all``), writes the index,
+                        releases the spill lock. Also a context manager.
+
+Threads. One lock guards the manager and the staging state; the caller's thread only takes it for
+bookkeeping. Disk reads run on reader threads, write-back on one writer thread that yields to reads,
+dequantisation on one stage thread (the only writer of staging banks, so banks need no locks). Every
+background failure is a ``TransferResult`` kept in ``errors()``, counted and logged.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+
+from engine.config import ModelConfig
+from engine.memory.disk import DiskTier
+from engine.memory.host_pool import HostPool, pool_slots, process_baseline_bytes
+from engine.memory.manager import PlacementManager
+from engine.memory.transfer import (CudaCopier, DriveIO, DriveThrottle, HostCopier, Job, Worker,
+                                    parse_drive_bw)
+from engine.memory.types import (KV, CapacityError, ChunkId, LoadSpec, StagedSet, Tier,
+                                 TransferResult, context_slot_views)
+
+log = logging.getLogger("worldpager.memory")
+__all__ = ["KVStore", "StagedSet", "context_slot_views"]
+
+
+@dataclass
+class _Staging:
+    gen: int
+    bank: int
+    ids: tuple[ChunkId, ...]
+    marker: object                                    # CUDA: the caller's stream when staged
+    ready: dict[ChunkId, int] = field(default_factory=dict)
+    failed: set = field(default_factory=set)
+    pending: int = 0                                  # loads started or deferred, not yet done
+    deferred: list = field(default_factory=list)      # (j, chunk) on disk, waiting for a free slot
+    taken: StagedSet | None = None
+
+
+def _format_tag(fmt) -> str:
+    return getattr(fmt, "tag", None) or repr(fmt)
+
+
+class KVStore:
+    """The session's tiered KV memory (see the module docstring)."""
+
+    def __init__(self, model_cfg: ModelConfig, fmt, host_bytes: int | None = None,
+                 n_slots: int | None = None, spill_dir=None, device="cpu", drive_bw=None, *,
+                 k_slots: int = 3, n_banks: int = 1, dtype: torch.dtype | None = None,
+                 readers: int = 2, resume: bool = False, low_water: int = 3,
+                 put_timeout_s: float = 120.0, disk_options: dict | None = None):
+        assert (host_bytes is None) != (n_slots is None), "give exactly one of host_bytes, n_slots"
+        self.cfg, self.fmt, self.k_slots, self.n_banks = model_cfg, fmt, k_slots, n_banks
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.put_timeout_s = put_timeout_s
+        if n_slots is None:
+            n_slots = pool_slots(host_bytes, process_baseline_bytes(), fmt.slot_bytes)
+        self.pool = HostPool(n_slots, fmt.slot_bytes)
+        self.disk = None if spill_dir is None else DiskTier(
+            spill_dir, fmt.slot_bytes, format_tag=_format_tag(fmt), resume=resume,
+            **(disk_options or {}))
+        try:
+            self._start(n_slots, low_water, resume, drive_bw, readers)
+        except Exception:
+            if self.disk is not None:
+                self.disk.close()   # release the spill lock
+            raise
+
+    def _start(self, n_slots: int, low_water: int, resume: bool, drive_bw, readers: int) -> None:
+        self.manager = PlacementManager(n_slots, has_disk=self.disk is not None,
+                                        low_water=low_water, slot_bytes=self.fmt.slot_bytes)
+        if self.disk is not None and resume:
+            self.manager.register_on_disk(self.disk.chunks())
+        self._cond = threading.Condition()
+        self._errors: deque[TransferResult] = deque(maxlen=256)
+        self._c = dict.fromkeys(("puts", "put_s", "put_wait_s", "host_write_bytes",
+                                 "host_read_bytes", "disk_read_bytes", "disk_read_s",
+                                 "disk_write_bytes", "disk_write_s", "device_stage_bytes",
+                                 "stage_s", "hits", "misses", "failed_reads", "late", "errors"), 0)
+        self._disk_error: BaseException | None = None
+        self._pending_stores: list[tuple[ChunkId, object]] = []
+        self._staging: _Staging | None = None
+        self._gen = 0
+        self._persist_all = False
+        self._closed = False
+        self._banks = self._alloc_banks()
+        self._stage_bytes = self._banks[0, 0].numel() * self._banks.element_size()
+        self.throttle = DriveThrottle(parse_drive_bw(drive_bw))
+        cuda = self.device.type == "cuda"
+        self.copier = CudaCopier(self.device, self.fmt.slot_bytes) if cuda else HostCopier()
+        self.io = DriveIO(self._report_locked, readers=readers)
+        self._write_pace = self.io.write_pace(self.throttle.write)
+        before = (lambda: torch.cuda.set_device(self.device)) if cuda else None
+        self.stager = Worker("wp-stage", self._report_locked, before=before)
+
+    def _alloc_banks(self) -> torch.Tensor:
+        dit = self.cfg.dit
+        shape = (self.n_banks, self.k_slots, dit.num_layers, 2, 1, self.cfg.tokens_per_chunk,
+                 dit.num_heads, dit.head_dim)   # [bank, slot, layer, k|v, B, T, H, D]
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
+
+    def _views(self, bank: int, j: int) -> KV:
+        slot = self._banks[bank, j]
+        return [(slot[layer, 0], slot[layer, 1]) for layer in range(slot.shape[0])]
+
+    # ---- put ------------------------------------------------------------------------------------
+
+    def put(self, chunk: ChunkId, kv: KV) -> None:
+        """Quantise chunk's KV into a pool slot; returns once ``kv`` may be overwritten."""
+        assert not self._closed
+        self._check_kv(kv)
+        t0 = time.perf_counter()
+        with self._cond:
+            self._reap_stores()
+            spec = self._take_slot(chunk, time.perf_counter())
+        try:
+            event = self.copier.store(kv, self.fmt, self.pool.slot(spec.slot))
+        except Exception:
+            with self._cond:
+                self.manager.complete_store(chunk, False)
+            raise
+        with self._cond:
+            if event is None:
+                self.manager.complete_store(chunk, True)
+            else:
+                self._pending_stores.append((chunk, event))
+            self._c["puts"] += 1
+            self._c["host_write_bytes"] += self.fmt.nbytes
+            self._c["put_s"] += time.perf_counter() - t0
+            self._kick_writeback()
+
+    def _check_kv(self, kv: KV) -> None:
+        dit = self.cfg.dit
+        want = (1, self.cfg.tokens_per_chunk, dit.num_heads, dit.head_dim)
+        assert len(kv) == dit.num_layers, f"{len(kv)} layers of KV, model has {dit.num_layers}"
+        assert all(tuple(k.shape) == want and tuple(v.shape) == want for k, v in kv), want
+
+    def _take_slot(self, chunk: ChunkId, t0: float):
+        """A pool slot for ``chunk``; waits (counted as put_wait_s) while write-back frees one."""
+        while True:
+            spec = self.manager.prepare_store(chunk)   # CapacityError when dram-only and full
+            if spec is not None:
+                self._c["put_wait_s"] += time.perf_counter() - t0
+                return spec
+            if self._disk_error is not None:
+                raise CapacityError(f"host pool full ({self.manager.n_slots} chunks) and the disk "
+                                    f"tier failed: {self._disk_error}")
+            if time.perf_counter() - t0 > self.put_timeout_s:
+                where = f"write-back to {self.disk.dir}" if self.disk else "no pinned block"
+                raise CapacityError(f"host pool full: {where} freed no slot "
+                                    f"in {self.put_timeout_s:.0f} s")
+            self._kick_writeback()
+            self._cond.wait(0.01 if self._pending_stores else 0.5)
+            self._reap_stores()
+
+    def _reap_stores(self) -> None:
+        """CUDA puts whose copy to the pinned slot finished become loadable (called under the lock)."""
+        still = []
+        for chunk, event in self._pending_stores:
+            try:
+                done = event.query()
+            except RuntimeError as exc:   # an asynchronous CUDA error surfaces here
+                self.manager.complete_store(chunk, False)
+                self._report(TransferResult("store", chunk, False, error=exc))
+                continue
+            if done:
+                self.manager.complete_store(chunk, True)
+            else:
+                still.append((chunk, event))
+        if len(still) != len(self._pending_stores):
+            self._pending_stores = still
+            self._retry_deferred()
+
+    # ---- write-back -----------------------------------------------------------------------------
+
+    def _kick_writeback(self) -> None:
+        if self.disk is None or self._disk_error is not None:
+            return
+        for spec in self.manager.prepare_writeback(everything=self._persist_all):
+            run = partial(self.disk.write, spec.chunk, self.pool.slot(spec.slot), self._write_pace)
+            self.io.submit_write(Job("writeback", spec.chunk, run,
+                                     partial(self._writeback_done, spec.chunk)))
+
+    def _writeback_done(self, chunk: ChunkId, result: TransferResult) -> None:
+        with self._cond:
+            self.manager.complete_writeback(chunk, result.ok)
+            if result.ok:
+                self._c["disk_write_bytes"] += result.nbytes
+                self._c["disk_write_s"] += result.seconds
+                self._kick_writeback()
+            else:
+                self._report(result)
+                self._disk_error = result.error   # stop writing; puts fail once the pool is full
+            self._retry_deferred()
+            self._cond.notify_all()
+
+    # ---- staging --------------------------------------------------------------------------------
+
+    def stage(self, chunk_ids) -> None:
+        """Start bringing ``chunk_ids`` into the staging slots for the next chunk; never blocks.
+
+        With one bank (the default) the previous set's views are overwritten from now on: copy them
+        out (``StagedSet.copy_into``) before calling this.
+        """
+        ids = tuple(dict.fromkeys(chunk_ids))
+        assert len(ids) <= self.k_slots, f"{len(ids)} chunks staged, {self.k_slots} staging slots"
+        assert not self._closed
+        with self._cond:
+            self._reap_stores()
+            self._gen += 1
+            st = _Staging(self._gen, self._gen % self.n_banks, ids, self.copier.bank_free_marker())
+            self._staging = st
+            self.manager.touch(ids)
+            for j, chunk in enumerate(ids):
+                self._start_load(st, j, chunk)
+            self._kick_writeback()
+
+    def _start_load(self, st: _Staging, j: int, chunk: ChunkId) -> None:
+        st.pending += 1
+        spec = self.manager.prepare_load(chunk)
+        if spec is None:
+            state = self.manager.state_of(chunk)
+            if state == "storing" or (self.manager.lookup(chunk) is Tier.DISK
+                                      and self.manager.has_pins()):
+                st.deferred.append((j, chunk))   # a slot may come free, or a copy is in flight
+            else:
+                st.pending -= 1
+                st.failed.add(chunk)             # unknown, not yet stored, or no slot will come
+            return
+        if spec.src is Tier.HOST:
+            self.stager.submit(self._dequant_job(st, j, spec))
+            return
+        run = partial(self.disk.read, chunk, self.pool.slot(spec.slot), self.throttle.read)
+        self.io.submit_read(Job("load", chunk, run, partial(self._disk_read_done, st, j, spec)))
+
+    def _live(self, st: _Staging) -> bool:
+        return self._staging is st and st.taken is None
+
+    def _retry_deferred(self) -> None:
+        """A slot may have come free (write-back done, load unpinned): start deferred disk reads."""
+        st = self._staging
+        if st is None or not st.deferred:
+            return
+        waiting, st.deferred = st.deferred, []
+        for j, chunk in waiting:
+            st.pending -= 1
+            if self._live(st):
+                self._start_load(st, j, chunk)
+        self._cond.notify_all()
+
+    def _disk_read_done(self, st: _Staging, j: int, spec: LoadSpec, result: TransferResult) -> None:
+        with self._cond:
+            self.manager.complete_load(spec.chunk, result.ok)
+            host = None
+            if not result.ok:
+                self._c["failed_reads"] += 1
+                self._report(result)
+                st.failed.add(spec.chunk)
+            else:
+                self._c["disk_read_bytes"] += result.nbytes
+                self._c["disk_read_s"] += result.seconds
+                if self._live(st):   # keep it pinned as a host load for the dequantisation
+                    host = self.manager.prepare_load(spec.chunk)
+                else:
+                    self._c["late"] += 1
+            if host is None:
+                st.pending -= 1
+                self._retry_deferred()
+                self._cond.notify_all()
+                return
+        self.stager.submit(self._dequant_job(st, j, host))
+
+    def _dequant_job(self, st: _Staging, j: int, spec: LoadSpec) -> Job:
+        def run() -> int:
+            with self._cond:
+                if not self._live(st):
+                    return 0   # superseded before it started: nothing written
+            self.copier.stage(self.pool.slot(spec.slot), self.fmt, self._views(st.bank, j), st.marker)
+            return self.fmt.nbytes
+        return Job("stage", spec.chunk, run, partial(self._dequant_done, st, j, spec))
+
+    def _dequant_done(self, st: _Staging, j: int, spec: LoadSpec, result: TransferResult) -> None:
+        with self._cond:
+            st.pending -= 1
+            if result.ok and result.nbytes == 0:
+                self.manager.cancel_load(spec.chunk)
+                self._c["late"] += 1
+            else:
+                self.manager.complete_load(spec.chunk, result.ok)
+                if not result.ok:
+                    self._c["failed_reads"] += 1
+                    self._report(result)
+                    st.failed.add(spec.chunk)
+                else:
+                    self._c["host_read_bytes"] += result.nbytes
+                    self._c["stage_s"] += result.seconds
+                    self._c["device_stage_bytes"] += self._stage_bytes
+                    if self._live(st):
+                        st.ready[spec.chunk] = j
+                    else:
+                        self._c["late"] += 1
+            self._retry_deferred()
+            self._cond.notify_all()
+
+    def take_staged(self, timeout: float | None = 0) -> StagedSet:
+        """The set staged by the last ``stage``: hits ready now (after at most ``timeout`` s)."""
+        with self._cond:
+            self._reap_stores()
+            st = self._staging
+            if st is None:
+                return StagedSet(0, (), {}, (), ())
+            if st.taken is not None:
+                return st.taken
+            if timeout is None or timeout > 0:
+                self._cond.wait_for(lambda: st.pending == 0, timeout)
+            kv = {c: self._views(st.bank, st.ready[c]) for c in st.ids if c in st.ready}
+            misses = tuple(c for c in st.ids if c not in kv)
+            st.taken = StagedSet(st.gen, st.ids, kv, misses,
+                                 tuple(c for c in misses if c in st.failed))
+            self._c["hits"] += len(kv)
+            self._c["misses"] += len(misses)
+            return st.taken
+
+    def load_now(self, chunk_ids) -> StagedSet:
+        """Synchronous load of ``chunk_ids`` (waits for the drive): the on-demand / sync modes."""
+        self.stage(chunk_ids)
+        return self.take_staged(timeout=None)
+
+    # ---- reporting ------------------------------------------------------------------------------
+
+    def _report(self, result: TransferResult) -> None:
+        """Record a background failure (called under the lock)."""
+        self._errors.append(result)
+        self._c["errors"] += 1
+        log.warning("KV store: %s", result.describe())
+
+    def _report_locked(self, result: TransferResult) -> None:
+        with self._cond:
+            self._report(result)
+
+    def take_events(self) -> list:
+        """The manager's placement decisions since the last call (for the log)."""
+        with self._cond:
+            return self.manager.take_events()
+
+    def errors(self) -> list[TransferResult]:
+        with self._cond:
+            return list(self._errors)
+
+    def counters(self) -> dict:
+        with self._cond:
+            c = dict(self._c)
+            c.update(self.manager.stats())
+            c.update({k: v for k, v in vars(self.manager.counters).items() if k != "extra"})
+            used = c["pool_used_slots"] * self.pool.slot_bytes
+            c.update(pool_bytes=self.pool.nbytes, pool_used_bytes=used,
+                     pool_free_bytes=self.pool.nbytes - used,
+                     writeback_queue_depth=self.manager.writeback_pending(),
+                     disk_blocks=self.disk.blocks if self.disk else 0,
+                     disk_bytes=self.disk.used_bytes if self.disk else 0,
+                     disk_io_mode=self.disk.io_mode if self.disk else "none",
+                     disk_failed=self._disk_error is not None)
+            return c
+
+    # ---- shutdown -------------------------------------------------------------------------------
+
+    def close(self, persist_all: bool = False, timeout: float = 120.0) -> None:
+        """Finish write-back (every dirty block with ``persist_all``), write the index, unlock."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)   # every put's copy to its pinned slot is done
+        with self._cond:
+            self._reap_stores()
+            self._persist_all = persist_all
+            self._kick_writeback()
+            self._cond.wait_for(lambda: self.manager.writeback_pending() == 0, timeout)
+        stopped = [self.stager.stop(timeout), self.io.stop(timeout)]
+        if not all(stopped):
+            log.warning("KV store: a transfer thread was still busy at close; left it running")
+        try:
+            if self.disk is not None:
+                self.disk.close()
+        finally:
+            self.pool.close()
+
+    def __enter__(self) -> "KVStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,56 @@
+"""``worldpager tail LOG``: follow a session's log and print one compact line per chunk.
+
+Works on a running session (waits for new lines) and on a finished log (prints it and the summary).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from engine.telemetry import follow_log
+
+
+def chunk_line(record: dict, fps: int) -> str:
+    wall = record.get("wall_ms", 0.0)
+    rate = record.get("frames", 0) / (wall / 1000.0) if wall > 0 else 0.0
+    parts = [f"chunk {record['chunk']:>5}", f"{rate:5.1f} fps", f"stall {record.get('stall_ms', 0.0):7.1f} ms",
+             f"rss {record.get('rss_bytes', 0) / 2**30:6.2f} GiB"]
+    if "hits" in record:
+        parts.append(f"hit/miss/stale {record['hits']}/{record['misses']}/{record.get('stale', 0)}")
+    if "pool_used_bytes" in record:
+        parts.append(f"pool {record['pool_used_bytes'] / 2**30:.2f} GiB")
+    if "disk_bytes_read" in record:
+        parts.append(f"disk r/w {record['disk_bytes_read'] / 2**20:.0f}/{record.get('disk_bytes_written', 0) / 2**20:.0f} MiB")
+    if "writeback_queue" in record:
+        parts.append(f"wb {record['writeback_queue']}")
+    return "  ".join(parts)
+
+
+def summary_line(record: dict) -> str:
+    stall, rss = record.get("stall_ms", {}), record.get("rss_bytes", {})
+    return (f"{record.get('status', '?')}: {record.get('chunks', 0)} chunks, {record.get('frames', 0)} frames "
+            f"in {record.get('wall_s', 0.0):.1f} s; stall p50 {stall.get('p50', 0):.1f} / p99 "
+            f"{stall.get('p99', 0):.1f} / max {stall.get('max', 0):.1f} ms; rss "
+            f"{rss.get('min', 0) / 2**30:.2f}-{rss.get('max', 0) / 2**30:.2f} GiB")
+
+
+@click.command()
+@click.argument("log", type=click.Path(path_type=Path))
+@click.option("--follow/--no-follow", default=True, show_default=True,
+              help="Wait for new lines until the session's summary arrives.")
+@click.option("--idle-timeout", type=float, default=None,
+              help="Stop following after this many seconds without a new line.")
+def tail(log: Path, follow: bool, idle_timeout: float | None) -> None:
+    """Follow a session log: a compact line per chunk, then the summary."""
+    fps = 16
+    for record in follow_log(log, follow=follow, idle_timeout_s=idle_timeout):
+        kind = record.get("type")
+        if kind == "header":
+            cfg = record.get("config", {})
+            fps = record.get("model", {}).get("fps", fps)
+            click.echo(f"session: model {cfg.get('model')}, {cfg.get('chunks')} chunks, out {cfg.get('out')}")
+        elif kind == "chunk":
+            click.echo(chunk_line(record, fps))
+        elif kind == "summary":
+            click.echo(summary_line(record))
