@@ -1,9 +1,12 @@
 """The chunk loop: owns the order of the steps of a generation session, not their policies.
 
-For chunk c: (1) inputs: the chunk's noise, conditioning slice and action history; (2) denoise: MG2's
-steps plus the clean pass, which commits the chunk's KV into the attention context; (3) decode: the
-streaming VAE decoder turns the chunk's latents into 9 (first chunk) or 12 video frames; (4) mux: the
-frames are appended to the MP4; (5) log: one JSON line, then the caller's hook.
+For chunk c (DESIGN §2):
+  1. inputs   — the trajectory gives c's actions (model input) and poses (retrieval key);
+  2–4. memory — select c's retrieval set, take what was staged, start staging c+1 (``SessionMemory``);
+  5. denoise  — MG2's steps plus the clean pass, which writes c's KV into the attention context;
+  6. store    — c's clean KV enters the retrieval memory; the context's window rolls (``commit``);
+  7. decode + mux — the streaming VAE decoder's frames are appended to the MP4;
+  8. log      — one JSON line, then the caller's hook.
 
 Set-up validates every user input (start image, trajectory, output and log paths) before anything is
 written; the MP4 and the log are closed on every exit path (the log with its summary line), so a failed
@@ -20,21 +23,23 @@ from typing import Callable
 
 import torch
 
-from engine.config import ModelConfig, SessionConfig, model_config
+from engine.config import SYNTHETIC_MODEL, ModelConfig, SessionConfig, model_config
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory, load_trajectory, packaged_trajectory
 from engine.io.video import VideoWriter
-from engine.model.action import first_window_frame
-from engine.model.chunk import ChunkInputs, denoise_chunk, generator_noise
+from engine.memory.session_memory import SessionMemory
 from engine.model.facts import model_facts
 from engine.model.kv_context import AttentionContext
-from engine.model.load import MG2Models, load_models
-from engine.model.scheduler import FlowMatchSampler
-from engine.model.vae import StartImageEncoder, StreamingDecoder
+from engine.model.load import load_models
+from engine.model.pipeline import MG2Pipeline
+from engine.model.synthetic import SyntheticPipeline, synthetic_model_config
 from engine.overlay import config_to_json, write_resolved_config
+from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.telemetry import SessionLog, process_rss
 
-DEFAULT_TRAJECTORY = "revisit_loop.yaml"
+# The packaged trajectory used without --trajectory, per action space.
+DEFAULT_TRAJECTORIES = {"universal": "revisit_loop.yaml", "gta_drive": "revisit_loop.yaml",
+                        "templerun": "templerun_run.yaml"}
 
 
 @dataclass
@@ -55,6 +60,12 @@ def resolve_device(name: str) -> tuple[torch.device, torch.dtype]:
     return device, (torch.bfloat16 if device.type == "cuda" else torch.float32)
 
 
+def session_model_config(cfg: SessionConfig) -> ModelConfig:
+    if cfg.model == SYNTHETIC_MODEL:
+        return synthetic_model_config(cfg.kv_scale)
+    return model_config(cfg.model)
+
+
 def device_bytes(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
 
@@ -64,32 +75,42 @@ class Session:
 
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None):
         self.cfg = cfg
-        self.model_cfg: ModelConfig = model_config(cfg.model)
+        self.model_cfg: ModelConfig = session_model_config(cfg)
         self.on_chunk = on_chunk or (lambda record: None)
         self.device, self.dtype = resolve_device(cfg.device)
         self._stop = threading.Event()
         m = self.model_cfg
         self.image = load_image(cfg.image or default_start_image_path(), m.video_height, m.video_width)
         self.trajectory: Trajectory = load_trajectory(
-            cfg.trajectory or packaged_trajectory(DEFAULT_TRAJECTORY), m.mode,
+            cfg.trajectory or packaged_trajectory(DEFAULT_TRAJECTORIES[m.mode]), m.mode,
             frames=m.video_frames_total(cfg.chunks), repeat=cfg.repeat, calibration=cfg.calibration)
-        self.writer = VideoWriter(cfg.out, m.video_width, m.video_height, m.fps)
+        self.synthetic = cfg.model == SYNTHETIC_MODEL
+        height, width = (m.video_height // 8, m.video_width // 8) if self.synthetic else (m.video_height, m.video_width)
+        self.writer = VideoWriter(cfg.out, width, height, m.fps)
         try:
             self.log = SessionLog(cfg.log_path)
             write_resolved_config(cfg, cfg.config_path)
         except BaseException:
             self._discard_outputs()
             raise
-        self.models: MG2Models | None = None
+        self.pipeline: MG2Pipeline | SyntheticPipeline | None = None
 
     def request_stop(self) -> None:
         """Finish the chunk in hand, then stop (thread- and signal-safe)."""
         self._stop.set()
 
     def load(self) -> None:
-        """Load the three networks; on failure the (still empty) outputs are removed."""
+        """Load the networks (or build the synthetic model); on failure the empty outputs are removed."""
         try:
-            self.models = load_models(self.model_cfg, self.cfg.checkpoint, self.device, self.dtype)
+            if self.synthetic:
+                self.pipeline = SyntheticPipeline(self.model_cfg, self.cfg.chunk_ms, self.device,
+                                                  self.dtype, self.cfg.seed)
+                self.weights = "synthetic (no weights)"
+            else:
+                models = load_models(self.model_cfg, self.cfg.checkpoint, self.device, self.dtype)
+                self.pipeline = MG2Pipeline(models, self.model_cfg, self.image, self.trajectory,
+                                            self.cfg.seed, self.cfg.positions, self.device, self.dtype)
+                self.weights = models.source
         except BaseException:
             self._discard_outputs()
             raise
@@ -105,73 +126,70 @@ class Session:
     def run(self) -> SessionResult:
         """Generate every chunk (loading first if needed); video and log are closed on every path."""
         start = time.perf_counter()
-        if self.models is None:
+        if self.pipeline is None:
             self.load()
-        self.log.header(config_to_json(self.cfg), model_facts(self.model_cfg), device=str(self.device),
-                        dtype=str(self.dtype).removeprefix("torch."), weights=self.models.source,
+        facts = model_facts(self.model_cfg) if not self.synthetic else {"model": "synthetic", "fps": self.model_cfg.fps}
+        self.log.header(config_to_json(self.cfg), facts, device=str(self.device),
+                        dtype=str(self.dtype).removeprefix("torch."), weights=self.weights,
                         trajectory=self.trajectory.describe())
-        status, chunks, frames = "failed", 0, 0
+        status, chunks, frames, memory = "failed", 0, 0, None
         try:
-            chunks, frames = self._loop(self.models)
+            ctx = AttentionContext(self.model_cfg, memory_chunks=self._memory_chunks(), dtype=self.dtype,
+                                   device=self.device)
+            retriever = Retriever(self.trajectory.poses, self.model_cfg,
+                                  predictor=PREDICTORS[self.cfg.memory.predictor]())
+            memory = SessionMemory(self.cfg, self.model_cfg, ctx, retriever, self.device, self.dtype)
+            chunks, frames = self._loop(ctx, memory)
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks else "done"
         except BaseException as exc:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            self.log.close(status, error=f"{type(exc).__name__}: {exc}")
+            self._close(memory, status, error=f"{type(exc).__name__}: {exc}")
             raise
-        finally:
-            self.writer.close()
-            self.log.close(status)
+        self._close(memory, status)
         return SessionResult(self.cfg.out, self.cfg.log_path, chunks, frames,
                              time.perf_counter() - start, status)
 
+    def _close(self, memory: SessionMemory | None, status: str, **extra) -> None:
+        self.writer.close()
+        summary = {}
+        if memory is not None:
+            summary = memory.summary()
+            memory.close()
+        self.log.close(status, store=self.cfg.memory.store, positions=self.cfg.positions, **summary, **extra)
+
+    def _memory_chunks(self) -> int:
+        mem = self.cfg.memory
+        return 0 if mem.store == "window" else mem.retrieve_k + (1 if mem.sink else 0)
+
     @torch.no_grad()
-    def _loop(self, models: MG2Models) -> tuple[int, int]:
-        m = self.model_cfg
-        image = self.image.to(self.device, self.dtype)
-        ctx = AttentionContext(m, dtype=self.dtype, device=self.device)
-        models.dit.prepare_visual_context(ctx, models.clip.encode(image))
-        encoder = StartImageEncoder(models.vae, image)
-        decoder = StreamingDecoder(models.vae)
-        sampler = FlowMatchSampler(m.sampler)
-        rng = torch.Generator().manual_seed(self.cfg.seed)
-        noise = generator_noise(rng)
-        frames_total, f = 0, m.sampler.frames_per_chunk
+    def _loop(self, ctx: AttentionContext, memory: SessionMemory) -> tuple[int, int]:
+        pipeline = self.pipeline
+        pipeline.prepare_context(ctx)
+        frames_total = 0
         for chunk in range(self.cfg.chunks):
             if self._stop.is_set():
                 return chunk, frames_total
             t0 = time.perf_counter()
-            # 1. inputs
-            inputs = self._chunk_inputs(chunk, encoder.cond_concat(f), rng)
-            # 2. denoise (commits the chunk's KV)
-            latents = denoise_chunk(models.dit, sampler, ctx, inputs, noise)
+            # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
+            mem = memory.prepare(chunk)
             t1 = time.perf_counter()
-            # 3. decode
-            video = decoder.decode_chunk(latents).clamp_(-1, 1)[0]            # [T, 3, H, W]
+            # 5. denoise (the chunk's clean K/V end up in the context's current region)
+            latents = pipeline.denoise(chunk, ctx)
             t2 = time.perf_counter()
-            # 4. mux
+            # 6. store the chunk's KV, then roll the window
+            tiers = memory.store_chunk(chunk)
+            ctx.commit()
+            t3 = time.perf_counter()
+            # 7. decode and mux
+            video = pipeline.decode(latents, chunk)                                # [T, 3, H, W]
             self.writer.write(video.float().cpu())
             frames_total += video.shape[0]
-            # 5. log
+            # 8. log
             record = {"chunk": chunk, "frames": video.shape[0], "frames_total": frames_total,
-                      "wall_ms": (time.perf_counter() - t0) * 1e3, "compute_ms": (t1 - t0) * 1e3,
-                      "decode_ms": (t2 - t1) * 1e3, "stall_ms": 0.0, "rss_bytes": process_rss(),
-                      "device_bytes": device_bytes(self.device)}
+                      "wall_ms": (time.perf_counter() - t0) * 1e3, "compute_ms": (t2 - t1) * 1e3,
+                      "memory_ms": (t1 - t0) * 1e3, "store_ms": (t3 - t2) * 1e3,
+                      "decode_ms": (time.perf_counter() - t3) * 1e3, **mem, **tiers,
+                      "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device)}
             self.log.chunk(record)
             self.on_chunk(record)
         return self.cfg.chunks, frames_total
-
-    def _chunk_inputs(self, chunk: int, cond_concat: torch.Tensor, rng: torch.Generator) -> ChunkInputs:
-        m = self.model_cfg
-        f = m.sampler.frames_per_chunk
-        shape = (1, m.dit.out_dim, f, m.latent_height, m.latent_width)       # [B, z, F, h, w]
-        noise = torch.randn(shape, generator=rng, dtype=torch.float32)
-        # Only the action frames the chunk's windows read travel to the device: constant per chunk.
-        first = first_window_frame(chunk * f, m.dit.action) if m.dit.action else 0
-        last = 1 + m.vae.temporal_factor * (chunk * f + f - 1)        # video frames up to the chunk's end
-        to_model = dict(device=self.device, dtype=self.dtype)
-        actions = self.trajectory.actions
-        return ChunkInputs(
-            noise=noise.to(**to_model), cond_concat=cond_concat.to(**to_model), start_frame=chunk * f,
-            keyboard=actions.keyboard[None, first:last].to(**to_model),
-            mouse=None if actions.mouse is None else actions.mouse[None, first:last].to(**to_model),
-            action_offset=first)

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import click
 
-from engine.config import MODEL_CONFIGS, model_config
+from engine.config import MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL, model_config
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config
+from worldpager_cli.bench import bench
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
+from worldpager_cli.plan import plan
 from worldpager_cli.tail import tail
 
 
@@ -26,6 +28,8 @@ def cli() -> None:
 
 
 cli.add_command(tail)
+cli.add_command(bench)
+cli.add_command(plan)
 
 
 def chunks_for_length(chunks: int | None, seconds: float | None, minutes: float | None,
@@ -51,11 +55,37 @@ def default_output_path() -> Path:
     return Path.cwd() / datetime.now().strftime("worldpager-%Y%m%d-%H%M%S.mp4")
 
 
-def generate_flags(image, out, log, trajectory, repeat, checkpoint, model_name, seed, device) -> dict:
-    """Only the flags the user gave, as a config overlay (flags override the preset)."""
-    flags = {"image": image, "out": out, "log": log, "trajectory": trajectory, "repeat": repeat,
-             "checkpoint": checkpoint, "model": model_name, "seed": seed, "device": device}
-    return {k: v for k, v in flags.items() if v is not None}
+def given(**values) -> dict:
+    """Only the flags the user gave (None = not given), as a config overlay."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+MEMORY_OPTIONS = [
+    click.option("--store", type=click.Choice(STORE_MODES), help="Store mode. Default: prefetch."),
+    click.option("--spill", type=click.Path(path_type=Path), help="Directory of the disk tier (O_DIRECT). Default: none."),
+    click.option("--host-mem", type=float, help="Host memory budget in GiB (the pool is this minus the process and 2 GiB)."),
+    click.option("--pool-slots", type=int, help="Exact host-pool size in chunks (overrides --host-mem)."),
+    click.option("--device-mem", type=float, help="Device memory budget for KV in GiB (device-only mode)."),
+    click.option("--kv-bits", type=click.Choice(["2", "4", "8", "16"]), help="Stored KV format (16 = unquantised). Default: 4."),
+    click.option("--drive-bw", help="Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5."),
+    click.option("--retrieve-k", type=int, help="Past chunks retrieved per chunk. Default: 3."),
+    click.option("--sink/--no-sink", default=None, help="Keep the first chunk resident as an attention sink."),
+    click.option("--positions", type=click.Choice(POSITION_MODES), help="Position handling past the horizon. Default: rerotate."),
+    click.option("--chunk-ms", type=float, help="Synthetic model: device time per chunk. Default: 1200."),
+    click.option("--kv-scale", type=float, help="Synthetic model: KV bytes relative to MG2. Default: 1."),
+]
+
+
+def memory_options(func):
+    for option in reversed(MEMORY_OPTIONS):
+        func = option(func)
+    return func
+
+
+def memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink) -> dict:
+    return given(store=store, spill=spill, host_mem_gib=host_mem, pool_slots=pool_slots, device_mem_gib=device_mem,
+                 kv_bits=None if kv_bits is None else int(kv_bits), drive_bw=drive_bw,
+                 retrieve_k=retrieve_k, sink=sink)
 
 
 @cli.command()
@@ -69,27 +99,36 @@ def generate_flags(image, out, log, trajectory, repeat, checkpoint, model_name, 
 @click.option("--seconds", type=float, help="Length in seconds of video (16 fps). Default: 30.")
 @click.option("--minutes", type=float, help="Length in minutes of video (16 fps).")
 @click.option("--checkpoint", type=click.Path(path_type=Path), help="Directory with the official MG2 weights. Default: the built-in tiny model.")
-@click.option("--model", "model_name", type=click.Choice(sorted(MODEL_CONFIGS)), help="Model configuration. Default: mg2-universal with --checkpoint, else tiny.")
+@click.option("--model", "model_name", type=click.Choice(sorted(MODEL_CONFIGS) + [SYNTHETIC_MODEL]), help="Model configuration. Default: mg2-universal with --checkpoint, else tiny. 'synthetic': real KV bytes, no math.")
 @click.option("--seed", type=int, help="Seed of the noise. Default: 0.")
 @click.option("--device", help="auto, cpu, cuda or cuda:N. Default: auto.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@memory_options
 def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minutes, checkpoint, model_name,
-             seed, device, quiet) -> None:
+             seed, device, quiet, store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink,
+             positions, chunk_ms, kv_scale) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
-    from engine.session import Session   # keeps `worldpager --help` fast
+    from engine.session import Session, session_model_config   # keeps `worldpager --help` fast
     from worldpager_cli.progress import make_progress
 
-    flags = generate_flags(image, out or default_output_path(), log, trajectory, repeat, checkpoint,
-                           model_name, seed, device)
+    flags = given(image=image, out=out or default_output_path(), log=log, trajectory=trajectory,
+                  repeat=repeat, checkpoint=checkpoint, model=model_name, seed=seed, device=device,
+                  positions=positions, chunk_ms=chunk_ms, kv_scale=kv_scale)
+    mem = memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink)
+    if mem:
+        flags["memory"] = mem
     if checkpoint is not None and model_name is None and preset is None:
         flags["model"] = "mg2-universal"
-    m = model_config(resolve_session_config(preset, flags).model)
+    m = session_model_config(resolve_session_config(preset, flags))
     n = chunks_for_length(chunks, seconds, minutes, m.fps, m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
     cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})})
     progress = make_progress(total=cfg.chunks, frames_total=m.video_frames_total(cfg.chunks), quiet=quiet)
     session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
     say = (lambda text: None) if quiet else click.echo
-    if cfg.checkpoint is None:
+    if cfg.model == SYNTHETIC_MODEL:
+        say(f"worldpager: synthetic model ({m.dit.num_layers} layers of MG2-shaped KV, "
+            f"{cfg.chunk_ms:.0f} ms per chunk, no math), store {cfg.memory.store}")
+    elif cfg.checkpoint is None:
         say(f"worldpager: using the built-in {cfg.model} model (seeded random weights, no checkpoint): "
             "the video shows the pipeline, not a trained world model")
     else:

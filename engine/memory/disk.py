@@ -8,7 +8,9 @@ offsets; the file grows in large ``posix_fallocate``d extents. ``write(chunk, bu
 tensor (a host-pool slot) with ``os.pwritev`` / ``os.preadv`` on a memoryview of it: no extra copy.
 
 Integrity. Each block's crc32 is kept in the index and checked on every read; a mismatch (or a short
-read) raises ``CorruptBlockError``, so a bad block becomes a failed read, never data. The index
+read) raises ``CorruptBlockError``, so a bad block becomes a failed read, never data. For a block of
+more than one piece the crc runs on a helper thread while the drive moves the bytes (on reads it
+follows the pieces as they land), so it costs no I/O time unless the CPU is the slower. The index
 (JSON: chunk -> offset, length, crc, format) is written atomically — data fdatasync'ed first, then a
 temp file, fdatasync, rename, directory fsync — every ``index_every`` writes and on ``close()``, so a
 session can be resumed after a crash with ``resume=True`` (blocks written after the last index write
@@ -27,6 +29,7 @@ import fcntl
 import json
 import logging
 import os
+import queue
 import threading
 import zlib
 from pathlib import Path
@@ -56,6 +59,45 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class _Crc:
+    """crc32 of a buffer fed piece by piece; ``threaded``: computed on its own thread meanwhile.
+
+    zlib.crc32 and os.preadv/pwritev all release the GIL, so the checksum and the drive run at once.
+    """
+
+    def __init__(self, threaded: bool) -> None:
+        self._crc = 0
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._pieces: queue.SimpleQueue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._run, name="wp-crc", daemon=True)
+            self._thread.start()
+
+    def feed(self, piece: memoryview) -> None:
+        if self._thread is None:
+            self._crc = zlib.crc32(piece, self._crc)
+        else:
+            self._pieces.put(piece)
+
+    def result(self) -> int:
+        """Wait for every fed piece; the crc32 of them all, in feeding order."""
+        if self._thread is not None:
+            self._pieces.put(None)
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise self._error
+        return self._crc
+
+    def _run(self) -> None:
+        try:
+            while (piece := self._pieces.get()) is not None:
+                self._crc = zlib.crc32(piece, self._crc)
+        except Exception as exc:   # handed to the caller by result(), never lost with the thread
+            self._error = exc
 
 
 class DiskTier:
@@ -178,14 +220,17 @@ class DiskTier:
         """Append ``buf`` (uint8, 4 KiB-aligned address and length) as ``chunk``'s block."""
         view = self._check_buffer(buf)
         assert chunk not in self._index, f"chunk {chunk} written to disk twice"
-        crc = zlib.crc32(view)
         offset = self._reserve(len(view))
+        checksum = self._crc(view)
+        checksum.feed(view)   # the drive and the checksum only read the source: both at once
         try:
             self._io(os.pwritev, view, offset, pace)
         except Exception:
             with self._lock:
                 self._free.append(offset)
             raise
+        finally:
+            crc = checksum.result()   # also on failure: no crc thread outlives the call
         with self._lock:
             self._index[chunk] = {"offset": offset, "length": len(view), "crc": crc,
                                   "format": self.format_tag}
@@ -204,8 +249,12 @@ class DiskTier:
             raise KeyError(f"chunk {chunk} is not on disk in {self.dir}")
         view = self._check_buffer(buf)[:entry["length"]]
         assert len(view) == entry["length"], "read buffer smaller than the block"
-        got = self._io(os.preadv, view, entry["offset"], pace)
-        if got != len(view) or zlib.crc32(view) != entry["crc"]:
+        checksum = self._crc(view)
+        try:
+            got = self._io(os.preadv, view, entry["offset"], pace, checksum.feed)
+        finally:
+            crc = checksum.result()
+        if got != len(view) or crc != entry["crc"]:
             raise CorruptBlockError(f"chunk {chunk}: block at offset {entry['offset']} of "
                                     f"{self.dir / DATA_NAME} fails its crc32 check")
         with self._lock:
@@ -218,8 +267,16 @@ class DiskTier:
             "disk I/O buffers must be 4 KiB-aligned in address and length (use host-pool slots)")
         return memoryview(buf.numpy()).cast("B")
 
-    def _io(self, call, view: memoryview, offset: int, pace: Pace | None) -> int:
-        """pread/pwrite ``view`` at ``offset`` in pieces; returns the bytes moved (short at EOF)."""
+    def _crc(self, view: memoryview) -> _Crc:
+        """A crc thread for multi-piece blocks; a one-piece block has no I/O to overlap it with."""
+        return _Crc(threaded=len(view) > self.piece_bytes)
+
+    def _io(self, call, view: memoryview, offset: int, pace: Pace | None,
+            landed: Callable[[memoryview], None] | None = None) -> int:
+        """pread/pwrite ``view`` at ``offset`` in pieces; returns the bytes moved (short at EOF).
+
+        ``landed`` receives each piece's moved bytes, in order, as soon as the call returns.
+        """
         done = 0
         while done < len(view):
             piece = view[done:done + self.piece_bytes]
@@ -236,6 +293,8 @@ class DiskTier:
                 raise
             if n == 0:
                 break
+            if landed is not None:
+                landed(piece[:n])
             done += n
         return done
 

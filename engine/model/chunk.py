@@ -1,8 +1,9 @@
-"""One chunk of MG2 inference: the denoising steps, the clean pass, and the commit of its KV.
+"""One chunk of MG2 inference: the denoising steps and the clean pass.
 
 Owns the order of the per-chunk forwards (MG2 §3.2): for each step k, velocity -> x0 -> (re-noise
 unless last); then one forward of the final x0 at timestep ``context_noise`` whose only effect is to
-overwrite the chunk's K/V with values computed from the clean latent; then ``ctx.commit()``.
+overwrite the chunk's K/V with values computed from the clean latent. Afterwards the context's current
+region holds the chunk's clean K/V; the caller stores it if it wants and then calls ``ctx.commit()``.
 Knows nothing about where the context's memory comes from or where the latents go.
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ NoiseSource = Callable[[int, torch.Tensor], torch.Tensor]
 def denoise_chunk(model: CausalDiT, sampler: FlowMatchSampler, ctx: AttentionContext,
                   inputs: ChunkInputs, noise_source: NoiseSource,
                   trace: ForwardTrace | None = None) -> torch.Tensor:
-    """Run the chunk's forwards and commit its KV; returns the clean latents [B, z, F, h, w]."""
+    """Run the chunk's forwards (KV left uncommitted); returns the clean latents [B, z, F, h, w]."""
     batch, _, frames = inputs.noise.shape[:3]
     device = inputs.noise.device
 
@@ -61,7 +62,6 @@ def denoise_chunk(model: CausalDiT, sampler: FlowMatchSampler, ctx: AttentionCon
     velocity = forward(x0, sampler.clean_timestep_tensor(batch, frames, device))
     if trace is not None:
         trace(sampler.num_steps, x0, velocity, None)
-    ctx.commit()
     return x0
 
 

@@ -1,13 +1,15 @@
 """Shape facts of a model configuration, computed without weights (networks built on the meta device).
 
 Owns what ``worldpager inspect`` reports: parameter counts per network, layer/head geometry, tokens
-per frame and chunk, KV bytes per chunk, video geometry and the positional horizon.
+per frame and chunk, KV bytes per chunk (raw, and in each storage format of :mod:`engine.memory.quant`),
+video geometry and the positional horizon.
 """
 from __future__ import annotations
 
 import torch
 
 from engine.config import ModelConfig
+from engine.memory.quant import ChunkFormat, byte_figures
 from engine.model.clip import CLIPVisionTower
 from engine.model.mg2 import CausalDiT
 from engine.model.vae import WanVAE
@@ -21,6 +23,15 @@ def horizon_chunk(cfg: ModelConfig) -> int:
     """First chunk whose latent frames do not all fit MG2's native rotary table."""
     f = cfg.sampler.frames_per_chunk
     return (cfg.dit.rope_table_frames - f) // f + 1
+
+
+def storage_facts(cfg: ModelConfig) -> dict[str, int]:
+    """Bytes of one stored chunk block per quantised format, and the int4 pool-slot / disk-block size."""
+    figures = byte_figures(cfg)
+    out = {f"kv_bytes_per_chunk_int{b}": figures[f"int{b}"] for b in (8, 4, 2)}
+    # The block rounded up to O_DIRECT granularity: what one pool slot / disk block really occupies.
+    out["kv_slot_bytes_int4"] = ChunkFormat.from_model(cfg, bits=4).slot_bytes
+    return out
 
 
 def model_facts(cfg: ModelConfig) -> dict:
@@ -50,5 +61,6 @@ def model_facts(cfg: ModelConfig) -> dict:
         "denoising_steps": len(cfg.sampler.denoising_step_list),
         "kv_bytes_per_chunk_bf16": cfg.kv_bytes_per_chunk(2.0),
         "kv_bytes_per_chunk_fp32": cfg.kv_bytes_per_chunk(4.0),
+        **storage_facts(cfg),
         "horizon_chunk": horizon_chunk(cfg),
     }

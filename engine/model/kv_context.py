@@ -178,6 +178,10 @@ class AttentionContext:
     def has_visual_context(self) -> bool:
         return self.layers[0].cross_k is not None
 
+    def current_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-layer (k, v) views [B, chunk tokens, H, D] of the current chunk (valid until the next forward)."""
+        return [state.self_kv.current() for state in self.layers]
+
     def commit(self) -> None:
         """After the clean pass: every layer's current chunk becomes history."""
         for state in self.layers:

@@ -101,6 +101,7 @@ def free_running_rows(fx: Fixture, cfg: ModelConfig, model: CausalDiT,
                 rows.extend(_cache_rows(caches, ctx, c, (0, last_layer)))
         latents.append(denoise_chunk(model, sampler, ctx, _chunk_inputs(fx, cfg, c),
                                      _stored_renoise(fx, c), trace))
+        ctx.commit()
     out = torch.cat(latents, dim=2)
     ref = fx.tensor("output.latents")
     f = cfg.sampler.frames_per_chunk

@@ -26,7 +26,7 @@ def test_generate_writes_a_decodable_mp4_with_12n_minus_3_frames(tmp_path):
 
 def test_generate_defaults_name_the_output_by_date_in_the_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = run("generate", "--chunks", "1")
+    result = run("generate", "--model", "micro", "--chunks", "1")
     assert result.exit_code == 0, result.output
     [out] = list(tmp_path.glob("worldpager-*.mp4"))
     assert count_frames(out) == 9

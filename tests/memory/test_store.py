@@ -159,6 +159,18 @@ def test_corrupt_block_is_reported_as_a_failed_miss(spill):
         assert store.counters()["failed_reads"] == 1
 
 
+def test_a_failed_put_rolls_back_its_slot(spill):
+    with KVStore(CFG, RAW, n_slots=4, spill_dir=spill) as store:
+        put_all(store, [0])
+        wrong = [(k.to(torch.bfloat16), v.to(torch.bfloat16)) for k, v in chunk_kv(1)]
+        with pytest.raises(AssertionError, match="not exact"):   # raw float32 format, bf16 KV
+            store.put(1, wrong)
+        assert store.manager.lookup(1) is None and store.counters()["store_rollbacks"] == 1
+        assert store.counters()["pool_free_slots"] == 3
+        put_all(store, [1])
+        assert_exact(store.load_now([1]), 1)
+
+
 def test_dram_only_stops_with_a_capacity_error():
     with KVStore(CFG, RAW, n_slots=3) as store:
         put_all(store, range(3))

@@ -79,6 +79,10 @@ def test_universal_kv_and_token_facts():
     facts = model_facts(model_config("mg2-universal"))
     assert facts["tokens_per_chunk"] == 2640
     assert facts["kv_bytes_per_chunk_bf16"] == 486_604_800
+    assert facts["kv_bytes_per_chunk_int4"] == 129_438_720     # the paper's 129.4 MB
+    assert facts["kv_slot_bytes_int4"] == 129_441_792          # rounded up to 4 KiB
+    assert facts["kv_bytes_per_chunk_int8"] == 251_089_920
+    assert facts["kv_bytes_per_chunk_int2"] == 68_613_120
     assert facts["action_params"] == 205_163_520
     assert facts["horizon_chunk"] == 341
     assert facts["video"] == [352, 640]

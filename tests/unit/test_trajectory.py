@@ -43,7 +43,10 @@ def test_shipped_set():
     assert set(SHIPPED) >= {"yaw.yaml", "b1_ws.yaml", "revisit_loop.yaml", "orbit.csv", "actions_universal.csv"}
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+UNIVERSAL_SHIPPED = [n for n in SHIPPED if not n.startswith("templerun_")]
+
+
+@pytest.mark.parametrize("name", UNIVERSAL_SHIPPED)
 def test_shipped_files_load_for_universal(name):
     traj = load_trajectory(packaged_trajectory(name), "universal", 1000)
     assert traj.frames == 1000 and traj.poses.shape == (1000, 7)
@@ -53,7 +56,13 @@ def test_shipped_files_load_for_universal(name):
     assert "\n" not in traj.describe()
 
 
-@pytest.mark.parametrize("name", [n for n in SHIPPED if not n.startswith("actions_")])
+def test_templerun_default_loads_for_templerun():
+    traj = load_trajectory(packaged_trajectory("templerun_run.yaml"), "templerun", 300)
+    assert traj.actions.keyboard.shape == (300, 7) and traj.actions.mouse is None
+    assert torch.all(traj.actions.keyboard.sum(dim=1) == 1)              # one-hot every frame
+
+
+@pytest.mark.parametrize("name", [n for n in UNIVERSAL_SHIPPED if not n.startswith("actions_")])
 def test_shipped_paths_load_for_gta(name):
     traj = load_trajectory(packaged_trajectory(name), "gta_drive", 200)
     assert traj.actions.keyboard.shape == (200, 2)

@@ -1,0 +1,220 @@
+"""The retrieval memory as the chunk loop sees it: select, take staged, prefetch, store.
+
+Owns the per-chunk memory steps of DESIGN §2 and the store modes of §5; the session calls
+``prepare(c)`` before chunk c's denoise (steps 2–4) and ``store(c)`` after its clean pass (step 6).
+
+* ``prefetch`` (WorldPager): select c's set from c's real pose; take what was staged during c−1 (from
+  the extrapolated pose) without waiting; a miss keeps the slot's previous chunk (stale-set fallback);
+  then stage c+1's predicted set in the background.
+* ``on-demand``: select from the real pose; chunks not already in a slot are loaded synchronously.
+* ``sync``: every chunk of the set is loaded synchronously every chunk (no reuse of slots).
+* ``dram-only``: ``prefetch`` without a disk tier; stops with a capacity error when the pool is full.
+* ``device-only``: every retrievable chunk stays in device memory (bf16 / model dtype), no quantisation.
+* ``window``: no retrieval memory at all.
+
+Stall = the time this object made the loop wait for bytes that were not there yet. The cost of copying
+available chunks into the context is reported separately (``memory_copy_ms``).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import psutil
+import torch
+
+from engine.config import ModelConfig, SessionConfig
+from engine.errors import ConfigError
+from engine.memory.quant import ChunkFormat
+from engine.memory.slots import MemorySlots, SlotPlan
+from engine.memory.store import KVStore, context_slot_views
+from engine.memory.types import CapacityError
+from engine.model.kv_context import AttentionContext
+
+GIB = 2 ** 30
+
+
+class ResidentStore:
+    """``device-only``: chunks kept as device tensors in the model dtype, within a byte budget."""
+
+    def __init__(self, budget_bytes: int | None):
+        self.budget = budget_bytes
+        self.kv: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.bytes = 0
+
+    def put(self, chunk: int, kv) -> None:
+        size = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
+        if self.budget is not None and self.bytes + size > self.budget:
+            raise CapacityError(f"device memory budget of {self.budget / GIB:.1f} GiB is full at chunk "
+                                f"{chunk} ({len(self.kv)} chunks resident; device-only mode has no other tier)")
+        self.kv[chunk] = [(k.clone(), v.clone()) for k, v in kv]
+        self.bytes += size
+
+    def counters(self) -> dict:
+        return {"device_chunks": len(self.kv), "device_kv_bytes": self.bytes}
+
+    def close(self) -> None:
+        self.kv.clear()
+
+
+class SessionMemory:
+    """Retrieval memory of one session (see the module docstring)."""
+
+    def __init__(self, cfg: SessionConfig, model_cfg: ModelConfig, ctx: AttentionContext,
+                 retriever, device: torch.device, dtype: torch.dtype, clock: Callable[[], float] = time.perf_counter):
+        self.mode = cfg.memory.store
+        self.model_cfg, self.ctx, self.retriever, self.clock = model_cfg, ctx, retriever, clock
+        self.k = cfg.memory.retrieve_k if self.mode != "window" else 0
+        self.slots = MemorySlots(self.k, cfg.memory.sink and self.mode != "window")
+        f = model_cfg.sampler.frames_per_chunk
+        self.window_chunks = -(-model_cfg.window_frames // f)          # chunks (partly) in the window
+        self.store: KVStore | ResidentStore | None = None
+        self._last_counters: dict = {}
+        if self.mode == "window":
+            return
+        if self.mode == "device-only":
+            budget = cfg.memory.device_mem_gib
+            self.store = ResidentStore(None if budget is None else int(budget * GIB))
+            return
+        fmt = ChunkFormat.from_model(model_cfg, bits=cfg.memory.kv_bits,
+                                     raw_dtype=str(dtype).removeprefix("torch."))
+        spill = None if self.mode == "dram-only" else cfg.memory.spill
+        self.store = KVStore(model_cfg, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes),
+                             spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
+                             k_slots=max(self.k, 1), dtype=dtype)
+
+    def _pool_slots(self, cfg: SessionConfig, slot_bytes: int) -> int:
+        """Slots for the host budget (budget − process RSS − 2 GiB), never more than the session can use."""
+        from engine.memory.host_pool import pool_slots, process_baseline_bytes
+
+        if cfg.memory.pool_slots is not None:
+            return cfg.memory.pool_slots
+        needed = max(cfg.chunks, 8)
+        host = cfg.memory.host_mem_gib
+        if host is None:
+            host_bytes = psutil.virtual_memory().available
+        else:
+            host_bytes = int(host * GIB)
+        try:
+            budget = pool_slots(host_bytes, process_baseline_bytes(), slot_bytes)
+        except ConfigError:
+            if host is None:   # no explicit budget: run with the minimum instead of refusing
+                return 8
+            raise
+        return min(budget, needed)
+
+    # ---- steps 2–4 --------------------------------------------------------------------------------
+
+    def candidates(self, chunk: int) -> list[int]:
+        """Chunks chunk may retrieve: stored, out of the local window, not the sink."""
+        newest = chunk - 1 - self.window_chunks
+        return [c for c in range(0, newest + 1) if not (self.slots.sink and c == 0)]
+
+    def prepare(self, chunk: int) -> dict:
+        """Fill the context's memory region for ``chunk`` (and start staging chunk+1 when prefetching)."""
+        record = {"hits": 0, "misses": 0, "stale": 0, "staged": [], "memory": [], "stall_ms": 0.0,
+                  "memory_copy_ms": 0.0}
+        if self.store is None:
+            return record
+        self._place_sink(chunk, record)
+        desired = self.retriever.select(chunk, self.candidates(chunk), self.k)
+        prepare = {"prefetch": self._prepare_prefetch, "dram-only": self._prepare_prefetch,
+                   "on-demand": self._prepare_on_demand, "sync": self._prepare_sync,
+                   "device-only": self._prepare_device_only}[self.mode]
+        prepare(chunk, desired, record)
+        record["memory"] = self.slots.resident()
+        self.ctx_valid()
+        return record
+
+    def _place_sink(self, chunk: int, record: dict) -> None:
+        """Once chunk 0 has left the window, it takes the sink slot for good."""
+        left_window = chunk - 1 - self.window_chunks >= 0
+        if self.slots.sink and left_window and self.slots.chunk_in[self.slots.sink_slot] is None:
+            loaded = self._load_now([0], record)
+            if 0 in loaded:
+                slot = self.slots.place_sink(0)
+                self._copy_into(loaded, {0: slot}, record)
+
+    def _prepare_prefetch(self, chunk: int, desired: list[int], record: dict) -> None:
+        staged = self.store.take_staged(timeout=0)
+        self._apply(self.slots.plan(desired, set(staged.hits)), staged.kv, record)
+        nxt = self.retriever.predict_select(chunk + 1, self.candidates(chunk + 1), self.k)
+        to_stage = [c for c in nxt if c not in self.slots.resident()]
+        self.store.stage(to_stage)
+        record["staged"] = to_stage
+
+    def _prepare_on_demand(self, chunk: int, desired: list[int], record: dict) -> None:
+        missing = [c for c in desired if c not in self.slots.resident()]
+        loaded = self._load_now(missing, record)
+        self._apply(self.slots.plan(desired, set(loaded)), loaded, record)
+
+    def _prepare_sync(self, chunk: int, desired: list[int], record: dict) -> None:
+        loaded = self._load_now(desired, record)
+        # No reuse: every desired chunk is copied again, even when its slot already holds it.
+        self.slots.chunk_in = [None if j != self.slots.sink_slot else c for j, c in enumerate(self.slots.chunk_in)]
+        self.slots.filled = sum(c is not None for c in self.slots.chunk_in)
+        self._apply(self.slots.plan(desired, set(loaded)), loaded, record)
+
+    def _prepare_device_only(self, chunk: int, desired: list[int], record: dict) -> None:
+        self._apply(self.slots.plan(desired, set(self.store.kv)), self.store.kv, record)
+
+    def _load_now(self, ids: list[int], record: dict) -> dict:
+        if not ids:
+            return {}
+        if isinstance(self.store, ResidentStore):
+            return {c: self.store.kv[c] for c in ids if c in self.store.kv}
+        t0 = self.clock()
+        got = self.store.load_now(ids)
+        record["stall_ms"] += (self.clock() - t0) * 1e3
+        return got.kv
+
+    def _apply(self, plan: SlotPlan, sources: dict, record: dict) -> None:
+        self._copy_into(sources, {c: slot for slot, c in plan.fills}, record)
+        self.slots.apply(plan)
+        record["hits"] += plan.hits
+        record["misses"] += len(plan.missing)
+        record["stale"] += min(len(plan.missing), len(plan.stale))   # slots kept for lack of a hit
+
+    def _copy_into(self, sources: dict, slot_of: dict[int, int], record: dict) -> None:
+        t0 = self.clock()
+        for chunk, slot in slot_of.items():
+            views = context_slot_views(self.ctx, slot)
+            for (k_dst, v_dst), (k, v) in zip(views, sources[chunk], strict=True):
+                k_dst.copy_(k)
+                v_dst.copy_(v)
+        record["memory_copy_ms"] += (self.clock() - t0) * 1e3
+
+    def ctx_valid(self) -> None:
+        tokens = self.slots.valid_tokens(self.model_cfg.tokens_per_chunk)
+        for state in self.ctx.layers:
+            state.self_kv.set_memory_valid(tokens)
+
+    # ---- step 6 -----------------------------------------------------------------------------------
+
+    def store_chunk(self, chunk: int) -> dict:
+        """Keep chunk's clean KV (the context's current region) as retrievable memory."""
+        if self.store is None:
+            return {}
+        self.store.put(chunk, self.ctx.current_kv())
+        return self.tier_record()
+
+    def tier_record(self) -> dict:
+        """Per-chunk tier figures for the log (byte counters as deltas since the last call)."""
+        c = self.store.counters() if self.store is not None else {}
+        delta = {k: c.get(k, 0) - self._last_counters.get(k, 0)
+                 for k in ("disk_read_bytes", "disk_write_bytes")}
+        self._last_counters = c
+        return {"disk_bytes_read": delta["disk_read_bytes"], "disk_bytes_written": delta["disk_write_bytes"],
+                "pool_used_bytes": c.get("pool_used_bytes", c.get("device_kv_bytes", 0)),
+                "pool_free_bytes": c.get("pool_free_bytes", 0),
+                "writeback_queue": c.get("writeback_queue_depth", 0)}
+
+    def summary(self) -> dict:
+        c = self.store.counters() if self.store is not None else {}
+        return {"disk": {"bytes_read": c.get("disk_read_bytes", 0), "bytes_written": c.get("disk_write_bytes", 0),
+                         "io_mode": c.get("disk_io_mode", "none")},
+                "pool_bytes": c.get("pool_bytes", 0)}
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()

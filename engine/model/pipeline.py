@@ -1,0 +1,80 @@
+"""MG2 as a chunk generator: per-chunk inputs, denoise (KV into the context), decode.
+
+Owns what one chunk of the real model needs around the DiT: the start image's conditioning (CLIP
+tokens into the context's cross-attention, the streaming VAE encoder for ``cond_concat``), the noise,
+the action windows from the trajectory, the position-mode check, and the streaming VAE decoder. The
+session decides when each step runs; ``denoise`` leaves the chunk's clean K/V uncommitted in the
+context so that the session can store it first.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.config import ModelConfig
+from engine.errors import HorizonError
+from engine.io.trajectory import Trajectory
+from engine.model.action import first_window_frame
+from engine.model.chunk import ChunkInputs, denoise_chunk, generator_noise
+from engine.model.facts import horizon_chunk
+from engine.model.kv_context import AttentionContext
+from engine.model.load import MG2Models
+from engine.model.scheduler import FlowMatchSampler
+from engine.model.vae import StartImageEncoder, StreamingDecoder
+
+
+class MG2Pipeline:
+    def __init__(self, models: MG2Models, model_cfg: ModelConfig, image: torch.Tensor,
+                 trajectory: Trajectory, seed: int, positions: str, device: torch.device,
+                 dtype: torch.dtype):
+        self.models, self.cfg, self.trajectory = models, model_cfg, trajectory
+        self.positions, self.device, self.dtype = positions, device, dtype
+        self.image = image.to(device, dtype)                                  # [1, 3, H, W] in [-1, 1]
+        self.sampler = FlowMatchSampler(model_cfg.sampler)
+        self.rng = torch.Generator().manual_seed(seed)
+        self.noise = generator_noise(self.rng)
+        self.encoder = StartImageEncoder(models.vae, self.image)
+        self.decoder = StreamingDecoder(models.vae)
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        return self.cfg.video_height, self.cfg.video_width
+
+    @torch.no_grad()
+    def prepare_context(self, ctx: AttentionContext) -> None:
+        self.models.dit.prepare_visual_context(ctx, self.models.clip.encode(self.image))
+
+    def check_position(self, chunk: int) -> None:
+        horizon = horizon_chunk(self.cfg)
+        if self.positions == "native" and chunk >= horizon:
+            raise HorizonError(
+                f"chunk {chunk} is past MG2's positional horizon (rotary table of "
+                f"{self.cfg.dit.rope_table_frames} latent frames ends at chunk {horizon - 1}); "
+                "use --positions extend or rerotate")
+
+    @torch.no_grad()
+    def denoise(self, chunk: int, ctx: AttentionContext) -> torch.Tensor:
+        """Chunk's clean latents [1, z, F, h, w]; its K/V stay uncommitted in ``ctx``."""
+        self.check_position(chunk)
+        return denoise_chunk(self.models.dit, self.sampler, ctx, self._inputs(chunk), self.noise)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:
+        """Video frames [T, 3, H, W] in [-1, 1] (9 for the first chunk, 12 after)."""
+        return self.decoder.decode_chunk(latents).clamp_(-1, 1)[0]
+
+    def _inputs(self, chunk: int) -> ChunkInputs:
+        m = self.cfg
+        f = m.sampler.frames_per_chunk
+        shape = (1, m.dit.out_dim, f, m.latent_height, m.latent_width)       # [B, z, F, h, w]
+        noise = torch.randn(shape, generator=self.rng, dtype=torch.float32)
+        # Only the action frames the chunk's windows read travel to the device: constant per chunk.
+        first = first_window_frame(chunk * f, m.dit.action) if m.dit.action else 0
+        last = 1 + m.vae.temporal_factor * (chunk * f + f - 1)        # video frames up to the chunk's end
+        to_model = dict(device=self.device, dtype=self.dtype)
+        actions = self.trajectory.actions
+        return ChunkInputs(
+            noise=noise.to(**to_model), cond_concat=self.encoder.cond_concat(f).to(**to_model),
+            start_frame=chunk * f,
+            keyboard=actions.keyboard[None, first:last].to(**to_model),
+            mouse=None if actions.mouse is None else actions.mouse[None, first:last].to(**to_model),
+            action_offset=first)

@@ -1,0 +1,426 @@
+"""The analytical model of the tiered KV memory (DESIGN §7): will a session fit, where does it spill,
+will it stall?
+
+Contract. Small pure functions of the model shape, the storage format, the memory budgets, the drive
+and the chunk time, and ``plan(...)`` / ``plan_session(cfg, ...)`` that combine them into one frozen
+``Plan``. No I/O, no clocks, and no torch — neither here nor through any import (a test checks
+``sys.modules`` in a fresh interpreter) — so ``worldpager plan`` answers at once on any machine.
+Units: bytes are exact integers; GB = 1e9 B (bandwidths, as ``--drive-bw``), GiB = 2**30 B (budgets).
+
+The formulas (t = chunk compute time, default 1.2 s; k = retrieved chunks, 3):
+
+  b, s       bytes of one stored chunk in format f (``ChunkFormat.nbytes``) and the same rounded up to
+             4 KiB (``slot_bytes``: what a pool slot and a disk block hold). MG2: bf16 486,604,800 ·
+             int8 251,089,920 · int4 129,438,720 · int2 68,613,120 (slot 68,616,192).
+  P          host pool = host budget − process baseline − 2 GiB margin (``engine.memory.host_pool``).
+  N_host(f)  = floor(P / s_f)                      chunks the pool holds.
+  N_dev      = floor((D − device baseline − B) / b_bf16), B = (w + 1 + k + sink) · b_bf16: the bf16
+             buffers every mode keeps on the device (local window of w chunks, current chunk, k
+             staging/context slots, sink). Device-tier chunks are bf16 tensors (no slot rounding).
+  spill      chunk ids 0, 1, 2, … enter the memory in order and every chunk's KV is kept, so a tier
+             holding N chunks first fails to store chunk id N: spill chunk = N. (The session stores
+             chunk c at c's own store step, so loop chunk N is the one that fails; under DESIGN §2's
+             "store when it leaves the window" the same id N is noticed w chunks later. Either way the
+             session generated chunks 0 … N−1 first: video before the wall = frames of N chunks.)
+  write      W = s / t                   once the pool is full each new chunk displaces one block.
+  read       R = r · s / t               r = ``disk_reads_per_chunk`` (default 1): chunks per chunk the
+             prefetcher must bring from the drive (see "prefetch threshold" below).
+  stall      prefetch (and the modes without a drive): stall when r·s / read_bw > t or
+             s / write_bw > t (staging, resp. write-back, cannot finish inside one chunk's compute)
+             in a session that outgrows the pool; predicted stall per chunk = the excess.
+             on-demand: r·s / read_bw per chunk (a synchronous read of the missed bytes) as soon as
+             the session reads from the drive. sync: always (the set is copied synchronously every
+             chunk). Fixed per-read latency is not modelled (the paper's uncapped on-demand 60 ms).
+  storage    chunks · s (every chunk's KV, all tiers);  disk = max(0, chunks − N_host) · s.
+  longest    zero-stall session: unbounded with a disk tier whose bandwidth suffices (or bounded by its
+             free space: N_host + free / s); without a disk tier the spill chunk N (the session stops
+             there); with a too-slow drive, or on-demand, N + 1 — the first block is evicted at chunk
+             N's store step, so chunk N + 1 is the first whose reads may come from the drive
+             (conservative: the write-back slack of a few chunks is ignored); sync: w + 1, the first
+             chunk with a past chunk to retrieve.
+
+Calibration against the paper (MG2 universal, 32 GiB host, RTX 4090 24 GiB, int4, k = 3, t = 1.2 s):
+
+  host baseline 2.66 GiB. The paper's pool "holds 226 int4 chunks versus 60 bf16 chunks" and stops at
+    chunks 226 / 60 — and 492 is the registered prediction for 64 GiB int4 DRAM-only. With spill = N
+    and P = budget − baseline − 2 GiB these need  226·s4 ≤ P32 < 227·s4,  60·b16 ≤ P32 < 61·b16,
+    492·s4 ≤ P32 + 32 GiB < 493·s4, i.e. P32 ∈ [29,325,623,296, 29,383,286,784) B, i.e.
+    baseline ∈ (2.6347, 2.6884] GiB; 2.66 GiB is the middle (P32 = 27.34 GiB → 226.79 int4 slots,
+    60.33 bf16 chunks; P64 = 59.34 GiB → 492.24 int4 slots). It stands for the MG2 process's resident
+    memory before the pool (CUDA context, libraries, host-side model copies). The 64 GiB run measured
+    496, i.e. a baseline about 4 × 129.4 MB smaller in that run. Cross-checks: video before the wall
+    = 9 + 59·12 frames = 44.8 s for bf16 (paper: 45 s) and 9 + 225·12 = 2.8 min for int4 (2.8 min).
+    (Counting a chunk as stored only w = 1 chunk after it left the window — spill = N + 1 — would
+    leave a 106 KB wide feasible baseline interval: not a credible calibration.)
+  device baseline 12.0 GiB. N_dev = 21 with D = 24 GiB and B = (1 + 1 + 3) · b16 = 2.27 GiB needs a
+    baseline ∈ (11.764, 12.217] GiB; 12.0 is the middle (21.48 chunks). It stands for the bf16 weights
+    (DiT 1.62 B + VAE 0.13 B + CLIP 0.61 B parameters = 4.39 GiB, from ``worldpager inspect``) plus
+    ≈ 7.6 GiB of activations, VAE-decode workspace, CUDA context and allocator reserve — a fitted
+    figure, not a derived one.
+  write-back need s4 / 1.2 s = 0.108 GB/s (paper: ≈ 0.11).
+  prefetch threshold. With k = 3 and every retrieved chunk missing the host, 3·s4 / 1.2 s = 0.32 GB/s
+    — which would predict stalls at 0.25 GB/s, where the paper measured 0 ms median stall. The paper's
+    "prefetch failure near 0.1 GB/s" is one chunk per chunk: s4 / 1.2 s = 0.108 GB/s (consecutive
+    retrieval sets along a trajectory share all but about one chunk, and the staging slots keep the
+    shared ones), so ``disk_reads_per_chunk`` defaults to 1. The predicted stall at 0.1 GB/s is then
+    1.294 − 1.2 = 94 ms (paper P50: 75.9 ms). On-demand: 129 / 518 / 1294 ms at 1.0 / 0.25 / 0.1 GB/s
+    against the paper's P50 116 / 454 / 1130 ms — the medians imply ≈ 0.88 missed chunks per chunk.
+  storage. The 37.5-min session (3000 chunks at 32 GiB) wrote 334 GiB = (3000 − 226) · s4: the disk
+    holds the chunks beyond the pool. "One hour at 64 GiB needs roughly 300–600 GiB" (4801 chunks of
+    video at 16 fps) is reproduced as the KV of the whole hour, chunks · s, from int2 (306.8 GiB) to
+    int4 (578.8 GiB); the int4 disk share beyond a 64 GiB pool, (4801 − 492) · s4 = 519.5 GiB, also
+    falls inside. Read + write at t = 1.2 s is 0.216 GB/s; the paper's "below 0.21 GB/s" holds at the
+    long session's measured 1.264 s per chunk (63.2 min / 3000 chunks): 0.205 GB/s.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from engine.config import ModelConfig, SessionConfig, model_config
+from engine.errors import ConfigError
+from engine.memory.quant import ChunkFormat
+
+GB = 1e9
+GiB = 1 << 30
+# Mirrors engine.memory.host_pool.DEFAULT_MARGIN / MIN_SLOTS (that module imports torch; a unit test
+# keeps the two equal).
+MARGIN_BYTES = 2 * GiB
+MIN_POOL_SLOTS = 8
+HOST_BASELINE_GIB = 2.66        # MG2 on CUDA; derivation in the module docstring
+DEVICE_BASELINE_GIB = 12.0      # MG2 on a 24 GiB RTX 4090; derivation in the module docstring
+CHUNK_S = 1.2                   # MG2 chunk compute time on an RTX 4090 (paper §II-B)
+DISK_READS_PER_CHUNK = 1.0      # chunks per chunk read from the drive; see "prefetch threshold"
+FORMAT_BITS = {"bf16": 16, "int8": 8, "int4": 4, "int2": 2}
+DISK_STORES = ("prefetch", "on-demand", "sync")   # store modes that have a disk tier
+
+
+# ---- bytes --------------------------------------------------------------------------------------
+
+def format_name(bits: int) -> str:
+    names = {v: k for k, v in FORMAT_BITS.items()}
+    if bits not in names:
+        raise ConfigError(f"kv_bits must be 2, 4, 8 or 16, got {bits}")
+    return names[bits]
+
+
+def chunk_format(model: ModelConfig, fmt: str) -> ChunkFormat:
+    return ChunkFormat.from_model(model, bits=FORMAT_BITS[fmt])
+
+
+def bytes_per_chunk(model: ModelConfig) -> dict[str, int]:
+    """b per format: bytes of one stored chunk (no slot rounding)."""
+    return {f: chunk_format(model, f).nbytes for f in FORMAT_BITS}
+
+
+def slot_bytes(model: ModelConfig) -> dict[str, int]:
+    """s per format: b rounded up to 4 KiB, the size of a pool slot and of a disk block."""
+    return {f: chunk_format(model, f).slot_bytes for f in FORMAT_BITS}
+
+
+# ---- capacity -----------------------------------------------------------------------------------
+
+def pool_bytes(host_bytes: int, baseline_bytes: int, margin_bytes: int = MARGIN_BYTES) -> int:
+    """P = host budget − process baseline − margin (never negative)."""
+    return max(0, host_bytes - baseline_bytes - margin_bytes)
+
+
+def window_chunks(model: ModelConfig) -> int:
+    """w: chunks (partly) in the local window — as engine.memory.session_memory counts them."""
+    return -(-model.window_frames // model.sampler.frames_per_chunk)
+
+
+def device_buffer_bytes(model: ModelConfig, retrieve_k: int, sink: bool) -> int:
+    """B: the bf16 KV the device holds in every mode (window, current chunk, k slots, sink)."""
+    chunks = window_chunks(model) + 1 + retrieve_k + (1 if sink else 0)
+    return chunks * model.kv_bytes_per_chunk(2.0)
+
+
+def capacity_chunks(space_bytes: int, per_chunk: int) -> int:
+    """Chunks of ``per_chunk`` bytes that fit in ``space_bytes`` (= the spill chunk id, see docstring)."""
+    return max(0, space_bytes) // per_chunk
+
+
+def video_seconds(model: ModelConfig, chunks: int) -> float:
+    """Seconds of video in the first ``chunks`` chunks (9 frames for the first, 12 after)."""
+    return model.video_frames_total(chunks) / model.fps if chunks > 0 else 0.0
+
+
+# ---- bandwidth ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DriveRates:
+    """Drive bandwidth in B/s; None = uncapped (as ``engine.memory.transfer.DriveBandwidth``)."""
+
+    read: float | None = None
+    write: float | None = None
+
+
+def _rate(text: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or not math.isfinite(value):
+        raise ConfigError(f"--drive-bw {spec!r}: {text!r} is not a positive number of GB/s")
+    return value * GB
+
+
+def parse_drive_rates(spec: str | float | None) -> DriveRates:
+    """The ``--drive-bw`` grammar of ``engine.memory.transfer.parse_drive_bw``, without its torch import.
+
+    ``0.25`` → both 0.25 GB/s; ``r=0.5,w=0.2`` → separate; ``r=0.5`` → reads only; None → uncapped.
+    """
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "none", "off")):
+        return DriveRates()
+    text = str(spec).replace(" ", "")
+    if "=" not in text:
+        rate = _rate(text, str(spec))
+        return DriveRates(rate, rate)
+    rates: dict[str, float] = {}
+    for part in text.split(","):
+        m = re.fullmatch(r"(r|w|read|write)=(.+)", part)
+        if m is None:
+            raise ConfigError(f"--drive-bw {spec!r}: expected GBPS or r=GBPS,w=GBPS, got {part!r}")
+        rates[m.group(1)[0]] = _rate(m.group(2), str(spec))
+    return DriveRates(rates.get("r"), rates.get("w"))
+
+
+def cap_rates(measured: DriveRates, cap: DriveRates) -> DriveRates:
+    """A token-bucket cap on a measured drive: the slower of the two, per direction."""
+    def lower(a, b):
+        return b if a is None else a if b is None else min(a, b)
+    return DriveRates(lower(measured.read, cap.read), lower(measured.write, cap.write))
+
+
+def writeback_rate(slot: int, chunk_s: float) -> float:
+    """W = s / t: B/s the drive must absorb once every new chunk displaces a pool block."""
+    return slot / chunk_s
+
+
+def read_rate(slot: int, chunk_s: float, reads_per_chunk: float) -> float:
+    """R = r · s / t: B/s the prefetcher must read when r chunks per chunk miss the host."""
+    return reads_per_chunk * slot / chunk_s
+
+
+def transfer_s(nbytes: float, rate: float | None) -> float:
+    """Seconds to move ``nbytes`` at ``rate`` B/s (0 when uncapped: latency is not modelled)."""
+    return 0.0 if rate is None or nbytes <= 0 else nbytes / rate
+
+
+def overrun_s(nbytes: float, rate: float | None, window_s: float) -> float:
+    """How far a background transfer overruns the compute window it must hide behind."""
+    return max(0.0, transfer_s(nbytes, rate) - window_s)
+
+
+# ---- the plan -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Budgets:
+    """Memory budgets in bytes. ``device`` None = unknown (no device-tier figure)."""
+
+    host: int
+    device: int | None = None
+    host_baseline: int = int(HOST_BASELINE_GIB * GiB)
+    device_baseline: int = int(DEVICE_BASELINE_GIB * GiB)
+    margin: int = MARGIN_BYTES
+
+    @classmethod
+    def from_gib(cls, host: float, device: float | None = None, host_baseline: float = HOST_BASELINE_GIB,
+                 device_baseline: float = DEVICE_BASELINE_GIB) -> "Budgets":
+        """From GiB figures as the flags give them; ConfigError naming the flag for a bad value."""
+        for flag, value in (("--host-mem", host), ("--device-mem", device)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{flag} must be a positive number of GiB, got {value}")
+        for flag, value in (("--baseline-gib", host_baseline), ("--device-baseline-gib", device_baseline)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{flag} must be a non-negative number of GiB, got {value}")
+        return cls(int(host * GiB), None if device is None else int(device * GiB),
+                   int(host_baseline * GiB), int(device_baseline * GiB))
+
+
+def spill_chunks(model: ModelConfig, budgets: Budgets, retrieve_k: int = 3,
+                 sink: bool = False) -> dict[str, int]:
+    """Spill chunk per tier/format: ``device-bf16`` (when the device budget is known), ``host-<f>``."""
+    out: dict[str, int] = {}
+    if budgets.device is not None:
+        space = budgets.device - budgets.device_baseline - device_buffer_bytes(model, retrieve_k, sink)
+        out["device-bf16"] = capacity_chunks(space, model.kv_bytes_per_chunk(2.0))
+    pool = pool_bytes(budgets.host, budgets.host_baseline, budgets.margin)
+    for fmt, slot in slot_bytes(model).items():
+        out[f"host-{fmt}"] = capacity_chunks(pool, slot)
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the analytical model predicts for one session (see the module docstring for each term)."""
+
+    model: str
+    store: str
+    format: str                     # the session's storage format (bf16 / int8 / int4 / int2)
+    chunks: int
+    video_s: float
+    chunk_s: float
+    retrieve_k: int
+    disk_reads_per_chunk: float
+    bytes_per_chunk: int            # b of the session's format
+    slot_bytes: int                 # s of the session's format
+    bytes_by_format: dict[str, int]
+    pool_bytes: int
+    spill_chunk: dict[str, int]     # tier-format -> id of the first chunk that does not fit
+    session_spill_chunk: int        # spill chunk of the tier this session fills (device for device-only)
+    disk_tier: bool
+    uses_disk: bool                 # the session outgrows the pool and has a disk tier
+    drive: DriveRates
+    disk_free_bytes: int | None
+    storage_bytes: int              # chunks · s
+    disk_bytes: int                 # (chunks − N_host) · s, when the disk tier is used
+    writeback_Bps: float
+    read_Bps: float
+    read_stall: bool                # the drive's read rate is below the prefetch read need
+    write_stall: bool               # the drive's write rate is below the write-back need
+    stall_predicted: bool           # some chunk of this session waits on memory (per store mode)
+    prefetch_stall_ms: float        # predicted steady-state stall per chunk with prefetch
+    on_demand_stall_ms: float       # synchronous read of the missed bytes per chunk
+    stop_chunk: int | None          # where the session stops (pool or drive full), None = it does not
+    max_zero_stall_chunks: int | None   # None = unbounded
+
+    @property
+    def threshold_Bps(self) -> float:
+        """The drive bandwidth below which prefetch stalls (the larger of the read and write needs)."""
+        return max(self.read_Bps, self.writeback_Bps)
+
+    def summary(self) -> dict:
+        """The JSON form (bandwidths in GB/s, None for uncapped / unbounded)."""
+        gbps = (lambda v: None if v is None else round(v / GB, 4))
+        return {
+            "model": self.model, "store": self.store, "format": self.format, "chunks": self.chunks,
+            "video_s": round(self.video_s, 2), "chunk_ms": round(self.chunk_s * 1e3, 1),
+            "retrieve_k": self.retrieve_k, "disk_reads_per_chunk": self.disk_reads_per_chunk,
+            "bytes_per_chunk": self.bytes_per_chunk, "slot_bytes": self.slot_bytes,
+            "bytes_by_format": dict(self.bytes_by_format), "pool_bytes": self.pool_bytes,
+            "spill_chunk": dict(self.spill_chunk), "session_spill_chunk": self.session_spill_chunk,
+            "disk_tier": self.disk_tier, "uses_disk": self.uses_disk,
+            "drive_read_gbps": gbps(self.drive.read), "drive_write_gbps": gbps(self.drive.write),
+            "disk_free_bytes": self.disk_free_bytes,
+            "storage_bytes": self.storage_bytes, "disk_bytes": self.disk_bytes,
+            "writeback_gbps": gbps(self.writeback_Bps), "read_gbps": gbps(self.read_Bps),
+            "prefetch_threshold_gbps": gbps(self.threshold_Bps),
+            "stall_predicted": self.stall_predicted,
+            "prefetch_stall_ms": round(self.prefetch_stall_ms, 1),
+            "on_demand_stall_ms": round(self.on_demand_stall_ms, 1),
+            "stop_chunk": self.stop_chunk, "max_zero_stall_chunks": self.max_zero_stall_chunks,
+        }
+
+
+def _stall_predicted(store: str, uses_disk: bool, overrun: bool, retrieve_k: int, chunks: int,
+                     window: int) -> bool:
+    """Whether some chunk of this session waits on memory, per store mode (DESIGN §5)."""
+    if store == "sync":            # the whole set is copied synchronously every chunk, disk or not
+        return retrieve_k > 0 and chunks > window + 1
+    if store == "on-demand":       # every read from the drive is waited for
+        return uses_disk
+    return uses_disk and overrun   # prefetch: only a drive slower than the chunk's needs
+
+
+def _longest_zero_stall(store: str, spill: int, disk_tier: bool, overrun: bool, slot: int,
+                        disk_free: int | None, retrieve_k: int, window: int) -> int | None:
+    """Chunks a session can run without a stall (see "longest" in the module docstring); None = unbounded."""
+    if store == "window":
+        return None
+    if store == "sync" and retrieve_k > 0:
+        return window + 1          # chunk w + 1 is the first with a past chunk to retrieve
+    if not disk_tier:
+        return spill
+    if store == "on-demand" or overrun:
+        return spill + 1           # the first block leaves the pool at chunk spill's store step
+    return None if disk_free is None else spill + disk_free // slot
+
+
+def _stop_chunk(chunks: int, spill: int, stores_kv: bool, disk_tier: bool, disk_free: int | None,
+                slot: int) -> int | None:
+    """Where the session stops for capacity: a full pool without a drive, or a full drive."""
+    if not stores_kv:
+        return None
+    limit = spill if not disk_tier else None if disk_free is None else spill + disk_free // slot
+    return limit if limit is not None and chunks > limit else None
+
+
+def _session_tier(store: str, fmt: str, spills: dict[str, int], budgets: Budgets, slot: int) -> int:
+    """The spill chunk of the tier the session fills; ConfigError where the session would not start."""
+    tier = "device-bf16" if store == "device-only" else f"host-{fmt}"
+    if tier not in spills:
+        raise ConfigError("device-only planning needs the device budget (--device-mem)")
+    if tier.startswith("host") and store != "window" and spills[tier] < MIN_POOL_SLOTS:
+        raise ConfigError(_pool_too_small(budgets, slot, spills[tier]))
+    return spills[tier]
+
+
+def plan(model: ModelConfig, chunks: int, budgets: Budgets, *, bits: int = 4, retrieve_k: int = 3,
+         sink: bool = False, store: str = "prefetch", drive: DriveRates | None = None,
+         disk_free_bytes: int | None = None, chunk_s: float = CHUNK_S,
+         disk_reads_per_chunk: float = DISK_READS_PER_CHUNK) -> Plan:
+    """The prediction for ``chunks`` chunks of ``model`` under ``budgets``.
+
+    ``drive`` None means no disk tier (as ``dram-only``); ``DriveRates()`` a disk tier of unknown,
+    uncapped bandwidth. ``store`` picks which tier the session fills (``device-only``: the device).
+    """
+    _check_inputs(chunks, chunk_s, disk_reads_per_chunk, retrieve_k)
+    fmt = format_name(bits)
+    spills, s, w = spill_chunks(model, budgets, retrieve_k, sink), slot_bytes(model)[fmt], window_chunks(model)
+    spill = _session_tier(store, fmt, spills, budgets, s)
+    disk_tier = drive is not None and store in DISK_STORES
+    uses_disk, stores_kv = disk_tier and chunks > spill, store != "window"
+    rates = drive if drive is not None else DriveRates()
+    reads = disk_reads_per_chunk * s
+    read_over, write_over = overrun_s(reads, rates.read, chunk_s), overrun_s(s, rates.write, chunk_s)
+    overrun = read_over > 0 or write_over > 0
+    return Plan(
+        model=model.name, store=store, format=fmt, chunks=chunks, video_s=video_seconds(model, chunks),
+        chunk_s=chunk_s, retrieve_k=retrieve_k, disk_reads_per_chunk=disk_reads_per_chunk,
+        bytes_per_chunk=bytes_per_chunk(model)[fmt], slot_bytes=s, bytes_by_format=bytes_per_chunk(model),
+        pool_bytes=pool_bytes(budgets.host, budgets.host_baseline, budgets.margin),
+        spill_chunk=spills, session_spill_chunk=spill, disk_tier=disk_tier, uses_disk=uses_disk,
+        drive=rates, disk_free_bytes=disk_free_bytes,
+        storage_bytes=chunks * s if stores_kv else 0,
+        disk_bytes=max(0, chunks - spill) * s if disk_tier else 0,
+        writeback_Bps=writeback_rate(s, chunk_s), read_Bps=read_rate(s, chunk_s, disk_reads_per_chunk),
+        read_stall=read_over > 0, write_stall=write_over > 0,
+        stall_predicted=_stall_predicted(store, uses_disk, overrun, retrieve_k, chunks, w),
+        prefetch_stall_ms=max(read_over, write_over) * 1e3 if uses_disk else 0.0,
+        on_demand_stall_ms=transfer_s(reads, rates.read) * 1e3 if disk_tier else 0.0,
+        stop_chunk=_stop_chunk(chunks, spill, stores_kv, disk_tier, disk_free_bytes, s),
+        max_zero_stall_chunks=_longest_zero_stall(store, spill, disk_tier, overrun, s, disk_free_bytes,
+                                                  retrieve_k, w),
+    )
+
+
+def _check_inputs(chunks: int, chunk_s: float, reads: float, retrieve_k: int) -> None:
+    checks = [(chunks >= 1, f"chunks must be at least 1, got {chunks}"),
+              (math.isfinite(chunk_s) and chunk_s > 0, f"--chunk-ms must be positive, got {chunk_s * 1e3:g}"),
+              (math.isfinite(reads) and reads >= 0, f"--disk-reads-per-chunk must be >= 0, got {reads}"),
+              (retrieve_k >= 0, f"retrieve_k must be >= 0, got {retrieve_k}")]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def _pool_too_small(budgets: Budgets, slot: int, n: int) -> str:
+    """host_pool.pool_slots's refusal, worded the same: the session would not start."""
+    need = budgets.host_baseline + budgets.margin + MIN_POOL_SLOTS * slot
+    return (f"--host-mem {budgets.host / GiB:.2f} GiB leaves room for {n} chunk slots of "
+            f"{slot / 2**20:.1f} MiB after the process baseline ({budgets.host_baseline / GiB:.2f} GiB) "
+            f"and the {budgets.margin / GiB:.0f} GiB margin; need at least {MIN_POOL_SLOTS} "
+            f"(--host-mem >= {need / GiB:.2f} GiB)")
+
+
+def plan_session(cfg: SessionConfig, budgets: Budgets, *, drive: DriveRates | None,
+                 disk_free_bytes: int | None = None, chunk_s: float = CHUNK_S,
+                 disk_reads_per_chunk: float = DISK_READS_PER_CHUNK) -> Plan:
+    """``plan`` for a resolved session config (model, chunks, kv_bits, k, sink, store mode)."""
+    mem = cfg.memory
+    return plan(model_config(cfg.model), cfg.chunks, budgets, bits=mem.kv_bits, retrieve_k=mem.retrieve_k,
+                sink=mem.sink, store=mem.store, drive=drive, disk_free_bytes=disk_free_bytes,
+                chunk_s=chunk_s, disk_reads_per_chunk=disk_reads_per_chunk)

@@ -1,0 +1,121 @@
+"""``worldpager bench quant|disk`` as users run them: a table, a parseable JSON last line, clean spill
+directories and one-line errors. No timing is asserted (benchmarks are never tests)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from worldpager_cli.main import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["bench", *map(str, args)], catch_exceptions=False)
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_bench_quant_prints_a_table_then_json():
+    result = run("quant", "--preset", "micro", "--tokens", "8", "--repeats", "1", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert any(line.startswith("quantise") for line in lines)
+    assert any(line.startswith("dequantise") for line in lines)
+    doc = last_json(result.stdout)
+    assert doc["bench"] == "quant" and doc["tokens"] == 8 and doc["format"] == "int4"
+    for key in ("quant_vs_copy", "dequant_vs_copy", "quant_gbps", "dequant_gbps", "copy_gbps"):
+        assert doc[key] > 0, key
+    assert doc["machine"]["cpus"] >= 1 and doc["machine"]["device"]
+    assert doc["params"] == {"preset": "micro", "bits": 4, "tokens": 8, "full_tokens": 24,
+                             "device": "cpu", "repeats": 1}
+
+
+def test_bench_quant_reduces_the_chunk_on_a_cpu_and_says_so():
+    result = run("quant", "--preset", "tiny", "--bits", "2", "--repeats", "1", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    doc = last_json(result.stdout)
+    assert doc["params"]["tokens"] == 256 < doc["params"]["full_tokens"] == 660
+    assert doc["format"] == "int2"
+    assert "256 of 660 tokens" in result.stdout and "--tokens" in result.stdout
+
+
+@pytest.mark.parametrize("raw", ["auto", "python"])
+def test_bench_disk_prints_ratios_and_leaves_the_spill_dir_empty(tmp_path, raw):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    result = run("disk", "--spill", spill, "--total-gib", 16 / 1024, "--rounds", 2, "--raw", raw)
+    assert result.exit_code == 0, result.output
+    assert "tier write" in result.stdout and "tier read" in result.stdout
+    doc = last_json(result.stdout)
+    assert doc["bench"] == "disk" and doc["rounds"] == 2 and doc["blocks"] == 4
+    assert doc["write_vs_raw"] > 0 and doc["read_vs_raw"] > 0
+    for key in ("raw_write_gbps", "raw_read_gbps", "write_gbps", "read_gbps", "crc_gbps"):
+        assert doc[key] > 0, key
+    assert len(doc["write_vs_raw_rounds"]) == len(doc["read_vs_raw_rounds"]) == 2
+    assert isinstance(doc["o_direct"], bool) and doc["io_mode"] in ("direct", "buffered")
+    assert doc["raw_method"] == ("python" if raw == "python" else doc["raw_method"])
+    assert doc["machine"]["cpus"] >= 1 and doc["params"]["spill"] == str(spill)
+    assert list(spill.iterdir()) == []
+
+
+def test_bench_disk_without_dd_measures_the_raw_drive_in_python(tmp_path, monkeypatch):
+    monkeypatch.setattr("engine.memory.bench_disk.shutil.which", lambda name: None)
+    result = run("disk", "--spill", tmp_path, "--total-gib", 8 / 1024, "--rounds", 1)
+    assert result.exit_code == 0, result.output
+    doc = last_json(result.stdout)
+    assert doc["raw_method"] == "python" and any("dd not found" in n for n in doc["notes"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_disk_with_a_multi_piece_block_round_trips(tmp_path):
+    """Blocks larger than one I/O piece take the threaded-crc path of the disk tier."""
+    result = run("disk", "--spill", tmp_path, "--total-gib", 4 / 1024, "--block-mib", 1,
+                 "--piece-mib", 0.25, "--rounds", 1)
+    assert result.exit_code == 0, result.output
+    doc = last_json(result.stdout)
+    assert doc["block_bytes"] == 1 << 20 and doc["piece_bytes"] == 1 << 18 and doc["blocks"] == 4
+    assert list(tmp_path.iterdir()) == []
+
+
+def one_line_error(result, *needles) -> None:
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("worldpager: error:"), lines
+    for needle in needles:
+        assert str(needle) in lines[0]
+
+
+def test_missing_spill_dir_is_a_one_line_error(tmp_path):
+    missing = tmp_path / "absent"
+    one_line_error(run("disk", "--spill", missing, "--total-gib", 0.01), missing, "does not exist")
+    assert not missing.exists()   # a benchmark never creates the directory it was pointed at
+
+
+def test_spill_path_that_is_a_file_is_a_one_line_error(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    one_line_error(run("disk", "--spill", path, "--total-gib", 0.01), path, "not a writable directory")
+
+
+def test_unwritable_spill_dir_is_a_one_line_error(tmp_path, monkeypatch):
+    spill = tmp_path / "ro"
+    spill.mkdir(mode=0o500)
+    if os.geteuid() == 0:   # root writes through directory permissions: make access() say what a user gets
+        monkeypatch.setattr("engine.memory.bench_disk.os.access", lambda path, mode: not mode & os.W_OK)
+    try:
+        one_line_error(run("disk", "--spill", spill, "--total-gib", 0.01), spill, "not a writable directory")
+    finally:
+        spill.chmod(0o700)
+
+
+def test_bad_sizes_and_devices_are_one_line_errors(tmp_path):
+    one_line_error(run("disk", "--spill", tmp_path, "--total-gib", 0), "--total-gib")
+    one_line_error(run("disk", "--spill", tmp_path, "--total-gib", 0.01, "--block-mib", 64), "larger than")
+    one_line_error(run("disk", "--spill", tmp_path, "--total-gib", 1e6), "free")
+    one_line_error(run("quant", "--preset", "micro", "--device", "tpu"), "--device")
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,91 @@
+"""``worldpager plan`` as a user runs it: table, last-line JSON, one-line errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from worldpager_cli.main import cli
+
+REQUIRED = ("bytes_per_chunk", "spill_chunk", "writeback_gbps", "read_gbps", "storage_bytes", "stall_predicted")
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["plan", *map(str, args)], catch_exceptions=False)
+
+
+def last_json(result) -> dict:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output.strip().splitlines()[-1])
+
+
+def one_line_error(result, *needles) -> str:
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("worldpager: error: "), result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_the_papers_session_plans_without_stalls():
+    result = run("--preset", "mg2-4090-32g", "--minutes", 37.5, "--drive-bw", 1.0)
+    summary = last_json(result)
+    assert all(key in summary for key in REQUIRED)
+    assert summary["bytes_per_chunk"] == 129_438_720 and summary["chunks"] == 3001
+    assert summary["spill_chunk"]["device-bf16"] == 21
+    assert summary["spill_chunk"]["host-bf16"] == 60 and summary["spill_chunk"]["host-int4"] == 226
+    assert summary["writeback_gbps"] == pytest.approx(0.108, abs=0.001) and summary["read_gbps"] > 0
+    assert summary["stall_predicted"] is False and summary["max_zero_stall_chunks"] is None
+    assert summary["disk_bytes"] / 2**30 == pytest.approx(334, abs=1)
+    assert "host-int4" in result.output and "write-back need" in result.output
+
+
+def test_a_slow_drive_predicts_stalls():
+    summary = last_json(run("--minutes", 37.5, "--drive-bw", 0.1))
+    assert summary["stall_predicted"] is True and summary["prefetch_stall_ms"] > 0
+    assert summary["max_zero_stall_chunks"] == 227
+
+
+def test_without_a_drive_the_session_stops_at_the_spill_chunk():
+    summary = last_json(run("--minutes", 37.5))
+    assert summary["disk_tier"] is False and summary["stop_chunk"] == 226 and summary["stall_predicted"] is False
+
+
+def test_64_gib_dram_only():
+    summary = last_json(run("--host-mem", 64, "--store", "dram-only", "--chunks", 600))
+    assert summary["spill_chunk"]["host-int4"] == 492 and summary["stop_chunk"] == 492
+
+
+def test_kv_bits_selects_the_format():
+    summary = last_json(run("--kv-bits", 16, "--chunks", 50, "--drive-bw", 1))
+    assert summary["format"] == "bf16" and summary["bytes_per_chunk"] == 486_604_800
+
+
+def test_spill_dir_is_probed_and_left_clean(tmp_path):
+    result = run("--spill", tmp_path, "--probe-mib", 8, "--chunks", 300)
+    summary = last_json(result)
+    assert summary["drive_source"] == "probe" and summary["disk_tier"] is True
+    assert summary["drive_read_gbps"] > 0 and summary["disk_free_bytes"] > 0
+    assert result.output.startswith("probe: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("--host-mem=-1",), ("--host-mem", "positive")),
+    (("--host-mem", "-4"), ("--host-mem",)),
+    (("--device-mem", "0"), ("--device-mem",)),
+    (("--preset", "no-such-preset"), ("unknown preset", "no-such-preset")),
+    (("--kv-bits", "3"), ("kv_bits",)),
+    (("--drive-bw", "fast"), ("--drive-bw",)),
+    (("--minutes", "-5"), ("length",)),
+    (("--chunk-ms", "0"), ("--chunk-ms",)),
+    (("--host-mem", "5"), ("--host-mem 5.00 GiB leaves room",)),
+])
+def test_bad_flags_are_one_line_errors(args, needles):
+    one_line_error(run(*args), *needles)
+
+
+def test_a_missing_spill_dir_is_a_one_line_error(tmp_path):
+    one_line_error(run("--spill", tmp_path / "absent"), "not a writable directory")

@@ -1,0 +1,212 @@
+"""``worldpager bench ...``: measurements, one subcommand each, each a human table then one JSON line.
+
+Every subcommand calls one engine function that returns a flat dict of numbers, prints a table of the
+figures that matter, and ends with one compact JSON line holding the whole dict plus ``bench`` (the
+subcommand), ``machine`` (CPU count and name, the device) and ``params`` (what was asked for), so
+scripts read the last line and people read the rest. Nothing here asserts a speed.
+
+To add an experiment, add one ``@bench.command`` function below that does the same.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import click
+
+from engine.config import MODEL_CONFIGS, model_config
+from engine.errors import ConfigError
+from worldpager_cli.errors import WorldPagerGroup
+
+CPU_TOKENS = 256   # the reference (de)quantiser on a CPU takes seconds per full 2640-token chunk
+MiB, GiB = 1 << 20, 1 << 30
+
+
+@click.group(cls=WorldPagerGroup)
+def bench() -> None:
+    """Measure the pieces that decide whether a session stalls (each prints a table, then JSON)."""
+
+
+# ---- shared output --------------------------------------------------------------------------------
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo where there is one (platform.processor() is often empty)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass   # not Linux: fall through to what platform knows
+    return platform.processor() or platform.machine()
+
+
+def machine(device: str | None = None) -> dict:
+    info = {"cpus": os.cpu_count(), "cpu": cpu_name()}
+    if device is not None:
+        info["device"] = device
+    return info
+
+
+def device_label(device: str) -> str:
+    import torch
+
+    dev = torch.device(device)
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
+
+
+def echo_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Left-aligned first column, right-aligned others (cells arrive formatted)."""
+    cells = [header, *rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for r in cells:
+        first = r[0].ljust(widths[0])
+        click.echo("  ".join([first] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())
+
+
+def num(value: float | None) -> str:
+    """Three significant digits, no exponent for the sizes benchmarks produce."""
+    if value is None:
+        return ""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def size(nbytes: int) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def echo_json(kind: str, result: dict, machine_info: dict, params: dict) -> None:
+    """The last line: everything, compact, floats cut to six significant digits."""
+    doc = {"bench": kind, **result, "machine": machine_info, "params": params}
+    click.echo(json.dumps(_round(doc), separators=(",", ":")))
+
+
+def _round(value):
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_round(v) for v in value]
+    return value
+
+
+# ---- bench quant ----------------------------------------------------------------------------------
+
+def resolve_device(name: str) -> str:
+    """``auto`` → cuda when present, else cpu; a device that is not here is the user's error."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device {name!r} (use auto, cpu, cuda or cuda:N)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: no CUDA device is available here")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {name!r} (use auto, cpu, cuda or cuda:N)")
+    return str(dev)
+
+
+@bench.command("quant")
+@click.option("--preset", "name", default="mg2-universal", show_default=True,
+              type=click.Choice(sorted(MODEL_CONFIGS)), help="Model configuration (the chunk's shape).")
+@click.option("--bits", type=click.Choice(["2", "4", "8"]), default="4", show_default=True,
+              help="Storage bits per KV value.")
+@click.option("--tokens", type=click.IntRange(min=1),
+              help=f"Tokens in the chunk. Default: the full chunk on CUDA, at most {CPU_TOKENS} on a CPU.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed calls per operation (the median is reported).")
+def quant(name: str, bits: str, tokens: int | None, device: str, repeats: int) -> None:
+    """Quantise / dequantise one chunk's KV against a plain copy of it."""
+    from engine.kernels.bench_quant import bench_quant
+
+    cfg = model_config(name)
+    dev = resolve_device(device)
+    full = cfg.tokens_per_chunk
+    reduced = tokens is None and dev == "cpu" and full > CPU_TOKENS
+    n = tokens if tokens is not None else (min(full, CPU_TOKENS) if dev == "cpu" else full)
+    why = " (reduced on a CPU; --tokens to change)" if reduced else ""
+    click.echo(f"bench quant: {name}, int{bits}, {n} of {full} tokens per chunk{why}, "
+               f"{cfg.dit.num_layers} layers, device {dev} ({device_label(dev)}), median of {repeats}")
+    r = bench_quant(cfg, bits=int(bits), tokens=n, device=dev, repeats=repeats)
+    click.echo(f"backend {r['backend']}; {r['kv_dtype']} KV {size(r['kv_bytes'])} <-> "
+               f"{r['format']} block {size(r['block_bytes'])}; GB/s count the KV bytes")
+    echo_table(("op", "ms", "GB/s", "vs copy"), [
+        ("copy", num(r["copy_s"] * 1e3), num(r["copy_gbps"]), ratio(1.0)),
+        ("quantise", num(r["quant_s"] * 1e3), num(r["quant_gbps"]), ratio(r["quant_vs_copy"])),
+        ("dequantise", num(r["dequant_s"] * 1e3), num(r["dequant_gbps"]), ratio(r["dequant_vs_copy"])),
+    ])
+    echo_json("quant", r, machine(device_label(dev)),
+              {"preset": name, "bits": int(bits), "tokens": n, "full_tokens": full, "device": dev,
+               "repeats": repeats})
+
+
+# ---- bench disk -----------------------------------------------------------------------------------
+
+def _mib(value: float | None, flag: str) -> int | None:
+    if value is None:
+        return None
+    if value <= 0:
+        raise ConfigError(f"{flag} must be positive, got {value}")
+    return int(value * MiB)
+
+
+@bench.command("disk")
+@click.option("--spill", type=click.Path(path_type=Path), required=True,
+              help="Existing directory on the drive to measure (a sub-directory is used and removed).")
+@click.option("--total-gib", type=float, default=4.0, show_default=True,
+              help="Bytes per pass (each round writes and reads them twice: raw, then the tier).")
+@click.option("--block-mib", type=float,
+              help="Block size. Default: one mg2-universal int4 chunk slot (123.4 MiB), smaller when "
+                   "the total holds fewer than 4.")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Repeats of the four passes; figures are medians.")
+@click.option("--raw", "raw_method", type=click.Choice(["auto", "dd", "python"]), default="auto",
+              show_default=True, help="How the raw drive is measured (auto: dd when present).")
+@click.option("--piece-mib", type=float, help="The tier's largest single I/O call. Default: the tier's.")
+def disk(spill: Path, total_gib: float, block_mib: float | None, rounds: int, raw_method: str,
+         piece_mib: float | None) -> None:
+    """The disk tier's write and read throughput against the raw drive, in the same directory."""
+    from engine.memory.bench_disk import bench_disk, check_disk_bench
+
+    if total_gib <= 0:
+        raise ConfigError(f"--total-gib must be positive, got {total_gib}")
+    total, block, piece = int(total_gib * GiB), _mib(block_mib, "--block-mib"), _mib(piece_mib, "--piece-mib")
+    block_bytes, count = check_disk_bench(spill, total, block)   # errors before any output
+    click.echo(f"bench disk: {count} blocks of {size(block_bytes)} under {spill}, {rounds} round(s) "
+               "of raw write, raw read, tier write, tier read")
+    r = bench_disk(spill, total, block, rounds=rounds, raw_method=raw_method, piece_bytes=piece)
+    click.echo(f"drive {r['drive'] or 'unknown'}, {'O_DIRECT' if r['o_direct'] else 'buffered'}, "
+               f"raw by {r['raw_method']}; {r['blocks']} blocks of {size(r['block_bytes'])} = "
+               f"{size(r['total_bytes'])}, tier pieces of {size(r['piece_bytes'])}; medians of {r['rounds']}")
+    echo_table(("pass", "s", "GB/s", "vs raw", "per round"), [
+        ("raw write", num(r["raw_write_s"]), num(r["raw_write_gbps"]), "", ""),
+        ("tier write", num(r["write_s"]), num(r["write_gbps"]), ratio(r["write_vs_raw"]),
+         _rounds(r["write_vs_raw_rounds"])),
+        ("raw read", num(r["raw_read_s"]), num(r["raw_read_gbps"]), "", ""),
+        ("tier read", num(r["read_s"]), num(r["read_gbps"]), ratio(r["read_vs_raw"]),
+         _rounds(r["read_vs_raw_rounds"])),
+        ("crc32 in memory", "", num(r["crc_gbps"]), "", ""),
+    ])
+    for note in r["notes"]:
+        click.echo(f"note: {note}")
+    echo_json("disk", r, machine(),
+              {"spill": str(spill), "total_gib": total_gib, "block_mib": block_mib, "rounds": rounds,
+               "raw": raw_method, "piece_mib": piece_mib})
+
+
+def _rounds(ratios: list[float]) -> str:
+    return " ".join(ratio(x) for x in ratios)
