@@ -247,6 +247,13 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
 }
 
 
+def synthetic_model_config(kv_scale: float = 1.0) -> ModelConfig:
+    """The synthetic model's shape: MG2 universal's KV with the layer count scaled by ``kv_scale``."""
+    base = MODEL_CONFIGS["mg2-universal"]
+    layers = max(1, round(base.dit.num_layers * kv_scale))
+    return dataclasses.replace(base, name="synthetic", dit=dataclasses.replace(base.dit, num_layers=layers, action=None))
+
+
 def model_config(name: str) -> ModelConfig:
     """Look up a named model configuration; the error names the bad value and the choices."""
     try:
@@ -291,9 +298,10 @@ class MemoryConfig:
     sink: bool = False                       # keep the first chunk resident as an attention sink
     host_mem_gib: float | None = None        # host budget; None = what the machine has
     pool_slots: int | None = None            # exact host-pool size in chunks (overrides host_mem_gib)
-    device_mem_gib: float | None = None      # device budget for KV; None = what the device has
+    device_mem_gib: float | None = None      # the device's memory (model + buffers + KV); None = unbounded
     spill: Path | None = None                # disk tier directory; None = no disk tier
     drive_bw: str | None = None              # emulated drive bandwidth, GB/s: "0.25" or "r=0.5,w=0.5"
+    writeback: str = "background"            # background | sync (a baseline: the loop waits for it)
 
 
 @dataclass(frozen=True)
@@ -337,6 +345,8 @@ class SessionConfig:
             (self.memory.store in STORE_MODES, f"store must be one of {', '.join(STORE_MODES)}, got {self.memory.store!r}"),
             (self.memory.kv_bits in (2, 4, 8, 16), f"kv_bits must be 2, 4, 8 or 16, got {self.memory.kv_bits}"),
             (self.memory.retrieve_k >= 0, f"retrieve_k must be >= 0, got {self.memory.retrieve_k}"),
+            (self.memory.writeback in ("background", "sync"),
+             f"writeback must be background or sync, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),
              f"predictor must be constant-velocity or reuse-current, got {self.memory.predictor!r}"),
             (self.chunk_ms >= 0, f"chunk_ms must be >= 0, got {self.chunk_ms}"),
@@ -348,3 +358,10 @@ class SessionConfig:
         if self.model != SYNTHETIC_MODEL:
             model_config(self.model)
         return self
+
+
+def session_model_config(cfg: SessionConfig) -> ModelConfig:
+    """The model a session runs (the synthetic model's shape depends on ``kv_scale``)."""
+    if cfg.model == SYNTHETIC_MODEL:
+        return synthetic_model_config(cfg.kv_scale)
+    return model_config(cfg.model)

@@ -78,7 +78,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from engine.config import ModelConfig, SessionConfig, model_config
+from engine.config import ModelConfig, SessionConfig, model_config, session_model_config
 from engine.errors import ConfigError
 from engine.memory.quant import ChunkFormat
 
@@ -421,6 +421,6 @@ def plan_session(cfg: SessionConfig, budgets: Budgets, *, drive: DriveRates | No
                  disk_reads_per_chunk: float = DISK_READS_PER_CHUNK) -> Plan:
     """``plan`` for a resolved session config (model, chunks, kv_bits, k, sink, store mode)."""
     mem = cfg.memory
-    return plan(model_config(cfg.model), cfg.chunks, budgets, bits=mem.kv_bits, retrieve_k=mem.retrieve_k,
+    return plan(session_model_config(cfg), cfg.chunks, budgets, bits=mem.kv_bits, retrieve_k=mem.retrieve_k,
                 sink=mem.sink, store=mem.store, drive=drive, disk_free_bytes=disk_free_bytes,
                 chunk_s=chunk_s, disk_reads_per_chunk=disk_reads_per_chunk)

@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from engine.config import SYNTHETIC_MODEL, ModelConfig, SessionConfig, model_config
+from engine.config import SYNTHETIC_MODEL, ModelConfig, SessionConfig, session_model_config
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory, load_trajectory, packaged_trajectory
 from engine.io.video import VideoWriter
@@ -32,7 +32,7 @@ from engine.model.facts import model_facts
 from engine.model.kv_context import AttentionContext
 from engine.model.load import load_models
 from engine.model.pipeline import MG2Pipeline
-from engine.model.synthetic import SyntheticPipeline, synthetic_model_config
+from engine.model.synthetic import SyntheticPipeline
 from engine.overlay import config_to_json, write_resolved_config
 from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.telemetry import SessionLog, process_rss
@@ -58,12 +58,6 @@ def resolve_device(name: str) -> tuple[torch.device, torch.dtype]:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     return device, (torch.bfloat16 if device.type == "cuda" else torch.float32)
-
-
-def session_model_config(cfg: SessionConfig) -> ModelConfig:
-    if cfg.model == SYNTHETIC_MODEL:
-        return synthetic_model_config(cfg.kv_scale)
-    return model_config(cfg.model)
 
 
 def device_bytes(device: torch.device) -> int:

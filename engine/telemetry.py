@@ -48,12 +48,15 @@ class RunningSummary:
     wall_ms: list[float] = field(default_factory=list)
     rss_min: int | None = None
     rss_max: int | None = None
+    retrieval: dict = field(default_factory=lambda: {"hits": 0, "misses": 0, "stale": 0})
 
     def add(self, record: dict[str, Any]) -> None:
         self.chunks += 1
         self.frames = record.get("frames_total", self.frames)
         self.stall_ms.append(float(record.get("stall_ms", 0.0)))
         self.wall_ms.append(float(record.get("wall_ms", 0.0)))
+        for key in self.retrieval:
+            self.retrieval[key] += int(record.get(key, 0))
         rss = record.get("rss_bytes")
         if rss is not None:
             self.rss_min = rss if self.rss_min is None else min(self.rss_min, rss)
@@ -67,6 +70,7 @@ class RunningSummary:
                          "max": max(self.stall_ms, default=0.0)},
             "wall_ms": {"p50": percentile(self.wall_ms, 50), "p99": percentile(self.wall_ms, 99)},
             "rss_bytes": {"min": self.rss_min or 0, "max": self.rss_max or 0},
+            "retrieval": dict(self.retrieval),
         }
 
 

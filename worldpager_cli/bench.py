@@ -210,3 +210,67 @@ def disk(spill: Path, total_gib: float, block_mib: float | None, rounds: int, ra
 
 def _rounds(ratios: list[float]) -> str:
     return " ".join(ratio(x) for x in ratios)
+
+
+# ---- store experiments (synthetic model) ----------------------------------------------------------
+
+def _split(text: str, flag: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ConfigError(f"{flag} needs at least one value, got {text!r}")
+    return items
+
+
+def _bw(value: str) -> str | None:
+    return None if value in ("unlimited", "none", "inf") else value
+
+
+@bench.command("store")
+@click.option("--spill", type=click.Path(path_type=Path), required=True,
+              help="Directory on the drive to test; each run uses (and removes) a sub-directory.")
+@click.option("--modes", default="prefetch,on-demand", show_default=True,
+              help="Store modes, comma-separated (prefetch, on-demand, sync, dram-only, device-only, window).")
+@click.option("--drive-bw", "drive_bws", default="unlimited,0.25", show_default=True,
+              help="Emulated drive bandwidths in GB/s, comma-separated ('unlimited' = the real drive).")
+@click.option("--writeback", "writebacks", default="background", show_default=True,
+              help="Write-back: background, sync, or both (comma-separated).")
+@click.option("--chunks", type=click.IntRange(min=2), default=48, show_default=True)
+@click.option("--pool-slots", type=click.IntRange(min=8), default=8, show_default=True,
+              help="Host pool in chunks: small, so the pool spills within the first chunks.")
+@click.option("--kv-scale", type=float, default=1.0, show_default=True,
+              help="KV bytes relative to MG2 (1 = 129.4 MB per int4 chunk).")
+@click.option("--chunk-ms", type=float, default=1200.0, show_default=True,
+              help="Device time per chunk (MG2 on an RTX 4090: 1200).")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--trajectory", type=click.Path(path_type=Path), help="Default: yaw.yaml (revisits every 20 chunks).")
+def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int, pool_slots: int,
+          kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None) -> None:
+    """Stalls and per-chunk cost of store modes side by side (synthetic model, real store and disk)."""
+    from engine.experiments import run_synthetic
+
+    if not spill.is_dir():
+        raise ConfigError(f"--spill directory not found: {spill}")
+    grid = [(m, b, w) for m in _split(modes, "--modes") for b in _split(drive_bws, "--drive-bw")
+            for w in _split(writebacks, "--writeback")]
+    rows, results = [], []
+    for mode, bw, wb in grid:
+        overlay = {"chunks": chunks, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
+                   "memory": {"store": mode, "pool_slots": pool_slots, "drive_bw": _bw(bw), "writeback": wb}}
+        if trajectory is not None:
+            overlay["trajectory"] = str(trajectory)
+        r = run_synthetic(overlay, spill, warmup=warmup, name=f"{mode}-{bw}-{wb}")
+        results.append({"store": mode, "drive_bw": bw, "writeback": wb, **r})
+        rows.append((mode, bw, wb, num(r["stall_p50_ms"]), num(r["stall_p99_ms"]), num(r["stall_max_ms"]),
+                     str(r["stalled_chunks"]), num(r["chunk_ms_p50"]), num(r["store_ms_p50"]),
+                     str(r["spill_chunk"]), str(r["first_read_chunk"]),
+                     f"{r['hits']}/{r['misses']}/{r['stale']}", size(r["disk_bytes_read"]),
+                     r["status"] if r["status"] == "done" else f"{r['status']} at {r['chunks']}"))
+        click.echo(f"  {mode} / drive {bw} / write-back {wb}: stall p99 {r['stall_p99_ms']:.1f} ms", err=True)
+    click.echo(f"bench store: synthetic MG2 KV x{kv_scale:g}, {chunks} chunks of {chunk_ms:g} ms, pool "
+               f"{pool_slots} chunks, spill under {spill}, stalls after {warmup} warm-up chunks")
+    echo_table(("store", "drive", "write-back", "stall p50", "p99", "max", "stalled", "chunk ms", "store ms",
+                "spill@", "1st read@", "hit/miss/stale", "disk read", "status"), rows)
+    echo_json("store", {"runs": results}, machine("cpu"),
+              {"spill": str(spill), "modes": modes, "drive_bw": drive_bws, "writeback": writebacks,
+               "chunks": chunks, "pool_slots": pool_slots, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
+               "warmup": warmup})

@@ -108,7 +108,8 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
              seed, device, quiet, store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink,
              positions, chunk_ms, kv_scale) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
-    from engine.session import Session, session_model_config   # keeps `worldpager --help` fast
+    from engine.config import session_model_config
+    from engine.session import Session   # keeps `worldpager --help` fast
     from worldpager_cli.progress import make_progress
 
     flags = given(image=image, out=out or default_output_path(), log=log, trajectory=trajectory,

@@ -10,7 +10,7 @@ import json
 import click
 
 from engine import planner
-from engine.config import model_config
+from engine.config import session_model_config
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config
 from engine.planner_probe import DEFAULT_PROBE_BYTES, probe_drive
@@ -126,7 +126,7 @@ def plan(preset, host_mem, device_mem, kv_bits, store, minutes, chunks, chunk_ms
     from worldpager_cli.main import chunks_for_length   # main imports this module: resolve at call time
 
     flags = memory_flags(host_mem, device_mem, kv_bits, drive_bw, spill, store)
-    m = model_config(resolve_session_config(preset, flags).model)
+    m = session_model_config(resolve_session_config(preset, flags))
     n = chunks_for_length(chunks, None, minutes, m.fps, m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
     cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})})
     budgets = planner.Budgets.from_gib(_host_gib(cfg), cfg.memory.device_mem_gib, baseline_gib,

@@ -73,15 +73,25 @@ class SessionMemory:
         if self.mode == "window":
             return
         if self.mode == "device-only":
-            budget = cfg.memory.device_mem_gib
-            self.store = ResidentStore(None if budget is None else int(budget * GIB))
+            self.store = ResidentStore(self._device_budget(cfg, device))
             return
         fmt = ChunkFormat.from_model(model_cfg, bits=cfg.memory.kv_bits,
                                      raw_dtype=str(dtype).removeprefix("torch."))
         spill = None if self.mode == "dram-only" else cfg.memory.spill
         self.store = KVStore(model_cfg, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
-                             k_slots=max(self.k, 1), dtype=dtype)
+                             k_slots=max(self.k, 1), dtype=dtype,
+                             sync_writeback=cfg.memory.writeback == "sync")
+
+    @staticmethod
+    def _device_budget(cfg: SessionConfig, device: torch.device) -> int | None:
+        """Bytes left for resident chunks: the device's memory (``device_mem_gib``) minus what the
+        model, the attention context and the runtime already hold (measured on CUDA; 0 on the CPU)."""
+        total = cfg.memory.device_mem_gib
+        if total is None:
+            return None
+        in_use = torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
+        return max(0, int(total * GIB) - in_use)
 
     def _pool_slots(self, cfg: SessionConfig, slot_bytes: int) -> int:
         """Slots for the host budget (budget − process RSS − 2 GiB), never more than the session can use."""

@@ -4,6 +4,8 @@ Contract.
   ``put(c, kv)``        kv = per layer (k, v), each [1, T, H, D] on the device. Quantised into a host-pool
                         slot before returning (CPU: synchronously; CUDA: on the device, then an
                         event-ordered copy to the pinned slot), so the caller may overwrite kv at once.
+                        With ``sync_writeback`` (a baseline for measurement) it also waits for the
+                        write-back it triggers.
                         Blocks only when every slot is dirty or pinned (write-back is behind); raises
                         ``CapacityError`` when the pool is full with no disk tier or a failed one.
   ``stage(ids)``        starts bringing up to ``k_slots`` chunks into the device staging slots (disk →
@@ -70,7 +72,8 @@ class KVStore:
                  n_slots: int | None = None, spill_dir=None, device="cpu", drive_bw=None, *,
                  k_slots: int = 3, n_banks: int = 1, dtype: torch.dtype | None = None,
                  readers: int = 2, resume: bool = False, low_water: int = 3,
-                 put_timeout_s: float = 120.0, disk_options: dict | None = None):
+                 put_timeout_s: float = 120.0, disk_options: dict | None = None,
+                 sync_writeback: bool = False):
         assert (host_bytes is None) != (n_slots is None), "give exactly one of host_bytes, n_slots"
         self.cfg, self.fmt, self.k_slots, self.n_banks = model_cfg, fmt, k_slots, n_banks
         self.device = torch.device(device)
@@ -78,6 +81,7 @@ class KVStore:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.put_timeout_s = put_timeout_s
+        self.sync_writeback = sync_writeback   # baseline: put waits for the write-back it triggers
         if n_slots is None:
             n_slots = pool_slots(host_bytes, process_baseline_bytes(), fmt.slot_bytes)
         self.pool = HostPool(n_slots, fmt.slot_bytes)
@@ -151,8 +155,11 @@ class KVStore:
                 self._pending_stores.append((chunk, event))
             self._c["puts"] += 1
             self._c["host_write_bytes"] += self.fmt.nbytes
-            self._c["put_s"] += time.perf_counter() - t0
             self._kick_writeback()
+            if self.sync_writeback:
+                self._cond.wait_for(lambda: self.manager.writeback_pending() == 0
+                                    or self._disk_error is not None, self.put_timeout_s)
+            self._c["put_s"] += time.perf_counter() - t0
 
     def _check_kv(self, kv: KV) -> None:
         dit = self.cfg.dit

@@ -9,24 +9,12 @@ rely on. Frames are flat grey at 1/8 of the model's resolution (the video path s
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import torch
 
-from engine.config import ModelConfig, model_config
+from engine.config import ModelConfig
 from engine.model.kv_context import AttentionContext
-
-SYNTHETIC_BASE = "mg2-universal"
-
-
-def synthetic_model_config(kv_scale: float = 1.0) -> ModelConfig:
-    """MG2 universal's KV shape with the layer count scaled by ``kv_scale`` (bytes scale with it)."""
-    base = model_config(SYNTHETIC_BASE)
-    layers = max(1, round(base.dit.num_layers * kv_scale))
-    dit = dataclasses.replace(base.dit, num_layers=layers, action=None)
-    return dataclasses.replace(base, name="synthetic", dit=dit)
-
 
 class SyntheticPipeline:
     def __init__(self, model_cfg: ModelConfig, chunk_ms: float, device: torch.device,

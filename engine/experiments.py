@@ -1,0 +1,94 @@
+"""The paper's systems experiments, run on this machine with the synthetic model.
+
+Owns running one synthetic session per configuration (real KV bytes, real store, real disk, real
+threads; DESIGN §5) and reducing its log to the figures the experiments compare: stall percentiles,
+chunk time, the chunk where the pool spilled and where the first disk read happened, retrieval counts,
+bytes per tier and host RSS flatness. ``worldpager bench`` formats these; nothing here asserts a speed.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from engine.errors import WorldPagerError
+from engine.overlay import resolve_session_config
+from engine.session import Session
+from engine.telemetry import percentile, read_log
+
+YAW = Path(__file__).resolve().parents[1] / "trajectories" / "yaw.yaml"
+
+
+def first_chunk(chunks: list[dict], key: str) -> int | None:
+    return next((r["chunk"] for r in chunks if r.get(key, 0) > 0), None)
+
+
+def reduce_log(records: list[dict], warmup: int) -> dict:
+    """The comparison figures of one session log (``warmup`` chunks excluded from time and RSS)."""
+    chunks = [r for r in records if r["type"] == "chunk"]
+    summary = records[-1] if records and records[-1]["type"] == "summary" else {}
+    steady = chunks[warmup:] or chunks
+    stall = [r["stall_ms"] for r in steady]
+    rss = [r["rss_bytes"] for r in steady]
+    half = len(steady) // 2
+    return {
+        "chunks": len(chunks),
+        "status": summary.get("status"),
+        "stall_p50_ms": percentile(stall, 50), "stall_p99_ms": percentile(stall, 99),
+        "stall_max_ms": max(stall, default=0.0),
+        "stalled_chunks": sum(1 for s in stall if s > 0.5),
+        "chunk_ms_p50": percentile([r["wall_ms"] for r in steady], 50),
+        "store_ms_p50": percentile([r.get("store_ms", 0.0) for r in steady], 50),
+        "memory_ms_p50": percentile([r.get("memory_ms", 0.0) for r in steady], 50),
+        "spill_chunk": first_chunk(chunks, "disk_bytes_written"),
+        "first_read_chunk": first_chunk(chunks, "disk_bytes_read"),
+        "reading_chunks": sum(1 for r in chunks if r.get("disk_bytes_read", 0) > 0),
+        "hits": sum(r.get("hits", 0) for r in chunks), "misses": sum(r.get("misses", 0) for r in chunks),
+        "stale": sum(r.get("stale", 0) for r in chunks),
+        "disk_bytes_read": sum(r.get("disk_bytes_read", 0) for r in chunks),
+        "disk_bytes_written": sum(r.get("disk_bytes_written", 0) for r in chunks),
+        "rss_min": min(rss, default=0), "rss_max": max(rss, default=0),
+        "rss_first_half_max": max(rss[:half], default=0), "rss_second_half_max": max(rss[half:], default=0),
+        "chunk_ms_first_half_p50": percentile([r["wall_ms"] for r in steady[:half]], 50),
+        "chunk_ms_second_half_p50": percentile([r["wall_ms"] for r in steady[half:]], 50),
+        "error": summary.get("error"),
+    }
+
+
+def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name: str = "run") -> dict:
+    """One synthetic session with ``overlay`` (SessionConfig keys) in a fresh process; its reduced log.
+
+    A fresh process per run keeps runs independent (no allocator or page-cache state carried over, RSS
+    measured from the same start). Outputs go to a temporary directory; the disk tier (when the
+    overlay's store has one) goes under ``spill_root``; both are removed afterwards.
+    """
+    work = Path(tempfile.mkdtemp(prefix="wp-exp-"))
+    spill = None
+    try:
+        memory = dict(overlay.get("memory", {}))
+        if spill_root is not None and memory.get("store", "prefetch") in ("prefetch", "on-demand", "sync"):
+            spill = Path(tempfile.mkdtemp(prefix=f"wp-spill-{name}-", dir=spill_root))
+            memory["spill"] = str(spill / "tier")
+        full = {"model": "synthetic", "trajectory": str(YAW), **overlay, "memory": memory,
+                "out": str(work / f"{name}.mp4")}
+        cfg = resolve_session_config(None, full)   # validate here, before a process is started
+        subprocess.run([sys.executable, "-m", "engine.experiments", json.dumps(full)], check=True)
+        return reduce_log(read_log(cfg.log_path), warmup)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
+
+
+def _run_in_this_process(overlay: dict) -> None:
+    try:
+        Session(resolve_session_config(None, overlay)).run()
+    except WorldPagerError:
+        pass   # e.g. dram-only's capacity stop: a result of the experiment, kept in the log
+
+
+if __name__ == "__main__":
+    _run_in_this_process(json.loads(sys.argv[1]))
