@@ -322,6 +322,7 @@ class SessionConfig:
     seed: int = 0
     device: str = "auto"               # auto | cpu | cuda | cuda:N
     positions: str = "rerotate"        # one of POSITION_MODES
+    rerotate_offset_frames: float = 30.0  # rerotate: retrieved chunks end this many video frames before the current chunk
     chunk_ms: float = 1200.0           # synthetic model only: device time per chunk
     kv_scale: float = 1.0              # synthetic model only: KV bytes relative to MG2 (via layers)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)

@@ -274,3 +274,42 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
               {"spill": str(spill), "modes": modes, "drive_bw": drive_bws, "writeback": writebacks,
                "chunks": chunks, "pool_slots": pool_slots, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
                "warmup": warmup})
+
+
+@bench.command("predict")
+@click.option("--trajectories", default="yaw.yaml,b1_ws.yaml,revisit_loop.yaml", show_default=True,
+              help="Trajectory files (paths, or names in trajectories/), comma-separated.")
+@click.option("--chunks", type=click.IntRange(min=5), default=60, show_default=True)
+@click.option("--k", "retrieve_k", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--lookahead", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Chunks ahead the prediction is made.")
+def predict(trajectories: str, chunks: int, retrieve_k: int, lookahead: int) -> None:
+    """How often the set selected from the predicted pose equals the set from the real pose."""
+    from engine.config import model_config as named_model
+    from engine.io.trajectory import load_trajectory, packaged_trajectory
+    from engine.retrieval.hit_rate import prediction_hit_rate
+    from engine.retrieval.predict import ConstantVelocityPredictor, ReuseCurrentPredictor
+    from engine.retrieval.select import ChunkGrid, FovOverlapPolicy
+
+    model = named_model("mg2-universal")
+    grid = ChunkGrid.of_model(model)
+    rows, results = [], []
+    for name in _split(trajectories, "--trajectories"):
+        path = Path(name) if Path(name).is_file() else packaged_trajectory(name)
+        poses = load_trajectory(path, model.mode, model.video_frames_total(chunks)).poses
+        rates = {}
+        for label, predictor in (("constant-velocity", ConstantVelocityPredictor(lookahead=lookahead)),
+                                 ("reuse-current", ReuseCurrentPredictor(lookahead=lookahead))):
+            rates[label] = prediction_hit_rate(poses, chunks, predictor, FovOverlapPolicy(), retrieve_k,
+                                               grid=grid)
+        cv, rc = rates["constant-velocity"], rates["reuse-current"]
+        rows.append((Path(path).name, ratio(cv["hit_rate"]), ratio(rc["hit_rate"]), str(cv["chunks_scored"]),
+                     f"{cv['mean_true_size']:.2f}"))
+        results.append({"trajectory": Path(path).name, "constant_velocity": cv["hit_rate"],
+                        "reuse_current": rc["hit_rate"], "chunks_scored": cv["chunks_scored"],
+                        "mean_set_size": cv["mean_true_size"]})
+    click.echo(f"bench predict: retrieval-set hit rate of the predicted pose, k={retrieve_k}, "
+               f"{chunks} chunks, lookahead {lookahead} (the paper: 0.66-0.94 vs 0.03-0.52)")
+    echo_table(("trajectory", "const-velocity", "reuse-current", "chunks", "mean set"), rows)
+    echo_json("predict", {"trajectories": results}, machine(),
+              {"trajectories": trajectories, "chunks": chunks, "k": retrieve_k, "lookahead": lookahead})

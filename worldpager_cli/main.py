@@ -109,6 +109,7 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
              positions, chunk_ms, kv_scale) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     from engine.config import session_model_config
+    from engine.model.facts import horizon_chunk
     from engine.session import Session   # keeps `worldpager --help` fast
     from worldpager_cli.progress import make_progress
 
@@ -134,6 +135,10 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
             "the video shows the pipeline, not a trained world model")
     else:
         say(f"worldpager: loading {cfg.model} from {cfg.checkpoint}")
+    horizon = horizon_chunk(m)
+    say(f"worldpager: positions {cfg.positions} (native horizon: chunk {horizon}, "
+        f"{m.video_frames_total(horizon) / m.fps / 60:.1f} min); store {cfg.memory.store}, "
+        f"int{cfg.memory.kv_bits} KV, k={cfg.memory.retrieve_k}; log {cfg.log_path}")
     session.load()
     with progress, _stop_on_sigint(session):
         result = session.run()

@@ -30,6 +30,7 @@ from engine.memory.slots import MemorySlots, SlotPlan
 from engine.memory.store import KVStore, context_slot_views
 from engine.memory.types import CapacityError
 from engine.model.kv_context import AttentionContext
+from engine.model.positions import Rerotation
 
 GIB = 2 ** 30
 
@@ -70,6 +71,7 @@ class SessionMemory:
         self.window_chunks = -(-model_cfg.window_frames // f)          # chunks (partly) in the window
         self.store: KVStore | ResidentStore | None = None
         self._last_counters: dict = {}
+        self.rerotation = Rerotation.for_session(cfg, model_cfg)
         if self.mode == "window":
             return
         if self.mode == "device-only":
@@ -133,17 +135,20 @@ class SessionMemory:
                    "device-only": self._prepare_device_only}[self.mode]
         prepare(chunk, desired, record)
         record["memory"] = self.slots.resident()
+        if self.rerotation is not None:
+            record["rerotated"] = self.rerotation.update(chunk, self.ctx, self.slots.chunk_in)
         self.ctx_valid()
         return record
 
     def _place_sink(self, chunk: int, record: dict) -> None:
-        """Once chunk 0 has left the window, it takes the sink slot for good."""
+        """Once chunk 0 has left the window, its copy (made when it was stored) becomes attended.
+
+        The sink never comes from the store, so placing it never waits on a drive."""
         left_window = chunk - 1 - self.window_chunks >= 0
         if self.slots.sink and left_window and self.slots.chunk_in[self.slots.sink_slot] is None:
-            loaded = self._load_now([0], record)
-            if 0 in loaded:
-                slot = self.slots.place_sink(0)
-                self._copy_into(loaded, {0: slot}, record)
+            slot = self.slots.place_sink(0)
+            if self.rerotation is not None:
+                self.rerotation.entered(slot, 0)
 
     def _prepare_prefetch(self, chunk: int, desired: list[int], record: dict) -> None:
         staged = self.store.take_staged(timeout=0)
@@ -192,6 +197,8 @@ class SessionMemory:
             for (k_dst, v_dst), (k, v) in zip(views, sources[chunk], strict=True):
                 k_dst.copy_(k)
                 v_dst.copy_(v)
+            if self.rerotation is not None:
+                self.rerotation.entered(slot, chunk)
         record["memory_copy_ms"] += (self.clock() - t0) * 1e3
 
     def ctx_valid(self) -> None:
@@ -205,6 +212,12 @@ class SessionMemory:
         """Keep chunk's clean KV (the context's current region) as retrievable memory."""
         if self.store is None:
             return {}
+        if self.slots.sink and chunk == 0:
+            # The sink stays resident in bf16 (model dtype): copy it now, attend it once it leaves the window.
+            for (k_dst, v_dst), (k, v) in zip(context_slot_views(self.ctx, self.slots.sink_slot),
+                                              self.ctx.current_kv(), strict=True):
+                k_dst.copy_(k)
+                v_dst.copy_(v)
         self.store.put(chunk, self.ctx.current_kv())
         return self.tier_record()
 

@@ -54,11 +54,10 @@ class DiTRope:
                                   torch.outer(cols, self.inv_freq[2].to(device)))
         return self._spatial[key]
 
-    def angles(self, start_frame: int, frames: int, height: int, width: int,
+    def angles(self, start_frame: float, frames: int, height: int, width: int,
                device: torch.device) -> torch.Tensor:
         """Angles [frames*height*width, D/2] (float64) for a block of tokens starting at start_frame."""
-        t = self.time_angles(torch.arange(start_frame, start_frame + frames, dtype=torch.float64,
-                                          device=device))
+        t = self.time_angles(start_frame + torch.arange(frames, dtype=torch.float64, device=device))
         h, w = self._spatial_angles(height, width, device)
         pt, ph, pw = t.shape[1], h.shape[1], w.shape[1]
         grid = torch.cat([
@@ -70,6 +69,11 @@ class DiTRope:
 
     def apply(self, x: torch.Tensor, start_frame: int, frames: int, height: int,
               width: int) -> torch.Tensor:
+        return self.apply_at(x, start_frame, frames, height, width)
+
+    def apply_at(self, x: torch.Tensor, start_frame: float, frames: int, height: int,
+                 width: int) -> torch.Tensor:
+        """``apply`` at a possibly fractional start position (re-placed memory lands between frames)."""
         ang = self.angles(start_frame, frames, height, width, x.device)[:, None, :]  # [L, 1, D/2]
         out = rotate_pairs(x.to(torch.float64), ang.cos(), ang.sin())
         return out.to(x.dtype)

@@ -58,7 +58,9 @@ def test_length_flags(chunks, seconds, minutes, expected):
 def one_line_error(result, *needles):
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) <= 2 and lines[-1].startswith("worldpager: error: "), result.output
+    # Banner lines may come first; the error is exactly one line, last, with no traceback.
+    assert lines[-1].startswith("worldpager: error: "), result.output
+    assert sum(line.startswith("worldpager: error") for line in lines) == 1 and "Traceback" not in result.output
     for needle in needles:
         assert needle in lines[-1], lines[-1]
     return lines[-1]

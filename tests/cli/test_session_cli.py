@@ -120,3 +120,11 @@ def test_host_memory_is_constant_over_a_long_session(tmp_path):
     rss = [r["rss_bytes"] for r in read_log(tmp_path / "long.log.jsonl") if r["type"] == "chunk"]
     assert len(rss) == 200
     assert max(rss[20:]) - min(rss[20:]) < 16 * 2**20, (min(rss[20:]), max(rss[20:]))
+
+
+def test_attention_sink_is_attended_once_chunk_zero_leaves_the_window(tmp_path):
+    result = run("generate", "--model", "micro", "--sink", "--chunks", "6", "--quiet", "--out", str(tmp_path / "s.mp4"))
+    assert result.exit_code == 0, result.output
+    chunks = [r for r in read_log(tmp_path / "s.log.jsonl") if r["type"] == "chunk"]
+    assert [0 in r["memory"] for r in chunks] == [False, False, True, True, True, True]
+    assert all(r["stall_ms"] == 0.0 for r in chunks)
