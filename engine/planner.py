@@ -75,19 +75,19 @@ Calibration against the paper (MG2 universal, 32 GiB host, RTX 4090 24 GiB, int4
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from engine.config import ModelConfig, SessionConfig, model_config, session_model_config
 from engine.errors import ConfigError
+from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw
 from engine.memory.quant import ChunkFormat
 
 GB = 1e9
 GiB = 1 << 30
 # Mirrors engine.memory.host_pool.DEFAULT_MARGIN / MIN_SLOTS (that module imports torch; a unit test
 # keeps the two equal).
-MARGIN_BYTES = 2 * GiB
-MIN_POOL_SLOTS = 8
+MARGIN_BYTES = DEFAULT_MARGIN
+MIN_POOL_SLOTS = MIN_SLOTS
 HOST_BASELINE_GIB = 2.66        # MG2 on CUDA; derivation in the module docstring
 DEVICE_BASELINE_GIB = 12.0      # MG2 on a 24 GiB RTX 4090; derivation in the module docstring
 CHUNK_S = 1.2                   # MG2 chunk compute time on an RTX 4090 (paper §II-B)
@@ -149,42 +149,9 @@ def video_seconds(model: ModelConfig, chunks: int) -> float:
 
 # ---- bandwidth ----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class DriveRates:
-    """Drive bandwidth in B/s; None = uncapped (as ``engine.memory.transfer.DriveBandwidth``)."""
-
-    read: float | None = None
-    write: float | None = None
-
-
-def _rate(text: str, spec: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or not math.isfinite(value):
-        raise ConfigError(f"--drive-bw {spec!r}: {text!r} is not a positive number of GB/s")
-    return value * GB
-
-
-def parse_drive_rates(spec: str | float | None) -> DriveRates:
-    """The ``--drive-bw`` grammar of ``engine.memory.transfer.parse_drive_bw``, without its torch import.
-
-    ``0.25`` → both 0.25 GB/s; ``r=0.5,w=0.2`` → separate; ``r=0.5`` → reads only; None → uncapped.
-    """
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "none", "off")):
-        return DriveRates()
-    text = str(spec).replace(" ", "")
-    if "=" not in text:
-        rate = _rate(text, str(spec))
-        return DriveRates(rate, rate)
-    rates: dict[str, float] = {}
-    for part in text.split(","):
-        m = re.fullmatch(r"(r|w|read|write)=(.+)", part)
-        if m is None:
-            raise ConfigError(f"--drive-bw {spec!r}: expected GBPS or r=GBPS,w=GBPS, got {part!r}")
-        rates[m.group(1)[0]] = _rate(m.group(2), str(spec))
-    return DriveRates(rates.get("r"), rates.get("w"))
+# The --drive-bw grammar is the store's own (engine.memory.budget), under the planner's names.
+DriveRates = DriveBandwidth
+parse_drive_rates = parse_drive_bw
 
 
 def cap_rates(measured: DriveRates, cap: DriveRates) -> DriveRates:

@@ -20,32 +20,14 @@ import psutil
 import torch
 
 from engine.errors import ConfigError
+from engine.memory.budget import ALIGN, DEFAULT_MARGIN, MIN_SLOTS, pool_slots  # noqa: F401 (re-exported)
 
-ALIGN = 4096
 GiB = 1 << 30
-DEFAULT_MARGIN = 2 * GiB
-MIN_SLOTS = 8   # write-back low water (3) + k staged reads (3) + room to put while both are pinned
 
 
 def process_baseline_bytes() -> int:
     """Resident memory of this process now (measured once, at start-up, before the pool exists)."""
     return psutil.Process().memory_info().rss
-
-
-def pool_slots(host_bytes: int, baseline_bytes: int, slot_bytes: int,
-               margin_bytes: int = DEFAULT_MARGIN, min_slots: int = MIN_SLOTS) -> int:
-    """Slots that fit in ``host_bytes − baseline − margin``; ConfigError when below ``min_slots``."""
-    assert slot_bytes > 0 and slot_bytes % ALIGN == 0, f"slot of {slot_bytes} B is not 4 KiB-aligned"
-    usable = host_bytes - baseline_bytes - margin_bytes
-    n = max(0, usable) // slot_bytes
-    if n < min_slots:
-        need = baseline_bytes + margin_bytes + min_slots * slot_bytes
-        raise ConfigError(
-            f"--host-mem {host_bytes / GiB:.2f} GiB leaves room for {n} chunk slots of "
-            f"{slot_bytes / 2**20:.1f} MiB after the process baseline ({baseline_bytes / GiB:.2f} GiB) "
-            f"and the {margin_bytes / GiB:.0f} GiB margin; need at least {min_slots} "
-            f"(--host-mem >= {need / GiB:.2f} GiB)")
-    return int(n)
 
 
 class HostPool:

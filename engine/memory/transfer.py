@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -31,54 +30,18 @@ from typing import Callable
 
 import torch
 
-from engine.errors import ConfigError
 from engine.memory import quant
+from engine.memory.budget import DriveBandwidth, parse_drive_bw  # noqa: F401 (re-exported)
 from engine.memory.types import ChunkId, TransferResult
 
 log = logging.getLogger("worldpager.memory")
-GB = 1e9
 MiB = 1 << 20
 _STOP = object()
 
 
 # ---- bandwidth ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class DriveBandwidth:
-    """Bytes per second; None means uncapped."""
-
-    read: float | None = None
-    write: float | None = None
-
-
-def _gbps(text: str, spec: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise ConfigError(f"--drive-bw {spec!r}: {text!r} is not a positive number of GB/s")
-    return value * GB
-
-
-def parse_drive_bw(spec: str | float | None) -> DriveBandwidth:
-    """``0.25`` -> both 0.25 GB/s; ``r=0.5,w=0.2`` -> separate; ``r=0.5`` -> reads only; None -> none."""
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "none", "off")):
-        return DriveBandwidth()
-    if isinstance(spec, (int, float)):
-        rate = _gbps(str(spec), str(spec))
-        return DriveBandwidth(rate, rate)
-    text = spec.replace(" ", "")
-    if "=" not in text:
-        rate = _gbps(text, spec)
-        return DriveBandwidth(rate, rate)
-    rates: dict[str, float] = {}
-    for part in text.split(","):
-        m = re.fullmatch(r"(r|w|read|write)=(.+)", part)
-        if m is None:
-            raise ConfigError(f"--drive-bw {spec!r}: expected GBPS or r=GBPS,w=GBPS, got {part!r}")
-        rates[m.group(1)[0]] = _gbps(m.group(2), spec)
-    return DriveBandwidth(rates.get("r"), rates.get("w"))
+# DriveBandwidth and parse_drive_bw live in engine.memory.budget (shared with the planner).
 
 
 class TokenBucket:

@@ -1,0 +1,70 @@
+"""Torch-free budget arithmetic shared by the store and the planner.
+
+Owns the ``--drive-bw`` grammar (``0.25`` = both directions, ``r=0.5,w=0.2`` = separate, ``none``) and
+the host-pool sizing rule (slots that fit in budget − process baseline − 2 GiB margin, at least 8), so
+that ``engine.planner`` predicts with exactly the rules the store runs with.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from engine.errors import ConfigError
+
+GB = 1e9
+GiB = 1 << 30
+ALIGN = 4096                      # pool slots and O_DIRECT blocks
+DEFAULT_MARGIN = 2 * GiB          # host memory left to everything else
+MIN_SLOTS = 8
+
+
+@dataclass(frozen=True)
+class DriveBandwidth:
+    """Bytes per second; None means uncapped."""
+
+    read: float | None = None
+    write: float | None = None
+
+
+def _gbps(text: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or not math.isfinite(value):
+        raise ConfigError(f"--drive-bw {spec!r}: {text!r} is not a positive number of GB/s")
+    return value * GB
+
+
+def parse_drive_bw(spec: str | float | None) -> DriveBandwidth:
+    """``0.25`` -> both 0.25 GB/s; ``r=0.5,w=0.2`` -> separate; ``r=0.5`` -> reads only; None -> none."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "none", "off")):
+        return DriveBandwidth()
+    text = str(spec).replace(" ", "")
+    if "=" not in text:
+        rate = _gbps(text, str(spec))
+        return DriveBandwidth(rate, rate)
+    rates: dict[str, float] = {}
+    for part in text.split(","):
+        m = re.fullmatch(r"(r|w|read|write)=(.+)", part)
+        if m is None:
+            raise ConfigError(f"--drive-bw {spec!r}: expected GBPS or r=GBPS,w=GBPS, got {part!r}")
+        rates[m.group(1)[0]] = _gbps(m.group(2), str(spec))
+    return DriveBandwidth(rates.get("r"), rates.get("w"))
+
+
+def pool_slots(host_bytes: int, baseline_bytes: int, slot_bytes: int,
+               margin_bytes: int = DEFAULT_MARGIN, min_slots: int = MIN_SLOTS) -> int:
+    """Slots that fit in ``host_bytes − baseline − margin``; ConfigError when below ``min_slots``."""
+    assert slot_bytes > 0 and slot_bytes % ALIGN == 0, f"slot of {slot_bytes} B is not 4 KiB-aligned"
+    usable = host_bytes - baseline_bytes - margin_bytes
+    n = max(0, usable) // slot_bytes
+    if n < min_slots:
+        need = baseline_bytes + margin_bytes + min_slots * slot_bytes
+        raise ConfigError(
+            f"--host-mem {host_bytes / GiB:.2f} GiB leaves room for {n} chunk slots of "
+            f"{slot_bytes / 2**20:.1f} MiB after the process baseline ({baseline_bytes / GiB:.2f} GiB) "
+            f"and the {margin_bytes / GiB:.0f} GiB margin; need at least {min_slots} "
+            f"(--host-mem >= {need / GiB:.2f} GiB)")
+    return int(n)
