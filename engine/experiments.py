@@ -44,6 +44,8 @@ def reduce_log(records: list[dict], warmup: int) -> dict:
         "store_ms_p50": percentile([r.get("store_ms", 0.0) for r in steady], 50),
         "memory_ms_p50": percentile([r.get("memory_ms", 0.0) for r in steady], 50),
         "spill_chunk": first_chunk(chunks, "disk_bytes_written"),
+        "pool_full_chunk": next((r["chunk"] + 1 for r in chunks
+                                 if "pool_free_bytes" in r and r["pool_free_bytes"] == 0), None),
         "first_read_chunk": first_chunk(chunks, "disk_bytes_read"),
         "reading_chunks": sum(1 for r in chunks if r.get("disk_bytes_read", 0) > 0),
         "hits": sum(r.get("hits", 0) for r in chunks), "misses": sum(r.get("misses", 0) for r in chunks),

@@ -172,6 +172,7 @@ class Session:
             t2 = time.perf_counter()
             # 6. store the chunk's KV, then roll the window
             tiers = memory.store_chunk(chunk)
+            mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot
             ctx.commit()
             t3 = time.perf_counter()
             # 7. decode and mux

@@ -12,8 +12,10 @@ Owns the per-chunk memory steps of DESIGN §2 and the store modes of §5; the se
 * ``device-only``: every retrievable chunk stays in device memory (bf16 / model dtype), no quantisation.
 * ``window``: no retrieval memory at all.
 
-Stall = the time this object made the loop wait for bytes that were not there yet. The cost of copying
-available chunks into the context is reported separately (``memory_copy_ms``).
+Stall = the time this object made the loop wait on memory: for bytes that were not there yet (a
+synchronous load) or for a pool slot that write-back had not freed yet (``put_wait_ms``, when the drive
+writes slower than chunks are produced). The cost of copying available chunks into the context is
+reported separately (``memory_copy_ms``).
 """
 from __future__ import annotations
 
@@ -225,9 +227,10 @@ class SessionMemory:
         """Per-chunk tier figures for the log (byte counters as deltas since the last call)."""
         c = self.store.counters() if self.store is not None else {}
         delta = {k: c.get(k, 0) - self._last_counters.get(k, 0)
-                 for k in ("disk_read_bytes", "disk_write_bytes")}
+                 for k in ("disk_read_bytes", "disk_write_bytes", "put_wait_s")}
         self._last_counters = c
-        return {"disk_bytes_read": delta["disk_read_bytes"], "disk_bytes_written": delta["disk_write_bytes"],
+        return {"put_wait_ms": delta["put_wait_s"] * 1e3,
+                "disk_bytes_read": delta["disk_read_bytes"], "disk_bytes_written": delta["disk_write_bytes"],
                 "pool_used_bytes": c.get("pool_used_bytes", c.get("device_kv_bytes", 0)),
                 "pool_free_bytes": c.get("pool_free_bytes", 0),
                 "writeback_queue": c.get("writeback_queue_depth", 0)}

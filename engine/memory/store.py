@@ -169,10 +169,12 @@ class KVStore:
 
     def _take_slot(self, chunk: ChunkId, t0: float):
         """A pool slot for ``chunk``; waits (counted as put_wait_s) while write-back frees one."""
+        waited = False
         while True:
             spec = self.manager.prepare_store(chunk)   # CapacityError when dram-only and full
             if spec is not None:
-                self._c["put_wait_s"] += time.perf_counter() - t0
+                if waited:   # only a real wait counts (it is reported as a stall)
+                    self._c["put_wait_s"] += time.perf_counter() - t0
                 return spec
             if self._disk_error is not None:
                 raise CapacityError(f"host pool full ({self.manager.n_slots} chunks) and the disk "
@@ -182,6 +184,7 @@ class KVStore:
                 raise CapacityError(f"host pool full: {where} freed no slot "
                                     f"in {self.put_timeout_s:.0f} s")
             self._kick_writeback()
+            waited = True
             self._cond.wait(0.01 if self._pending_stores else 0.5)
             self._reap_stores()
 
