@@ -3,12 +3,20 @@
 Owns the glue between a trajectory's per-frame poses and the pose-keyed policy: chunk keys are computed
 once per chunk and cached, ``select(c)`` uses chunk c's real pose, ``predict_select(c)`` uses the pose
 predicted for c from the frames known before c (constant velocity by default). No torch.
+
+Bounded cost: a long session revisits the same views many times, and scoring every past chunk would
+make each chunk's selection grow with the session. Candidates are therefore reduced to the newest chunk
+of each *view cell* (position on a ``cell_size`` grid, yaw and pitch in ``angle_bin`` degree bins): an
+older chunk of the same cell sees the same place from the same direction, and the policy would prefer
+the newer one anyway (its recency term). The number of candidates then grows with the places visited,
+not with the session's length.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.io.poses import euler_from_quat
 from engine.retrieval.predict import ConstantVelocityPredictor, PosePredictor, ReuseCurrentPredictor
 from engine.retrieval.select import ChunkGrid, ChunkPose, FovOverlapPolicy, RetrievalPolicy
 
@@ -17,12 +25,33 @@ PREDICTORS = {"constant-velocity": ConstantVelocityPredictor, "reuse-current": R
 
 class Retriever:
     def __init__(self, poses: np.ndarray, model_cfg: ModelConfig, policy: RetrievalPolicy | None = None,
-                 predictor: PosePredictor | None = None):
+                 predictor: PosePredictor | None = None, cell_size: float = 0.5, angle_bin: float = 10.0):
         self.poses = np.asarray(poses)                       # [T, 7] xyz + quaternion per video frame
         self.grid = ChunkGrid(model_cfg.video_frames_of_chunk(0), model_cfg.video_frames_of_chunk(1))
         self.policy = policy or FovOverlapPolicy()
         self.predictor = predictor or ConstantVelocityPredictor()
+        self.cell_size, self.angle_bin = cell_size, angle_bin
         self._keys: dict[int, ChunkPose] = {}
+        self._cell_of: dict[int, tuple] = {}                 # chunk -> view cell
+
+    def view_cell(self, chunk: int) -> tuple:
+        """The chunk's middle-frame pose, quantised: grid cell of its position, yaw and pitch bins."""
+        frame = self.grid.summary_frames(chunk, 1)[0]
+        pose = self.poses[frame]
+        yaw, pitch, _ = euler_from_quat(pose[3:])
+        return (*np.floor(pose[:3] / self.cell_size).astype(int).tolist(),
+                int(np.floor(float(yaw) / self.angle_bin)) % int(round(360 / self.angle_bin)),
+                int(np.floor(float(pitch) / self.angle_bin)))
+
+    def representatives(self, candidates: list[int]) -> list[int]:
+        """The newest of ``candidates`` in each view cell (cells cached per chunk)."""
+        newest: dict[tuple, int] = {}
+        for chunk in candidates:
+            if chunk not in self._cell_of:
+                self._cell_of[chunk] = self.view_cell(chunk)
+            cell = self._cell_of[chunk]
+            newest[cell] = max(chunk, newest.get(cell, -1))
+        return sorted(newest.values())
 
     def key(self, chunk: int) -> ChunkPose:
         if chunk not in self._keys:
@@ -32,7 +61,7 @@ class Retriever:
     def _select(self, query: ChunkPose, candidates: list[int], k: int) -> list[int]:
         if k <= 0 or not candidates:
             return []
-        return self.policy.select(query, {c: self.key(c) for c in candidates}, k)
+        return self.policy.select(query, {c: self.key(c) for c in self.representatives(candidates)}, k)
 
     def select(self, chunk: int, candidates: list[int], k: int) -> list[int]:
         """The set for ``chunk`` from its real pose."""
