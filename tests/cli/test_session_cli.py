@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +15,7 @@ from engine.io.video import count_frames
 from engine.telemetry import read_log
 from worldpager_cli.main import cli
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
 WORLDPAGER = [sys.executable, "-c", "from worldpager_cli.main import cli; cli()"]
 
 
@@ -67,6 +68,14 @@ def test_bad_trajectory_is_a_one_line_error(tmp_path):
     assert not (tmp_path / "o.mp4").exists()
 
 
+def start_generate(tmp_path, name: str, chunks: int) -> tuple[subprocess.Popen, Path, Path]:
+    """A ``worldpager generate`` subprocess (micro model) and its MP4 and log paths."""
+    out = tmp_path / f"{name}.mp4"
+    proc = subprocess.Popen(WORLDPAGER + ["generate", "--model", "micro", "--chunks", str(chunks), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    return proc, out, tmp_path / f"{name}.log.jsonl"
+
+
 def _wait_for_chunks(log, n, proc, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -78,10 +87,7 @@ def _wait_for_chunks(log, n, proc, timeout=120):
 
 
 def test_sigint_finishes_the_chunk_and_closes_video_and_log(tmp_path):
-    out = tmp_path / "stop.mp4"
-    proc = subprocess.Popen(WORLDPAGER + ["generate", "--model", "micro", "--chunks", "500", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    log = tmp_path / "stop.log.jsonl"
+    proc, out, log = start_generate(tmp_path, "stop", 500)
     _wait_for_chunks(log, 3, proc)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
@@ -95,10 +101,7 @@ def test_sigint_finishes_the_chunk_and_closes_video_and_log(tmp_path):
 
 
 def test_without_a_tty_progress_is_plain_lines_and_tail_follows_live(tmp_path):
-    out = tmp_path / "live.mp4"
-    proc = subprocess.Popen(WORLDPAGER + ["generate", "--model", "micro", "--chunks", "40", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    log = tmp_path / "live.log.jsonl"
+    proc, _, log = start_generate(tmp_path, "live", 40)
     _wait_for_chunks(log, 1, proc)
     tail = subprocess.run(WORLDPAGER + ["tail", str(log), "--idle-timeout", "60"], capture_output=True,
                           text=True, timeout=180)
