@@ -167,9 +167,7 @@ class SessionMemory:
 
     def _prepare_sync(self, chunk: int, desired: list[int], record: dict) -> None:
         loaded = self._load_now(desired, record)
-        # No reuse: every desired chunk is copied again, even when its slot already holds it.
-        self.slots.chunk_in = [None if j != self.slots.sink_slot else c for j, c in enumerate(self.slots.chunk_in)]
-        self.slots.filled = sum(c is not None for c in self.slots.chunk_in)
+        self.slots.clear_retrieval()   # no reuse: every desired chunk is copied again
         self._apply(self.slots.plan(desired, set(loaded)), loaded, record)
 
     def _prepare_device_only(self, chunk: int, desired: list[int], record: dict) -> None:

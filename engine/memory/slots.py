@@ -34,7 +34,10 @@ class MemorySlots:
         self.sink = sink
         self.total = retrieval_slots + (1 if sink else 0)
         self.chunk_in: list[int | None] = [None] * self.total   # physical slot -> chunk id
-        self.filled = 0
+
+    @property
+    def filled(self) -> int:
+        return sum(c is not None for c in self.chunk_in)
 
     @property
     def sink_slot(self) -> int | None:
@@ -50,7 +53,6 @@ class MemorySlots:
     def place_sink(self, chunk: int) -> int:
         assert self.sink and self.chunk_in[self.sink_slot] is None
         self.chunk_in[self.sink_slot] = chunk
-        self.filled = max(self.filled, 1)
         return self.sink_slot
 
     def _free_order(self) -> list[int]:
@@ -78,7 +80,10 @@ class MemorySlots:
     def apply(self, plan: SlotPlan) -> None:
         for slot, chunk in plan.fills:
             self.chunk_in[slot] = chunk
-        self.filled = sum(c is not None for c in self.chunk_in)
+
+    def clear_retrieval(self) -> None:
+        """Forget every retrieved chunk (the sink stays): the next plan refills all slots."""
+        self.chunk_in = [c if j == self.sink_slot else None for j, c in enumerate(self.chunk_in)]
 
     def valid_tokens(self, tokens_per_chunk: int) -> int:
         assert all(c is not None for c in self.chunk_in[self.total - self.filled:]), (

@@ -288,9 +288,7 @@ class KVStore:
             self.manager.complete_load(spec.chunk, result.ok)
             host = None
             if not result.ok:
-                self._c["failed_reads"] += 1
-                self._report(result)
-                st.failed.add(spec.chunk)
+                self._read_failed(st, spec.chunk, result)
             else:
                 self._c["disk_read_bytes"] += result.nbytes
                 self._c["disk_read_s"] += result.seconds
@@ -304,6 +302,12 @@ class KVStore:
                 self._cond.notify_all()
                 return
         self.stager.submit(self._dequant_job(st, j, host))
+
+    def _read_failed(self, st: _Staging, chunk: ChunkId, result: TransferResult) -> None:
+        """A disk read or dequantisation failed: counted, reported, and a miss (called under the lock)."""
+        self._c["failed_reads"] += 1
+        self._report(result)
+        st.failed.add(chunk)
 
     def _dequant_job(self, st: _Staging, j: int, spec: LoadSpec) -> Job:
         def run() -> int:
@@ -323,9 +327,7 @@ class KVStore:
             else:
                 self.manager.complete_load(spec.chunk, result.ok)
                 if not result.ok:
-                    self._c["failed_reads"] += 1
-                    self._report(result)
-                    st.failed.add(spec.chunk)
+                    self._read_failed(st, spec.chunk, result)
                 else:
                     self._c["host_read_bytes"] += result.nbytes
                     self._c["stage_s"] += result.seconds
