@@ -2,7 +2,9 @@
 
 Owns the shape facts of the model family (DiT, action module, VAE, CLIP, sampler) and the named model
 configurations (the three released MG2 modes and the small built-in ``tiny`` model). Everything else in
-the engine derives shapes from these objects; no module hard-codes 30, 880 or 1536.
+the engine derives shapes from these objects; no module hard-codes 30, 880 or 1536. MG2 code paths hand
+the rest of the engine a ``KVLayout`` and a ``VideoGrid`` (``ModelConfig.kv_layout()`` /
+``video_grid()``), never the config itself.
 
 Overlays (presets, CLI flags) are applied by ``engine.overlay``, which rejects unknown keys and wrong
 types by name.
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError
+from engine.layout import KVLayout, VideoGrid
 
 # Wan2.1 VAE latent normalisation constants (per latent channel).
 WAN_LATENT_MEAN = (
@@ -199,6 +202,17 @@ class ModelConfig:
         """Self-attention K+V bytes of one chunk over all layers (action caches excluded)."""
         values = 2 * self.dit.num_layers * self.tokens_per_chunk * self.dit.dim
         return int(values * bytes_per_value)
+
+    def kv_layout(self) -> KVLayout:
+        """The stored self-attention KV of one chunk, as the memory and the model interface see it."""
+        return KVLayout(layers=self.dit.num_layers, tokens_per_frame=self.tokens_per_frame,
+                        frames_per_chunk=self.sampler.frames_per_chunk, heads=self.dit.num_heads,
+                        head_dim=self.dit.head_dim, window_frames=self.window_frames)
+
+    def video_grid(self) -> VideoGrid:
+        """Video frames of chunk 0 and of every later chunk, and the frame rate."""
+        return VideoGrid(first_frames=self.video_frames_of_chunk(0),
+                         frames_per_chunk=self.video_frames_of_chunk(1), fps=self.fps)
 
 
 # ---------------------------------------------------------------------------------------------

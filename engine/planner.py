@@ -79,8 +79,8 @@ from dataclasses import dataclass
 
 from engine.config import ModelConfig, SessionConfig, model_config, session_model_config
 from engine.errors import ConfigError
+from engine.kv_format import ChunkFormat
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw
-from engine.memory.quant import ChunkFormat
 
 GB = 1e9
 GiB = 1 << 30
@@ -106,7 +106,7 @@ def format_name(bits: int) -> str:
 
 
 def chunk_format(model: ModelConfig, fmt: str) -> ChunkFormat:
-    return ChunkFormat.from_model(model, bits=FORMAT_BITS[fmt])
+    return ChunkFormat.from_layout(model.kv_layout(), bits=FORMAT_BITS[fmt])
 
 
 def bytes_per_chunk(model: ModelConfig) -> dict[str, int]:
@@ -127,8 +127,8 @@ def pool_bytes(host_bytes: int, baseline_bytes: int, margin_bytes: int = MARGIN_
 
 
 def window_chunks(model: ModelConfig) -> int:
-    """w: chunks (partly) in the local window — as engine.memory.session_memory counts them."""
-    return -(-model.window_frames // model.sampler.frames_per_chunk)
+    """w: chunks (partly) in the local window — as engine.session_memory counts them."""
+    return model.kv_layout().window_chunks
 
 
 def device_buffer_bytes(model: ModelConfig, retrieve_k: int, sink: bool) -> int:

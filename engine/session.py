@@ -3,10 +3,16 @@
 For chunk c (DESIGN §2):
   1. inputs   — the trajectory gives c's actions (model input) and poses (retrieval key);
   2–4. memory — select c's retrieval set, take what was staged, start staging c+1 (``SessionMemory``);
-  5. denoise  — MG2's steps plus the clean pass, which writes c's KV into the attention context;
+  5. denoise  — the model's steps (MG2: plus the clean pass), which write c's KV into the context;
   6. store    — c's clean KV enters the retrieval memory; the context's window rolls (``commit``);
   7. decode + mux — the streaming VAE decoder's frames are appended to the MP4;
   8. log      — one JSON line, then the caller's hook.
+
+The session drives every model through the ``WorldModel`` protocol only (``engine.model.interface``):
+the model comes from the one factory (``engine.model.registry``), whose ``ModelSpec`` gives what set-up
+needs before the model is built (start-image size, action space, video grid, frame size); the
+attention context is shaped by ``model.layout``, the retriever keyed by ``model.camera_poses()`` on
+``model.grid``, re-rotation done by ``model.rotate_time``.
 
 Set-up validates every user input (start image, trajectory, output and log paths) before anything is
 written; the MP4 and the log are closed on every exit path (the log with its summary line), so a failed
@@ -23,18 +29,17 @@ from typing import Callable
 
 import torch
 
-from engine.config import SYNTHETIC_MODEL, ModelConfig, SessionConfig, session_model_config
+from engine.config import SessionConfig
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory, load_trajectory, packaged_trajectory
 from engine.io.video import VideoWriter
-from engine.memory.session_memory import SessionMemory
-from engine.model.facts import model_facts
+from engine.model.interface import WorldModel
 from engine.model.kv_context import AttentionContext
-from engine.model.load import load_models
-from engine.model.pipeline import MG2Pipeline
-from engine.model.synthetic import SyntheticPipeline
+from engine.model.registry import ModelSpec, build_world_model, model_header_facts, model_spec
 from engine.overlay import config_to_json, write_resolved_config
+from engine.positions import Rerotation
 from engine.retrieval.retriever import PREDICTORS, Retriever
+from engine.session_memory import SessionMemory
 from engine.telemetry import SessionLog, process_rss
 
 # The packaged trajectory used without --trajectory, per action space.
@@ -69,42 +74,35 @@ class Session:
 
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None):
         self.cfg = cfg
-        self.model_cfg: ModelConfig = session_model_config(cfg)
+        self.spec: ModelSpec = model_spec(cfg)
         self.on_chunk = on_chunk or (lambda record: None)
         self.device, self.dtype = resolve_device(cfg.device)
         self._stop = threading.Event()
-        m = self.model_cfg
-        self.image = load_image(cfg.image or default_start_image_path(), m.video_height, m.video_width)
+        spec = self.spec
+        self.image = load_image(cfg.image or default_start_image_path(), *spec.image_size)
         self.trajectory: Trajectory = load_trajectory(
-            cfg.trajectory or packaged_trajectory(DEFAULT_TRAJECTORIES[m.mode]), m.mode,
-            frames=m.video_frames_total(cfg.chunks), repeat=cfg.repeat, calibration=cfg.calibration)
-        self.synthetic = cfg.model == SYNTHETIC_MODEL
-        height, width = (m.video_height // 8, m.video_width // 8) if self.synthetic else (m.video_height, m.video_width)
-        self.writer = VideoWriter(cfg.out, width, height, m.fps)
+            cfg.trajectory or packaged_trajectory(DEFAULT_TRAJECTORIES[spec.action_mode]), spec.action_mode,
+            frames=spec.grid.frames_total(cfg.chunks), repeat=cfg.repeat, calibration=cfg.calibration)
+        height, width = spec.frame_size
+        # Opened now, before the (slow) load, so a bad output path fails first; the factory checks
+        # that the built model's frame size and grid are the ones promised here.
+        self.writer = VideoWriter(cfg.out, width, height, spec.grid.fps)
         try:
             self.log = SessionLog(cfg.log_path)
             write_resolved_config(cfg, cfg.config_path)
         except BaseException:
             self._discard_outputs()
             raise
-        self.pipeline: MG2Pipeline | SyntheticPipeline | None = None
+        self.model: WorldModel | None = None
 
     def request_stop(self) -> None:
         """Finish the chunk in hand, then stop (thread- and signal-safe)."""
         self._stop.set()
 
     def load(self) -> None:
-        """Load the networks (or build the synthetic model); on failure the empty outputs are removed."""
+        """Build the model (loading its weights); on failure the empty outputs are removed."""
         try:
-            if self.synthetic:
-                self.pipeline = SyntheticPipeline(self.model_cfg, self.cfg.chunk_ms, self.device,
-                                                  self.dtype, self.cfg.seed)
-                self.weights = "synthetic (no weights)"
-            else:
-                models = load_models(self.model_cfg, self.cfg.checkpoint, self.device, self.dtype)
-                self.pipeline = MG2Pipeline(models, self.model_cfg, self.image, self.trajectory,
-                                            self.cfg.seed, self.cfg.positions, self.device, self.dtype)
-                self.weights = models.source
+            self.model = build_world_model(self.cfg, self.image, self.trajectory, self.device, self.dtype)
         except BaseException:
             self._discard_outputs()
             raise
@@ -120,19 +118,20 @@ class Session:
     def run(self) -> SessionResult:
         """Generate every chunk (loading first if needed); video and log are closed on every path."""
         start = time.perf_counter()
-        if self.pipeline is None:
+        if self.model is None:
             self.load()
-        facts = model_facts(self.model_cfg) if not self.synthetic else {"model": "synthetic", "fps": self.model_cfg.fps}
-        self.log.header(config_to_json(self.cfg), facts, device=str(self.device),
-                        dtype=str(self.dtype).removeprefix("torch."), weights=self.weights,
+        model = self.model
+        self.log.header(config_to_json(self.cfg), model_header_facts(self.cfg), device=str(self.device),
+                        dtype=str(self.dtype).removeprefix("torch."), weights=model.weights,
                         trajectory=self.trajectory.describe())
         status, chunks, frames, memory = "failed", 0, 0, None
         try:
-            ctx = AttentionContext(self.model_cfg, memory_chunks=self._memory_chunks(), dtype=self.dtype,
+            ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
                                    device=self.device)
-            retriever = Retriever(self.trajectory.poses, self.model_cfg,
+            retriever = Retriever(model.camera_poses(), model.grid,
                                   predictor=PREDICTORS[self.cfg.memory.predictor]())
-            memory = SessionMemory(self.cfg, self.model_cfg, ctx, retriever, self.device, self.dtype)
+            memory = SessionMemory(self.cfg, model.layout, ctx, retriever, self.device, self.dtype,
+                                   rerotation=Rerotation.for_session(self.cfg, model))
             chunks, frames = self._loop(ctx, memory)
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks else "done"
         except BaseException as exc:
@@ -157,8 +156,8 @@ class Session:
 
     @torch.no_grad()
     def _loop(self, ctx: AttentionContext, memory: SessionMemory) -> tuple[int, int]:
-        pipeline = self.pipeline
-        pipeline.prepare_context(ctx)
+        model = self.model
+        model.prepare_context(ctx)
         frames_total = 0
         for chunk in range(self.cfg.chunks):
             if self._stop.is_set():
@@ -168,7 +167,7 @@ class Session:
             mem = memory.prepare(chunk)
             t1 = time.perf_counter()
             # 5. denoise (the chunk's clean K/V end up in the context's current region)
-            latents = pipeline.denoise(chunk, ctx)
+            latents = model.denoise(chunk, ctx)
             t2 = time.perf_counter()
             # 6. store the chunk's KV, then roll the window
             tiers = memory.store_chunk(chunk)
@@ -176,7 +175,7 @@ class Session:
             ctx.commit()
             t3 = time.perf_counter()
             # 7. decode and mux
-            video = pipeline.decode(latents, chunk)                                # [T, 3, H, W]
+            video = model.decode(latents, chunk)                                   # [T, 3, H, W]
             self.writer.write(video.float().cpu())
             frames_total += video.shape[0]
             # 8. log

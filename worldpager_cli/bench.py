@@ -131,7 +131,7 @@ def resolve_device(name: str) -> str:
               help="Timed calls per operation (the median is reported).")
 def quant(name: str, bits: str, tokens: int | None, device: str, repeats: int) -> None:
     """Quantise / dequantise one chunk's KV against a plain copy of it."""
-    from engine.kernels.bench_quant import bench_quant
+    from engine.memory.bench_quant import bench_quant
 
     cfg = model_config(name)
     dev = resolve_device(device)
@@ -292,7 +292,7 @@ def predict(trajectories: str, chunks: int, retrieve_k: int, lookahead: int) -> 
     from engine.retrieval.select import ChunkGrid, FovOverlapPolicy
 
     model = named_model("mg2-universal")
-    grid = ChunkGrid.of_model(model)
+    grid = ChunkGrid.of_video(model.video_grid())
     rows, results = [], []
     for name in _split(trajectories, "--trajectories"):
         path = Path(name) if Path(name).is_file() else packaged_trajectory(name)

@@ -2,7 +2,7 @@
 
 Contract: ``load_trajectory(path, mode, frames, repeat, calibration)`` returns a ``Trajectory`` of exactly
 ``frames`` video frames in ``mode``'s action space, or raises ``InputError`` whose one-line message
-names the file and the line or field at fault. Poses follow ``engine.io.poses`` (y-up world, camera
+names the file and the line or field at fault. Poses follow ``engine.geometry`` (y-up world, camera
 looks along -z, yaw > 0 turns right, pitch > 0 looks up; ``[T, 7]`` = x, y, z, qw, qx, qy, qz).
 
 One pipeline for every format: the file becomes per-frame actions plus a start pose (pose files are
@@ -71,10 +71,10 @@ import torch
 import yaml
 
 from engine.errors import ConfigError, InputError
+from engine.geometry import matrix_to_quat, poses_euler, quat_from_euler, resample, wrap_degrees
 from engine.io.actions import CAMERA_STEP, KEYBOARD_KEYS, ActionTrack
-from engine.io.poses import (FPS, ORIGIN, Calibration, CameraState, advance, integrate, matrix_to_quat,
-                             poses_euler, quat_from_euler, resample, state_from_pose, states_to_poses,
-                             wrap_degrees)
+from engine.io.poses import (FPS, ORIGIN, Calibration, CameraState, advance, integrate, state_from_pose,
+                             states_to_poses)
 
 PathLike = Union[str, os.PathLike]
 MODES = tuple(KEYBOARD_KEYS)
@@ -112,7 +112,7 @@ class Trajectory:
     """What a session consumes: per-video-frame actions and the camera pose of every frame."""
 
     actions: ActionTrack       # keyboard [T, k] float32, mouse [T, 2] float32 (None for templerun)
-    poses: np.ndarray          # [T, 7] float64: x, y, z, qw, qx, qy, qz (c2w; engine.io.poses convention)
+    poses: np.ndarray          # [T, 7] float64: x, y, z, qw, qx, qy, qz (c2w; engine.geometry convention)
     mode: str
     source: str                # the file (or what produced the actions)
     format: str                # yaml | pose csv | action csv | nerfstudio | actions
@@ -528,7 +528,7 @@ def _load_yaml(ctx: _Context, text: str, mode: str, cal: Calibration, **_: Any) 
             raise ctx.error("start: is only for segments without keyframes (the first keyframe is the start)",
                             data.line_of("start"), "start")
         times, positions, quats = _parse_keyframes(ctx, data["keyframes"], data.line_of("keyframes"))
-        acts = _track(ctx, resample(times, positions, quats), mode, cal, "yaml")
+        acts = _track(ctx, resample(times, positions, quats, FPS), mode, cal, "yaml")
     else:
         start = _parse_start(ctx, data["start"], data.line_of("start")) if "start" in data else ORIGIN
         acts = _Actions(*_empty(mode), start, TrackingError(), "yaml")
@@ -739,7 +739,7 @@ def _pose_csv(ctx: _Context, header: list[str], header_line: int, table, mode: s
     shown = [f"t {row['t']} s" if column == "t" else f"frame {row['frame']}" for _, row in table]
     _check_times(ctx, times, shown, lines, lambda i: column)
     a = np.asarray(values)
-    targets = resample(np.asarray(times), a[:, :3], quat_from_euler(a[:, 3], a[:, 4], a[:, 5]))
+    targets = resample(np.asarray(times), a[:, :3], quat_from_euler(a[:, 3], a[:, 4], a[:, 5]), FPS)
     return _track(ctx, targets, mode, cal, "pose csv")
 
 
@@ -805,7 +805,7 @@ def _load_nerfstudio(ctx: _Context, text: str, mode: str, cal: Calibration, nerf
     c2w = np.stack([_c2w(ctx, camera, i) for i, camera in enumerate(path)])          # [N, 3, 4]
     if nerfstudio_up == "z":
         c2w = _Z_UP_TO_Y_UP @ c2w
-    targets = resample(np.arange(len(path)) / fps, c2w[:, :, 3], matrix_to_quat(c2w[:, :, :3]))
+    targets = resample(np.arange(len(path)) / fps, c2w[:, :, 3], matrix_to_quat(c2w[:, :, :3]), FPS)
     return _track(ctx, targets, mode, cal, "nerfstudio")
 
 

@@ -47,9 +47,9 @@ import torch
 
 from engine.config import model_config
 from engine.errors import ConfigError, OutputError
+from engine.kv_format import ChunkFormat
 from engine.memory.disk import ALIGN, DATA_NAME, DiskTier
 from engine.memory.host_pool import HostPool
-from engine.memory.quant import ChunkFormat
 
 MiB, GiB = 1 << 20, 1 << 30
 MIN_BLOCKS = 4
@@ -61,7 +61,7 @@ _DD_SUMMARY = re.compile(r"^(\d+) bytes\b.*copied, ([0-9.]+) s", re.MULTILINE)
 
 def default_block_bytes() -> int:
     """One mg2-universal int4 chunk as the pool and the disk tier hold it."""
-    return ChunkFormat.from_model(model_config("mg2-universal"), bits=4).slot_bytes
+    return ChunkFormat.from_layout(model_config("mg2-universal").kv_layout(), bits=4).slot_bytes
 
 
 @dataclass(frozen=True)

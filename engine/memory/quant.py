@@ -1,180 +1,32 @@
-"""The byte format of one stored chunk (one host-pool slot / one disk block) and its (de)quantisation.
+"""A stored chunk's tensors: quantise per-layer K/V into a block and read a block back (torch).
 
-A chunk block holds the self-attention K and V of one chunk for every layer (keys after RoPE), as
-``layers`` equal layer records one after another; layer ``l`` starts at ``l * layer_bytes``. Inside a
-record the sections follow in this order, each starting on a 16-byte boundary (``ALIGN``; a section
-whose size is not a multiple of 16 is followed by zero padding — none is needed for any named model):
-
-quantised (``bits`` ∈ {2, 4, 8}; ``T`` tokens, ``C = heads * head_dim`` channels, ``G = value_group``,
-``P = 8 // bits`` codes per byte, all little-endian):
-
-====  =========  ======================  =====================================================
- #    section    dtype, shape            meaning
-====  =========  ======================  =====================================================
- 0    k_codes    uint8 [T, C/P]          key codes, row per token, channel ``j*P+s`` in bits s*b..
- 1    k_scale    fp16  [C]               per-channel key scale (one group = the chunk's T tokens)
- 2    k_zero     fp16  [C]               per-channel key zero point (the group minimum)
- 3    v_codes    uint8 [T, C/P]          value codes, same packing as keys
- 4    v_scale    fp16  [T, C/G]          per-token value scale, group g = channels g*G .. g*G+G-1
- 5    v_zero     fp16  [T, C/G]          per-token value zero point
-====  =========  ======================  =====================================================
-
-For mg2-universal int4 (T = 2640, C = 1536, G = 64, 30 layers) the offsets inside a layer record are
-k_codes 0 (+2,027,520) · k_scale 2,027,520 (+3,072) · k_zero 2,030,592 (+3,072) · v_codes 2,033,664
-(+2,027,520) · v_scale 4,061,184 (+126,720) · v_zero 4,187,904 (+126,720); layer_bytes = 4,314,624;
-``nbytes`` = 30 × 4,314,624 = **129,438,720** (the paper's 129.4 MB); ``slot_bytes`` (rounded up to
-4096 for O_DIRECT and pool slots) = 129,441,792. int8 = 251,089,920 B, int2 = 68,613,120 B.
-
-unquantised (``bits = 16``; exact round trip when the KV dtype equals ``raw_dtype``):
-``k`` then ``v``, each ``raw_dtype [T, C]`` row-major (mg2-universal bf16: 486,604,800 B).
-
-The quantisation contract (grouping, rounding, error bound) is :mod:`engine.kernels.reference`'s.
-The layout arithmetic is plain Python so that the torch-free planner can import :class:`ChunkFormat`;
-torch is imported only by the functions that touch tensors.
+Owns the tensor side of the chunk block whose byte layout :mod:`engine.kv_format` defines: typed views
+of a block's sections, ``quantize_chunk_into`` (K/V → block, through the kernels' one dispatch point
+:mod:`engine.kernels.ops`) and ``dequantize_chunk_into`` (block → K/V views, e.g. device staging
+slots). With ``bits = 16`` both are exact copies. The byte arithmetic itself (offsets, ``nbytes``,
+``slot_bytes``) is not here: it is torch-free and shared with the planner.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import torch
 
-from engine.config import ModelConfig
-from engine.errors import ConfigError
-
-if TYPE_CHECKING:
-    import torch
-
-ALIGN = 16            # section alignment: fp16 views need 2, vector loads like 16
-SLOT_ALIGN = 4096     # O_DIRECT block / pool slot granularity
-QUANT_BITS = (2, 4, 8)
-RAW_BITS = 16
-RAW_ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+from engine.kernels import ops
+from engine.kv_format import ChunkFormat
 
 
-def _align(n: int, to: int) -> int:
-    return -(-n // to) * to
+def layer_views(fmt: ChunkFormat, block: torch.Tensor, layer: int) -> dict[str, torch.Tensor]:
+    """Typed views of layer ``layer``'s sections inside a uint8 block (no copies)."""
+    assert block.dtype == torch.uint8 and block.dim() == 1 and block.is_contiguous()
+    assert block.numel() >= fmt.nbytes, f"block of {block.numel()} B < chunk of {fmt.nbytes} B"
+    base = layer * fmt.layer_bytes
+    views = {}
+    for s in fmt.sections:
+        raw = block[base + s.offset: base + s.offset + s.nbytes]
+        views[s.name] = raw.view(getattr(torch, s.dtype)).view(s.shape)
+    return views
 
 
-@dataclass(frozen=True)
-class Section:
-    """One tensor inside a layer record."""
-
-    name: str
-    offset: int                # bytes from the start of the layer record
-    nbytes: int
-    dtype: str                 # torch dtype name
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ChunkFormat:
-    """Shape facts + storage format of one chunk block; see the module docstring for the layout."""
-
-    layers: int
-    tokens: int
-    heads: int
-    head_dim: int
-    bits: int = 4
-    value_group: int = 64
-    raw_dtype: str = "bfloat16"       # element type when bits == 16
-
-    def __post_init__(self) -> None:
-        if self.bits not in QUANT_BITS + (RAW_BITS,):
-            raise ConfigError(f"KV storage bits={self.bits} (choose from 2, 4, 8, 16 = unquantised)")
-        if self.bits == RAW_BITS:
-            if self.raw_dtype not in RAW_ITEMSIZE:
-                raise ConfigError(f"unquantised KV dtype {self.raw_dtype!r} "
-                                  f"(choose from {', '.join(RAW_ITEMSIZE)})")
-            return
-        c, g, per = self.channels, self.value_group, 8 // self.bits
-        if g <= 0 or c % g or g % per or g & (g - 1):
-            raise ConfigError(f"value_group={g} must be a power of two dividing {c} channels "
-                              f"and a multiple of {per}")
-
-    @classmethod
-    def from_model(cls, model: ModelConfig, bits: int = 4, value_group: int = 64,
-                   raw_dtype: str = "bfloat16") -> "ChunkFormat":
-        dit = model.dit
-        return cls(layers=dit.num_layers, tokens=model.tokens_per_chunk, heads=dit.num_heads,
-                   head_dim=dit.head_dim, bits=bits, value_group=value_group, raw_dtype=raw_dtype)
-
-    @property
-    def channels(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def quantized(self) -> bool:
-        return self.bits != RAW_BITS
-
-    @property
-    def sections(self) -> tuple[Section, ...]:
-        """The sections of one layer record, in storage order, with offsets."""
-        t, c = self.tokens, self.channels
-        if self.quantized:
-            row = c * self.bits // 8
-            ng = c // self.value_group
-            specs = [("k_codes", "uint8", (t, row)), ("k_scale", "float16", (c,)),
-                     ("k_zero", "float16", (c,)), ("v_codes", "uint8", (t, row)),
-                     ("v_scale", "float16", (t, ng)), ("v_zero", "float16", (t, ng))]
-        else:
-            specs = [("k", self.raw_dtype, (t, c)), ("v", self.raw_dtype, (t, c))]
-        out, offset = [], 0
-        for name, dtype, shape in specs:
-            n = _itemsize(dtype)
-            for d in shape:
-                n *= d
-            out.append(Section(name, offset, n, dtype, shape))
-            offset = _align(offset + n, ALIGN)
-        return tuple(out)
-
-    @property
-    def layer_bytes(self) -> int:
-        last = self.sections[-1]
-        return _align(last.offset + last.nbytes, ALIGN)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of one chunk block (no slot rounding)."""
-        return self.layers * self.layer_bytes
-
-    @property
-    def slot_bytes(self) -> int:
-        """``nbytes`` rounded up to 4096: the size of a pool slot and of a disk block."""
-        return _align(self.nbytes, SLOT_ALIGN)
-
-    @property
-    def name(self) -> str:
-        return self.raw_dtype if not self.quantized else f"int{self.bits}"
-
-    def layer_views(self, block: "torch.Tensor", layer: int) -> dict[str, "torch.Tensor"]:
-        """Typed views of layer ``layer``'s sections inside a uint8 block (no copies)."""
-        import torch
-
-        assert block.dtype == torch.uint8 and block.dim() == 1 and block.is_contiguous()
-        assert block.numel() >= self.nbytes, f"block of {block.numel()} B < chunk of {self.nbytes} B"
-        base = layer * self.layer_bytes
-        views = {}
-        for s in self.sections:
-            raw = block[base + s.offset: base + s.offset + s.nbytes]
-            views[s.name] = raw.view(getattr(torch, s.dtype)).view(s.shape)
-        return views
-
-
-def _itemsize(dtype: str) -> int:
-    return 1 if dtype == "uint8" else RAW_ITEMSIZE[dtype]
-
-
-def byte_figures(model: ModelConfig, value_group: int = 64) -> dict[str, int]:
-    """Bytes of one chunk block per storage format (for ``worldpager inspect`` and the planner)."""
-    out = {"bf16": ChunkFormat.from_model(model, bits=RAW_BITS).nbytes}
-    for bits in (8, 4, 2):
-        out[f"int{bits}"] = ChunkFormat.from_model(model, bits=bits, value_group=value_group).nbytes
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Tensors ↔ blocks.
-
-def _rows(t: "torch.Tensor", fmt: ChunkFormat, writable: bool) -> "torch.Tensor":
+def _rows(t: torch.Tensor, fmt: ChunkFormat, writable: bool) -> torch.Tensor:
     """``[1, T, H, D]`` → ``[T, H*D]`` row matrix; a view when it is written to."""
     assert tuple(t.shape) == (1, fmt.tokens, fmt.heads, fmt.head_dim), (
         f"KV of shape {tuple(t.shape)}, format expects (1, {fmt.tokens}, {fmt.heads}, {fmt.head_dim})")
@@ -182,19 +34,17 @@ def _rows(t: "torch.Tensor", fmt: ChunkFormat, writable: bool) -> "torch.Tensor"
     return t[0].view(fmt.tokens, fmt.channels) if writable else t[0].reshape(fmt.tokens, fmt.channels)
 
 
-def quantize_chunk_into(kv: "list[tuple[torch.Tensor, torch.Tensor]]", fmt: ChunkFormat,
-                        out: "torch.Tensor") -> None:
+def quantize_chunk_into(kv: list[tuple[torch.Tensor, torch.Tensor]], fmt: ChunkFormat,
+                        out: torch.Tensor) -> None:
     """Write one chunk's per-layer ``(k, v)`` (each ``[1, T, H, D]``) into the uint8 block ``out``.
 
     ``out`` is at least ``fmt.nbytes`` long and on the KV's device; bytes from ``nbytes`` to the end of
     ``out`` (up to ``slot_bytes``) are zeroed so that blocks written to disk are deterministic.
     """
-    from engine.kernels import ops
-
     assert len(kv) == fmt.layers, f"{len(kv)} layers of KV, format has {fmt.layers}"
     assert out.device == kv[0][0].device, f"block on {out.device}, KV on {kv[0][0].device}"
     for layer, (k, v) in enumerate(kv):
-        views = fmt.layer_views(out, layer)
+        views = layer_views(fmt, out, layer)
         k2, v2 = _rows(k, fmt, writable=False), _rows(v, fmt, writable=False)
         if not fmt.quantized:
             assert k.dtype == views["k"].dtype == v.dtype, (
@@ -208,17 +58,15 @@ def quantize_chunk_into(kv: "list[tuple[torch.Tensor, torch.Tensor]]", fmt: Chun
     out[fmt.nbytes:].zero_()
 
 
-def dequantize_chunk_into(block: "torch.Tensor", fmt: ChunkFormat,
-                          out: "list[tuple[torch.Tensor, torch.Tensor]]") -> None:
+def dequantize_chunk_into(block: torch.Tensor, fmt: ChunkFormat,
+                          out: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Read a block back into per-layer ``(k, v)`` views ``[1, T, H, D]`` (e.g. device staging slots).
 
     Outputs may be any float dtype (bf16 on GPU, fp32 on CPU); they must be on the block's device.
     """
-    from engine.kernels import ops
-
     assert len(out) == fmt.layers, f"{len(out)} output layers, format has {fmt.layers}"
     for layer, (k, v) in enumerate(out):
-        views = fmt.layer_views(block, layer)
+        views = layer_views(fmt, block, layer)
         k2, v2 = _rows(k, fmt, writable=True), _rows(v, fmt, writable=True)
         if not fmt.quantized:
             k2.copy_(views["k"])

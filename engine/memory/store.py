@@ -1,9 +1,10 @@
 """KVStore: the tiered KV memory the session uses (device staging ← host pool ← disk).
 
 Contract.
-  ``put(c, kv)``        kv = per layer (k, v), each [1, T, H, D] on the device. Quantised into a host-pool
-                        slot before returning (CPU: synchronously; CUDA: on the device, then an
-                        event-ordered copy to the pinned slot), so the caller may overwrite kv at once.
+  ``put(c, kv)``        kv = per layer (k, v), each [1, T, H, D] on the device (the model's ``KVLayout``).
+                        Quantised into a host-pool slot before returning (CPU: synchronously; CUDA: on
+                        the device, then an event-ordered copy to the pinned slot), so the caller may
+                        overwrite kv at once.
                         With ``sync_writeback`` (a baseline for measurement) it also waits for the
                         write-back it triggers.
                         Blocks only when every slot is dirty or pinned (write-back is behind); raises
@@ -35,17 +36,16 @@ from functools import partial
 
 import torch
 
-from engine.config import ModelConfig
+from engine.layout import KVLayout
 from engine.memory.disk import DiskTier
 from engine.memory.host_pool import HostPool, pool_slots, process_baseline_bytes
 from engine.memory.manager import PlacementManager
 from engine.memory.transfer import (CudaCopier, DriveIO, DriveThrottle, HostCopier, Job, Worker,
                                     parse_drive_bw)
-from engine.memory.types import (KV, CapacityError, ChunkId, LoadSpec, StagedSet, Tier,
-                                 TransferResult, context_slot_views)
+from engine.memory.types import KV, CapacityError, ChunkId, LoadSpec, StagedSet, Tier, TransferResult
 
 log = logging.getLogger("worldpager.memory")
-__all__ = ["KVStore", "StagedSet", "context_slot_views"]
+__all__ = ["KVStore", "StagedSet"]
 
 
 @dataclass
@@ -68,14 +68,14 @@ def _format_tag(fmt) -> str:
 class KVStore:
     """The session's tiered KV memory (see the module docstring)."""
 
-    def __init__(self, model_cfg: ModelConfig, fmt, host_bytes: int | None = None,
+    def __init__(self, layout: KVLayout, fmt, host_bytes: int | None = None,
                  n_slots: int | None = None, spill_dir=None, device="cpu", drive_bw=None, *,
                  k_slots: int = 3, n_banks: int = 1, dtype: torch.dtype | None = None,
                  readers: int = 2, resume: bool = False, low_water: int = 3,
                  put_timeout_s: float = 120.0, disk_options: dict | None = None,
                  sync_writeback: bool = False):
         assert (host_bytes is None) != (n_slots is None), "give exactly one of host_bytes, n_slots"
-        self.cfg, self.fmt, self.k_slots, self.n_banks = model_cfg, fmt, k_slots, n_banks
+        self.layout, self.fmt, self.k_slots, self.n_banks = layout, fmt, k_slots, n_banks
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -123,9 +123,9 @@ class KVStore:
         self.stager = Worker("wp-stage", self._report_locked, before=before)
 
     def _alloc_banks(self) -> torch.Tensor:
-        dit = self.cfg.dit
-        shape = (self.n_banks, self.k_slots, dit.num_layers, 2, 1, self.cfg.tokens_per_chunk,
-                 dit.num_heads, dit.head_dim)   # [bank, slot, layer, k|v, B, T, H, D]
+        lay = self.layout
+        shape = (self.n_banks, self.k_slots, lay.layers, 2, 1, lay.tokens_per_chunk,
+                 lay.heads, lay.head_dim)   # [bank, slot, layer, k|v, B, T, H, D]
         return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
     def _views(self, bank: int, j: int) -> KV:
@@ -162,9 +162,9 @@ class KVStore:
             self._c["put_s"] += time.perf_counter() - t0
 
     def _check_kv(self, kv: KV) -> None:
-        dit = self.cfg.dit
-        want = (1, self.cfg.tokens_per_chunk, dit.num_heads, dit.head_dim)
-        assert len(kv) == dit.num_layers, f"{len(kv)} layers of KV, model has {dit.num_layers}"
+        lay = self.layout
+        want = (1, lay.tokens_per_chunk, lay.heads, lay.head_dim)
+        assert len(kv) == lay.layers, f"{len(kv)} layers of KV, model has {lay.layers}"
         assert all(tuple(k.shape) == want and tuple(v.shape) == want for k, v in kv), want
 
     def _take_slot(self, chunk: ChunkId, t0: float):

@@ -114,7 +114,8 @@ class StagedSet:
         return tuple(c for c in self.requested if c in self.kv)
 
     def copy_into(self, dest: Mapping[ChunkId, Sequence[tuple[torch.Tensor, torch.Tensor]]]) -> list:
-        """Copy each hit into ``dest[c]`` (per-layer (k, v) views, e.g. ``context_slot_views``)."""
+        """Copy each hit into ``dest[c]`` (per-layer (k, v) views, e.g. an attention context's memory
+        slot, ``engine.session_memory.context_slot_views``)."""
         copied = []
         for chunk, layers in self.kv.items():
             if chunk in dest:
@@ -123,12 +124,6 @@ class StagedSet:
                     v_dst.copy_(v)
                 copied.append(chunk)
         return copied
-
-
-def context_slot_views(ctx, slot: int) -> KV:
-    """Per-layer (k, v) views of memory slot ``slot`` of an ``AttentionContext`` (one chunk each)."""
-    tokens = ctx.cfg.tokens_per_chunk
-    return [state.self_kv.memory_slot(slot * tokens, tokens) for state in ctx.layers]
 
 
 # ---------------------------------------------------------------------------------------------

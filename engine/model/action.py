@@ -20,7 +20,7 @@ import torch.nn as nn
 
 from engine.config import ActionConfig
 from engine.model.attention import attention
-from engine.model.kv_context import RollingKV
+from engine.model.mg2_context import RollingKV
 from engine.model.rope import ActionRope
 
 

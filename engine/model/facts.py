@@ -1,7 +1,7 @@
 """Shape facts of a model configuration, computed without weights (networks built on the meta device).
 
 Owns what ``worldpager inspect`` reports: parameter counts per network, layer/head geometry, tokens
-per frame and chunk, KV bytes per chunk (raw, and in each storage format of :mod:`engine.memory.quant`),
+per frame and chunk, KV bytes per chunk (raw, and in each storage format of :mod:`engine.kv_format`),
 video geometry and the positional horizon.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import ModelConfig
-from engine.memory.quant import ChunkFormat, byte_figures
+from engine.kv_format import ChunkFormat, byte_figures
 from engine.model.clip import CLIPVisionTower
 from engine.model.mg2 import CausalDiT
 from engine.model.vae import WanVAE
@@ -27,10 +27,10 @@ def horizon_chunk(cfg: ModelConfig) -> int:
 
 def storage_facts(cfg: ModelConfig) -> dict[str, int]:
     """Bytes of one stored chunk block per quantised format, and the int4 pool-slot / disk-block size."""
-    figures = byte_figures(cfg)
+    figures = byte_figures(cfg.kv_layout())
     out = {f"kv_bytes_per_chunk_int{b}": figures[f"int{b}"] for b in (8, 4, 2)}
     # The block rounded up to O_DIRECT granularity: what one pool slot / disk block really occupies.
-    out["kv_slot_bytes_int4"] = ChunkFormat.from_model(cfg, bits=4).slot_bytes
+    out["kv_slot_bytes_int4"] = ChunkFormat.from_layout(cfg.kv_layout(), bits=4).slot_bytes
     return out
 
 

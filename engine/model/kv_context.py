@@ -1,25 +1,31 @@
-"""The attention context the DiT reads: an explicit, caller-owned object.
+"""The attention context a world model reads and writes: an explicit, caller-owned, model-agnostic object.
 
 Owns, per layer, the self-attention K/V laid out in one preallocated buffer pair as
 
     [ memory (retrieved chunks, sink) | local window | current chunk ]     (token axis)
 
-plus MG2's smaller per-layer states: the action module's rolling keyboard/mouse windows and the
-cross-attention K/V of the start image. The model writes the current chunk's K/V on every forward
-(keys after RoPE, as MG2 stores them); nothing becomes history until the caller calls ``commit()``
-after the chunk's clean pass. This reproduces MG2's rolling KV cache exactly: a chunk attends to the
-previous ``local_attn_size - frames_per_chunk`` latent frames and to itself, without a mask.
+with every shape taken from the model's ``KVLayout`` (layers, tokens per frame and chunk, heads, head
+dim, window frames). The model writes the current chunk's K/V on every forward (keys after its time
+rotation, e.g. MG2's RoPE); nothing becomes history until the caller calls ``commit()`` after the
+chunk's clean pass. For MG2 this reproduces its rolling KV cache exactly: a chunk attends to the
+previous ``window_frames`` latent frames and to itself, without a mask.
+
+Anything else a model keeps per layer (MG2: the action module's rolling windows, the start image's
+cross-attention K/V) is the model's own object, attached in ``WorldModel.prepare_context`` as
+``LayerState.extra``; the context only commits it with the chunk (``ModelLayerState.commit``) and
+never looks inside.
 
 The memory region is right-aligned against the window so that the valid tokens are always one
-contiguous range; whoever fills it (the store, later) writes into ``memory_slot`` views.
+contiguous range; whoever fills it (the session's memory) writes into ``memory_slot`` views.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from engine.config import ModelConfig
+from engine.layout import KVLayout
 
 
 @dataclass(frozen=True)
@@ -105,88 +111,43 @@ class LayerKV:
         self.window_valid = n
 
 
-class RollingKV:
-    """A small rolling window over frames for the action module (keys after RoPE).
+class ModelLayerState(Protocol):
+    """A model's own per-layer state kept in the context; it rolls forward when the chunk commits."""
 
-    k/v are [N, frames, H, D]: N = B for the keyboard branch (one copy for all tokens), N = B * tokens
-    per frame for the mouse branch (one temporal sequence per spatial token).
-    """
-
-    def __init__(self, window_frames: int):
-        self.window_frames = window_frames
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
-        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def context(self, k_cur: torch.Tensor, v_cur: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Record the current frames and return window + current to attend over."""
-        self._pending = (k_cur, v_cur)
-        return self.valid()
-
-    def valid(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Window + the current frames of the last forward (what MG2's cache holds after it)."""
-        assert self._pending is not None, "no forward since the last commit"
-        k_cur, v_cur = self._pending
-        if self.k is None:
-            return k_cur, v_cur
-        return torch.cat([self.k, k_cur], dim=1), torch.cat([self.v, v_cur], dim=1)
-
-    def commit(self) -> None:
-        assert self._pending is not None, "commit without a forward"
-        k_cur, v_cur = self._pending
-        if self.window_frames > 0:
-            k = k_cur if self.k is None else torch.cat([self.k, k_cur], dim=1)
-            v = v_cur if self.v is None else torch.cat([self.v, v_cur], dim=1)
-            self.k = k[:, -self.window_frames:].clone()
-            self.v = v[:, -self.window_frames:].clone()
-        self._pending = None
+    def commit(self) -> None: ...
 
 
 @dataclass
 class LayerState:
     self_kv: LayerKV
-    keyboard: RollingKV | None = None
-    mouse: RollingKV | None = None
-    cross_k: torch.Tensor | None = None   # [B, clip tokens, H, D]
-    cross_v: torch.Tensor | None = None
+    extra: ModelLayerState | None = None   # the model's own state, attached by its prepare_context
 
 
 class AttentionContext:
-    """All per-layer attention state of one generation session."""
+    """All per-layer attention state of one generation session, shaped by the model's ``KVLayout``."""
 
-    def __init__(self, cfg: ModelConfig, memory_chunks: int = 0, batch: int = 1,
+    def __init__(self, layout: KVLayout, memory_chunks: int = 0, batch: int = 1,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
-        dit = cfg.dit
-        self.cfg = cfg
-        self.layout = ContextLayout(
-            memory_tokens=memory_chunks * cfg.tokens_per_chunk,
-            window_tokens=cfg.window_frames * cfg.tokens_per_frame,
-            chunk_tokens=cfg.tokens_per_chunk,
+        self.layout = layout
+        self.regions = ContextLayout(
+            memory_tokens=memory_chunks * layout.tokens_per_chunk,
+            window_tokens=layout.window_tokens,
+            chunk_tokens=layout.tokens_per_chunk,
         )
-        action_blocks = set(dit.action.blocks) if dit.action else set()
-        self.layers: list[LayerState] = []
-        for i in range(dit.num_layers):
-            state = LayerState(LayerKV(self.layout, batch, dit.num_heads, dit.head_dim, dtype,
-                                       torch.device(device)))
-            if i in action_blocks:
-                state.keyboard = RollingKV(cfg.window_frames) if dit.action.enable_keyboard else None
-                state.mouse = RollingKV(cfg.window_frames) if dit.action.enable_mouse else None
-            self.layers.append(state)
+        device = torch.device(device)
+        self.layers: list[LayerState] = [
+            LayerState(LayerKV(self.regions, batch, layout.heads, layout.head_dim, dtype, device))
+            for _ in range(layout.layers)]
         self.chunks_committed = 0
-
-    @property
-    def has_visual_context(self) -> bool:
-        return self.layers[0].cross_k is not None
 
     def current_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer (k, v) views [B, chunk tokens, H, D] of the current chunk (valid until the next forward)."""
         return [state.self_kv.current() for state in self.layers]
 
     def commit(self) -> None:
-        """After the clean pass: every layer's current chunk becomes history."""
+        """After the clean pass: every layer's current chunk (and the model's own state) becomes history."""
         for state in self.layers:
             state.self_kv.commit()
-            for rolling in (state.keyboard, state.mouse):
-                if rolling is not None:
-                    rolling.commit()
+            if state.extra is not None:
+                state.extra.commit()
         self.chunks_committed += 1

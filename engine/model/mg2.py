@@ -4,7 +4,8 @@ Owns the network: patch embedding, per-frame timestep embedding and adaLN modula
 with the 3D RoPE over the caller's ``AttentionContext``, cross-attention to the start image's CLIP
 tokens, the action module in the configured blocks, the modulated head and unpatchify. Module and
 parameter names equal the official checkpoint's keys (minus its ``model.`` prefix), so loading is a
-strict key-for-key copy.
+strict key-for-key copy. MG2's per-layer state besides the self-attention KV (action windows, cross
+K/V) is attached to the context by ``prepare_context`` (``engine.model.mg2_context``).
 
 One forward denoises one chunk: x [B, out_dim, F, h, w] at per-frame timesteps t [B, F] -> flow
 velocity of the same shape. The forward writes the chunk's K/V into the context; the caller commits
@@ -22,6 +23,7 @@ from engine.config import DiTConfig
 from engine.model.action import ActionModule
 from engine.model.attention import attention
 from engine.model.kv_context import AttentionContext, LayerState
+from engine.model.mg2_context import attach_mg2_state, mg2_state
 from engine.model.rope import DiTRope
 
 
@@ -94,7 +96,8 @@ class SelfAttention(QKVProjection):
 class CrossAttention(QKVProjection):
     def forward(self, x, state: LayerState):
         q = self.queries(x)
-        return self.o(attention(q, state.cross_k, state.cross_v).flatten(2))
+        image = mg2_state(state)
+        return self.o(attention(q, image.cross_k, image.cross_v).flatten(2))
 
 
 class Block(nn.Module):
@@ -118,7 +121,8 @@ class Block(nn.Module):
         x = x + gate(y, frames, e[2])
         x = x + self.cross_attn(self.norm3(x), state)
         if self.action_model is not None:
-            x = self.action_model(x, frames, start_frame, keyboard, mouse, state.keyboard, state.mouse,
+            windows = mg2_state(state)
+            x = self.action_model(x, frames, start_frame, keyboard, mouse, windows.keyboard, windows.mouse,
                                   action_offset)
         y = self.ffn(modulate(layer_norm(x, self.eps), frames, e[3], e[4]))
         return x + gate(y, frames, e[5])
@@ -163,11 +167,14 @@ class CausalDiT(nn.Module):
         self.rope = DiTRope(cfg.head_dim, cfg.rope_split, cfg.rope_theta)
 
     @torch.no_grad()
-    def prepare_visual_context(self, ctx: AttentionContext, clip_tokens: torch.Tensor) -> None:
-        """Project the start image's CLIP tokens [B, N, clip_dim] and cache every layer's cross K/V."""
+    def prepare_context(self, ctx: AttentionContext, clip_tokens: torch.Tensor) -> None:
+        """Attach MG2's per-layer state to ``ctx`` (fresh action windows), then project the start
+        image's CLIP tokens [B, N, clip_dim] and cache every layer's cross K/V."""
+        attach_mg2_state(ctx, self.cfg)
         context = self.img_emb(clip_tokens.to(self.patch_embedding.weight.dtype))
-        for block, state in zip(self.blocks, ctx.layers):
-            state.cross_k, state.cross_v = block.cross_attn.keys_values(context)
+        for block, state in zip(self.blocks, ctx.layers, strict=True):
+            image = mg2_state(state)
+            image.cross_k, image.cross_v = block.cross_attn.keys_values(context)
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond_concat: torch.Tensor,
@@ -179,7 +186,7 @@ class CausalDiT(nn.Module):
         per-video-frame actions [B, T, dim] of video frames [action_offset, action_offset + T),
         covering at least the chunk's action windows.
         """
-        assert ctx.has_visual_context, "call prepare_visual_context first"
+        assert mg2_state(ctx.layers[0]).cross_k is not None, "call prepare_context first"
         dtype = self.patch_embedding.weight.dtype
         h = self.patch_embedding(torch.cat([x, cond_concat], dim=1).to(dtype))   # [B, C, F, h', w']
         grid = tuple(h.shape[2:])

@@ -19,6 +19,7 @@ from engine.model.chunk import ChunkInputs, denoise_chunk
 from engine.model.fixture import Fixture, relative_error
 from engine.model.kv_context import AttentionContext
 from engine.model.mg2 import CausalDiT
+from engine.model.mg2_context import mg2_state
 from engine.model.official_config import dit_config_from_official
 from engine.model.scheduler import FlowMatchSampler
 
@@ -50,8 +51,8 @@ def _chunk_inputs(fx: Fixture, cfg: ModelConfig, chunk: int) -> ChunkInputs:
 
 
 def _new_context(fx: Fixture, cfg: ModelConfig, model: CausalDiT) -> AttentionContext:
-    ctx = AttentionContext(cfg)
-    model.prepare_visual_context(ctx, fx.tensor("inputs.visual_context"))
+    ctx = AttentionContext(cfg.kv_layout())
+    model.prepare_context(ctx, fx.tensor("inputs.visual_context"))
     return ctx
 
 
@@ -122,12 +123,13 @@ def _cache_rows(caches: Fixture, ctx: AttentionContext, chunk: int, layers) -> l
             if key in names:
                 rows.append((key, relative_error(ours, caches.tensor(key))))
     for block, state in enumerate(ctx.layers):
-        for branch, rolling in (("keyboard", state.keyboard), ("mouse", state.mouse)):
+        windows = mg2_state(state)
+        for branch, rolling in (("keyboard", windows.keyboard), ("mouse", windows.mouse)):
             key = f"action.block{block}.{branch}.k"
             if rolling is None or key not in names:
                 continue
             index = caches.tensor(f"action.block{block}.{branch}.index")
-            if int(index[0]) != ctx.cfg.sampler.frames_per_chunk * (chunk + 1):
+            if int(index[0]) != ctx.layout.frames_per_chunk * (chunk + 1):
                 continue   # stored after a later chunk
             k, v = rolling.valid()
             rows.append((key, relative_error(k, caches.tensor(key))))

@@ -1,13 +1,17 @@
-"""MG2 as a chunk generator: per-chunk inputs, denoise (KV into the context), decode.
+"""MG2 as a ``WorldModel`` (``engine.model.interface``): chunk inputs, denoise (KV into the context), decode.
 
 Owns what one chunk of the real model needs around the DiT: the start image's conditioning (CLIP
 tokens into the context's cross-attention, the streaming VAE encoder for ``cond_concat``), the noise,
-the action windows from the trajectory, the position-mode check, and the streaming VAE decoder. The
-session decides when each step runs; ``denoise`` leaves the chunk's clean K/V uncommitted in the
-context so that the session can store it first.
+the action windows from the trajectory, the position-mode check, and the streaming VAE decoder; and the
+interface's facts: ``layout`` / ``grid`` from the model config, the horizon of MG2's rotary table, and
+``rotate_time`` = the DiT's RoPE on the time axis (the same rotation for every layer). The session
+decides when each step runs; ``prepare_context`` attaches MG2's own per-layer state to the
+model-agnostic context; ``denoise`` leaves the chunk's clean K/V uncommitted in the context so that
+the session can store it first. Built by ``engine.model.registry``.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from engine.config import ModelConfig
@@ -23,10 +27,15 @@ from engine.model.vae import StartImageEncoder, StreamingDecoder
 
 
 class MG2Pipeline:
+    """One MG2 session's model (see the module docstring); satisfies ``WorldModel``."""
+
     def __init__(self, models: MG2Models, model_cfg: ModelConfig, image: torch.Tensor,
                  trajectory: Trajectory, seed: int, positions: str, device: torch.device,
                  dtype: torch.dtype):
         self.models, self.cfg, self.trajectory = models, model_cfg, trajectory
+        self.name, self.weights = model_cfg.name, models.source
+        self.layout, self.grid = model_cfg.kv_layout(), model_cfg.video_grid()
+        self.horizon_chunk: int | None = horizon_chunk(model_cfg)
         self.positions, self.device, self.dtype = positions, device, dtype
         self.image = image.to(device, dtype)                                  # [1, 3, H, W] in [-1, 1]
         self.sampler = FlowMatchSampler(model_cfg.sampler)
@@ -39,12 +48,21 @@ class MG2Pipeline:
     def frame_size(self) -> tuple[int, int]:
         return self.cfg.video_height, self.cfg.video_width
 
+    def camera_poses(self) -> np.ndarray:
+        """The trajectory's per-video-frame poses [T, 7] (MG2 goes wherever the actions say)."""
+        return self.trajectory.poses
+
     @torch.no_grad()
     def prepare_context(self, ctx: AttentionContext) -> None:
-        self.models.dit.prepare_visual_context(ctx, self.models.clip.encode(self.image))
+        """Attach MG2's per-layer state (action windows) and the start image's cross-attention K/V."""
+        self.models.dit.prepare_context(ctx, self.models.clip.encode(self.image))
+
+    def rotate_time(self, layer: int, keys: torch.Tensor, delta_frames: float) -> torch.Tensor:
+        """Keys [B, T, H, D] moved ``delta_frames`` latent frames on RoPE's time axis (every layer alike)."""
+        return self.models.dit.rope.rotate_time(keys, delta_frames)
 
     def check_position(self, chunk: int) -> None:
-        horizon = horizon_chunk(self.cfg)
+        horizon = self.horizon_chunk
         if self.positions == "native" and chunk >= horizon:
             raise HorizonError(
                 f"chunk {chunk} is past MG2's positional horizon (rotary table of "

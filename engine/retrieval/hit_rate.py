@@ -28,7 +28,7 @@ def prediction_hit_rate(trajectory_poses: np.ndarray, chunks: int, predictor: Po
                         grid: ChunkGrid | None = None, sink: bool = False) -> dict[str, Any]:
     """Replay ``chunks`` chunks; returns hit_rate, hits, total, chunks_scored, exact_sets, empty_true,
     mean_true_size, mean_pred_size (see the module docstring)."""
-    grid = grid or ChunkGrid.of_model()
+    grid = grid or ChunkGrid()          # the defaults are MG2's grid
     poses = np.asarray(trajectory_poses, dtype=np.float64)
     assert grid.chunks_in(len(poses)) >= chunks, f"{len(poses)} frames hold fewer than {chunks} chunks"
     assert k >= 1 and window_chunks >= 0

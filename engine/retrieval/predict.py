@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.io.poses import normalize, quat_multiply
+from engine.geometry import normalize, quat_multiply
 from engine.retrieval.select import SUMMARY_FRAMES, ChunkGrid, ChunkPose
 
 

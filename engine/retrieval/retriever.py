@@ -2,7 +2,8 @@
 
 Owns the glue between a trajectory's per-frame poses and the pose-keyed policy: chunk keys are computed
 once per chunk and cached, ``select(c)`` uses chunk c's real pose, ``predict_select(c)`` uses the pose
-predicted for c from the frames known before c (constant velocity by default). No torch.
+predicted for c from the frames known before c (constant velocity by default). The chunks' video frames
+come from the model's ``VideoGrid``; which model it is does not matter here. No torch.
 
 Bounded cost: a long session revisits the same views many times, and scoring every past chunk would
 make each chunk's selection grow with the session. Candidates are therefore reduced to the newest chunk
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.config import ModelConfig
-from engine.io.poses import euler_from_quat
+from engine.geometry import euler_from_quat
+from engine.layout import VideoGrid
 from engine.retrieval.predict import ConstantVelocityPredictor, PosePredictor, ReuseCurrentPredictor
 from engine.retrieval.select import ChunkGrid, ChunkPose, FovOverlapPolicy, RetrievalPolicy
 
@@ -24,10 +25,10 @@ PREDICTORS = {"constant-velocity": ConstantVelocityPredictor, "reuse-current": R
 
 
 class Retriever:
-    def __init__(self, poses: np.ndarray, model_cfg: ModelConfig, policy: RetrievalPolicy | None = None,
+    def __init__(self, poses: np.ndarray, grid: VideoGrid, policy: RetrievalPolicy | None = None,
                  predictor: PosePredictor | None = None, cell_size: float = 0.5, angle_bin: float = 10.0):
         self.poses = np.asarray(poses)                       # [T, 7] xyz + quaternion per video frame
-        self.grid = ChunkGrid(model_cfg.video_frames_of_chunk(0), model_cfg.video_frames_of_chunk(1))
+        self.grid = ChunkGrid.of_video(grid)
         self.policy = policy or FovOverlapPolicy()
         self.predictor = predictor or ConstantVelocityPredictor()
         self.cell_size, self.angle_bin = cell_size, angle_bin

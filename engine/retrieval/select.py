@@ -2,8 +2,8 @@
 
 Contract:
   * ``ChunkGrid`` says which video frames each chunk covers (chunk 0: frames 0..8; chunk c >= 1: frames
-    12c-3 .. 12c+8 for MG2); ``ChunkGrid.of_model`` derives it from the model config.
-  * ``ChunkPose`` is a chunk's retrieval key: the camera poses ``[m, 7]`` (``engine.io.poses``
+    12c-3 .. 12c+8 for MG2); ``ChunkGrid.of_video`` derives it from a model's ``VideoGrid``.
+  * ``ChunkPose`` is a chunk's retrieval key: the camera poses ``[m, 7]`` (``engine.geometry``
     convention: x, y, z, qw, qx, qy, qz, camera looks along its local -z, world +y up) of ``m`` frames
     spread over the chunk (default 3: first, middle, last), because a chunk's KV holds all its frames and
     a turning camera sweeps ~18 degrees within one chunk.
@@ -30,8 +30,8 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.config import ModelConfig, model_config
-from engine.io.poses import quat_to_matrix
+from engine.geometry import quat_to_matrix
+from engine.layout import VideoGrid
 
 SUMMARY_FRAMES = 3      # frames per ChunkPose: first, middle, last of the chunk
 
@@ -49,9 +49,9 @@ class ChunkGrid:
         assert self.first_frames >= 1 and self.frames_per_chunk >= 1
 
     @classmethod
-    def of_model(cls, model: str | ModelConfig = "mg2-universal") -> "ChunkGrid":
-        cfg = model_config(model) if isinstance(model, str) else model
-        return cls(cfg.video_frames_of_chunk(0), cfg.video_frames_of_chunk(1))
+    def of_video(cls, grid: VideoGrid) -> "ChunkGrid":
+        """The chunk geometry of a model's video grid (its frame rate plays no part in retrieval)."""
+        return cls(grid.first_frames, grid.frames_per_chunk)
 
     def frames(self, chunk: int) -> range:
         """The video frame indices of ``chunk``."""

@@ -15,7 +15,8 @@ import torch
 
 from engine.config import model_config
 from engine.kernels import ops  # imports no Triton until the first Triton call
-from engine.memory.quant import ChunkFormat, dequantize_chunk_into, quantize_chunk_into
+from engine.kv_format import ChunkFormat
+from engine.memory.quant import dequantize_chunk_into, quantize_chunk_into
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: import the sibling module
 from _bounds import hard_input  # noqa: E402
@@ -44,7 +45,7 @@ def run_case(bits, dtype, out_dtype, group, failures, t=37, c=192):
 
 def run_chunk(failures):
     cfg = model_config("tiny")
-    fmt = ChunkFormat.from_model(cfg, bits=4)
+    fmt = ChunkFormat.from_layout(cfg.kv_layout(), bits=4)
     g = torch.Generator().manual_seed(3)
     shape = (1, fmt.tokens, fmt.heads, fmt.head_dim)              # [B, T, H, D]
     kv = [tuple(torch.randn(shape, generator=g).to(torch.bfloat16) for _ in range(2))

@@ -9,8 +9,8 @@ import torch
 
 from engine.config import model_config
 from engine.errors import ConfigError
-from engine.memory.quant import (ChunkFormat, byte_figures, dequantize_chunk_into,
-                                 quantize_chunk_into)
+from engine.kv_format import ChunkFormat, byte_figures
+from engine.memory.quant import dequantize_chunk_into, layer_views, quantize_chunk_into
 
 from ._bounds import key_error_ok, value_error_ok
 
@@ -19,7 +19,7 @@ TINY = model_config("tiny")
 
 
 def test_mg2_int4_chunk_is_129_438_720_bytes():
-    fmt = ChunkFormat.from_model(MG2)               # arithmetic only: nothing is allocated
+    fmt = ChunkFormat.from_layout(MG2.kv_layout())  # arithmetic only: nothing is allocated
     assert fmt.nbytes == 129_438_720
     assert fmt.slot_bytes == 129_441_792 and fmt.slot_bytes % 4096 == 0
     offsets = {s.name: (s.offset, s.nbytes) for s in fmt.sections}
@@ -30,24 +30,24 @@ def test_mg2_int4_chunk_is_129_438_720_bytes():
 
 
 def test_byte_figures_for_inspect():
-    assert byte_figures(MG2) == {"bf16": 486_604_800, "int8": 251_089_920, "int4": 129_438_720,
-                                 "int2": 68_613_120}
-    assert byte_figures(MG2)["bf16"] == MG2.kv_bytes_per_chunk()
+    assert byte_figures(MG2.kv_layout()) == {"bf16": 486_604_800, "int8": 251_089_920, "int4": 129_438_720,
+                                             "int2": 68_613_120}
+    assert byte_figures(MG2.kv_layout())["bf16"] == MG2.kv_bytes_per_chunk()
 
 
 def test_layout_module_imports_no_torch():
     """The planner (torch-free) may use ChunkFormat."""
-    code = "import sys, engine.memory.quant as q; q.ChunkFormat.from_model; assert 'torch' not in sys.modules"
+    code = "import sys, engine.kv_format as f; f.ChunkFormat.from_layout; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_invalid_formats_name_the_value():
     with pytest.raises(ConfigError, match="bits=3"):
-        ChunkFormat.from_model(TINY, bits=3)
+        ChunkFormat.from_layout(TINY.kv_layout(), bits=3)
     with pytest.raises(ConfigError, match="value_group=48"):
-        ChunkFormat.from_model(TINY, value_group=48)
+        ChunkFormat.from_layout(TINY.kv_layout(), value_group=48)
     with pytest.raises(ConfigError, match="int8"):
-        ChunkFormat.from_model(TINY, bits=16, raw_dtype="int8")
+        ChunkFormat.from_layout(TINY.kv_layout(), bits=16, raw_dtype="int8")
 
 
 def _tiny_kv(dtype: torch.dtype, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -73,7 +73,7 @@ def _staging(fmt: ChunkFormat, dtype: torch.dtype):
 
 @pytest.mark.parametrize("dtype,raw", [(torch.float32, "float32"), (torch.bfloat16, "bfloat16")])
 def test_unquantised_round_trip_is_exact(dtype, raw):
-    fmt = ChunkFormat.from_model(TINY, bits=16, raw_dtype=raw)
+    fmt = ChunkFormat.from_layout(TINY.kv_layout(), bits=16, raw_dtype=raw)
     kv = _tiny_kv(dtype)
     block = torch.full((fmt.slot_bytes,), 0xAB, dtype=torch.uint8)
     quantize_chunk_into(kv, fmt, block)
@@ -87,8 +87,8 @@ def test_unquantised_round_trip_is_exact(dtype, raw):
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_quantised_round_trip_within_bound(bits):
-    fmt = ChunkFormat.from_model(TINY, bits=bits)
-    assert fmt.nbytes == byte_figures(TINY)[f"int{bits}"]
+    fmt = ChunkFormat.from_layout(TINY.kv_layout(), bits=bits)
+    assert fmt.nbytes == byte_figures(TINY.kv_layout())[f"int{bits}"]
     kv = _tiny_kv(torch.float32, seed=bits)
     block = torch.empty(fmt.slot_bytes, dtype=torch.uint8)        # [slot_bytes]
     quantize_chunk_into(kv, fmt, block)
@@ -96,14 +96,14 @@ def test_quantised_round_trip_within_bound(bits):
     dequantize_chunk_into(block, fmt, out)
     t, c = fmt.tokens, fmt.channels
     for layer, ((k, v), (ko, vo)) in enumerate(zip(kv, out)):
-        views = fmt.layer_views(block, layer)
+        views = layer_views(fmt, block, layer)
         assert key_error_ok(k[0].reshape(t, c), ko[0].reshape(t, c), views["k_scale"], views["k_zero"], bits)
         assert value_error_ok(v[0].reshape(t, c), vo[0].reshape(t, c), views["v_scale"], views["v_zero"],
                               bits, fmt.value_group)
 
 
 def test_block_is_deterministic_and_layer_local():
-    fmt = ChunkFormat.from_model(TINY, bits=4)
+    fmt = ChunkFormat.from_layout(TINY.kv_layout(), bits=4)
     kv = _tiny_kv(torch.float32)
     a = torch.empty(fmt.slot_bytes, dtype=torch.uint8)
     b = torch.zeros(fmt.slot_bytes, dtype=torch.uint8)

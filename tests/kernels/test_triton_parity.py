@@ -12,7 +12,8 @@ import torch
 
 from engine.config import model_config
 from engine.kernels import ops
-from engine.memory.quant import ChunkFormat, dequantize_chunk_into, quantize_chunk_into
+from engine.kv_format import ChunkFormat
+from engine.memory.quant import dequantize_chunk_into, quantize_chunk_into
 
 from ._bounds import hard_input, ulp_distance
 
@@ -57,7 +58,7 @@ def test_cuda_triton_matches_reference(bits):
 
 @pytest.mark.gpu
 def test_cuda_chunk_block_matches_reference():
-    fmt = ChunkFormat.from_model(model_config("tiny"), bits=4)
+    fmt = ChunkFormat.from_layout(model_config("tiny").kv_layout(), bits=4)
     shape = (1, fmt.tokens, fmt.heads, fmt.head_dim)  # [B, T, H, D]
     kv = [(torch.randn(shape, device="cuda", dtype=torch.bfloat16),
            torch.randn(shape, device="cuda", dtype=torch.bfloat16)) for _ in range(fmt.layers)]

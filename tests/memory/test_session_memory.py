@@ -23,19 +23,19 @@ import pytest
 import torch
 
 from engine.config import model_config
-from engine.memory.session_memory import SessionMemory
-from engine.memory.store import context_slot_views
 from engine.memory.types import Tier
 from engine.model.kv_context import AttentionContext
 from engine.overlay import resolve_session_config
+from engine.session_memory import SessionMemory, context_slot_views
 
 MICRO = model_config("micro")
-T = MICRO.tokens_per_chunk
-KV_SHAPE = (1, T, MICRO.dit.num_heads, MICRO.dit.head_dim)   # [B, T, H, D], one chunk of one layer
+LAYOUT = MICRO.kv_layout()
+T = LAYOUT.tokens_per_chunk
+KV_SHAPE = (1, T, LAYOUT.heads, LAYOUT.head_dim)   # [B, T, H, D], one chunk of one layer
 K = 2
 # micro: a 6-latent-frame window of 3-frame chunks, so the window holds chunk c-1 and chunk c may
 # retrieve chunks 0 .. c-2 only; every script below respects that (the stub asserts it).
-assert -(-MICRO.window_frames // MICRO.sampler.frames_per_chunk) == 1
+assert LAYOUT.window_chunks == 1
 
 # Generous "does not hang" bound for calls that must never wait on a read (the machine may be loaded).
 NO_HANG_S = 10.0
@@ -77,8 +77,8 @@ def make_memory(store: str, retriever, tmp_path=None, *, pool_slots: int = 16,
         memory["spill"] = str(tmp_path / "spill")
     cfg = resolve_session_config(None, {"model": "micro", "device": "cpu", "memory": memory})
     # A memory region of k slots even in window mode, so that "stays empty" is an observation.
-    ctx = AttentionContext(MICRO, memory_chunks=K)
-    return SessionMemory(cfg, MICRO, ctx, retriever, torch.device("cpu"), torch.float32), ctx
+    ctx = AttentionContext(LAYOUT, memory_chunks=K)
+    return SessionMemory(cfg, LAYOUT, ctx, retriever, torch.device("cpu"), torch.float32), ctx
 
 
 def settle(mem: SessionMemory) -> None:
@@ -96,11 +96,6 @@ def denoise_and_store(mem: SessionMemory, ctx: AttentionContext, chunk: int) -> 
     for layer, state in enumerate(ctx.layers):
         state.self_kv.write_current(torch.full(KV_SHAPE, key_value(chunk, layer)),
                                     torch.full(KV_SHAPE, value_value(chunk, layer)))
-        # The action module's rolling windows only commit after a forward; the memory never reads
-        # them, so a placeholder frame stands in for the model's.
-        for rolling in (state.keyboard, state.mouse):
-            if rolling is not None:
-                rolling.context(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
     tiers = mem.store_chunk(chunk)
     ctx.commit()
     return tiers

@@ -12,16 +12,18 @@ import torch
 
 from engine.config import model_config
 from engine.memory.host_pool import DEFAULT_MARGIN, process_baseline_bytes
-from engine.memory.quant import ChunkFormat
-from engine.memory.store import KVStore, context_slot_views
+from engine.kv_format import ChunkFormat
+from engine.memory.store import KVStore
 from engine.memory.transfer import TokenBucket
 from engine.memory.types import CapacityError, CorruptBlockError, SpillLockedError, Tier
 from engine.model.kv_context import AttentionContext
+from engine.session_memory import context_slot_views
 
 CFG = model_config("tiny")
+LAYOUT = CFG.kv_layout()
 MiB = 1 << 20
-RAW = ChunkFormat.from_model(CFG, bits=16, raw_dtype="float32")   # exact on CPU float32 KV
-INT4 = ChunkFormat.from_model(CFG, bits=4)
+RAW = ChunkFormat.from_layout(LAYOUT, bits=16, raw_dtype="float32")   # exact on CPU float32 KV
+INT4 = ChunkFormat.from_layout(LAYOUT, bits=4)
 
 
 def chunk_kv(chunk: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -68,7 +70,7 @@ def spill(tmp_path):
 
 
 def test_raw_round_trip_is_exact_from_host_and_disk(spill):
-    with KVStore(CFG, RAW, n_slots=6, spill_dir=spill) as store:
+    with KVStore(LAYOUT, RAW, n_slots=6, spill_dir=spill) as store:
         put_all(store, range(12))
         tiers = {c: store.manager.lookup(c) for c in (0, 5, 11)}
         assert tiers == {0: Tier.DISK, 5: Tier.DISK, 11: Tier.HOST}
@@ -84,7 +86,7 @@ def test_raw_round_trip_is_exact_from_host_and_disk(spill):
 
 
 def test_int4_round_trip_within_the_stated_bound(spill):
-    with KVStore(CFG, INT4, n_slots=4, spill_dir=spill) as store:
+    with KVStore(LAYOUT, INT4, n_slots=4, spill_dir=spill) as store:
         put_all(store, range(6))
         assert store.manager.lookup(0) is Tier.DISK
         staged = store.load_now([0, 5])
@@ -96,8 +98,8 @@ def test_int4_round_trip_within_the_stated_bound(spill):
 
 
 def test_copy_into_the_attention_context(spill):
-    ctx = AttentionContext(CFG, memory_chunks=3)
-    with KVStore(CFG, RAW, n_slots=8, spill_dir=spill) as store:
+    ctx = AttentionContext(LAYOUT, memory_chunks=3)
+    with KVStore(LAYOUT, RAW, n_slots=8, spill_dir=spill) as store:
         put_all(store, range(3))
         staged = store.load_now([2, 0])
         assert staged.copy_into({2: context_slot_views(ctx, 0), 0: context_slot_views(ctx, 1)}) \
@@ -107,7 +109,7 @@ def test_copy_into_the_attention_context(spill):
 
 
 def test_unknown_chunk_is_a_failed_miss_and_second_take_is_the_same_set(spill):
-    with KVStore(CFG, RAW, n_slots=8, spill_dir=spill) as store:
+    with KVStore(LAYOUT, RAW, n_slots=8, spill_dir=spill) as store:
         put_all(store, [0])
         store.stage([0, 42])
         first = store.take_staged(timeout=30)
@@ -118,7 +120,7 @@ def test_unknown_chunk_is_a_failed_miss_and_second_take_is_the_same_set(spill):
 
 def test_a_hung_read_does_not_block_take_staged(spill):
     release = threading.Event()
-    with KVStore(CFG, RAW, n_slots=6, spill_dir=spill) as store:
+    with KVStore(LAYOUT, RAW, n_slots=6, spill_dir=spill) as store:
         put_all(store, range(10))
         assert store.manager.lookup(0) is Tier.DISK
         real_read = store.disk.read
@@ -144,7 +146,7 @@ def test_a_hung_read_does_not_block_take_staged(spill):
 
 
 def test_corrupt_block_is_reported_as_a_failed_miss(spill):
-    with KVStore(CFG, RAW, n_slots=6, spill_dir=spill) as store:
+    with KVStore(LAYOUT, RAW, n_slots=6, spill_dir=spill) as store:
         put_all(store, range(10))
         store.disk.flush_index()
         offset = store.disk._index[1]["offset"]
@@ -160,7 +162,7 @@ def test_corrupt_block_is_reported_as_a_failed_miss(spill):
 
 
 def test_a_failed_put_rolls_back_its_slot(spill):
-    with KVStore(CFG, RAW, n_slots=4, spill_dir=spill) as store:
+    with KVStore(LAYOUT, RAW, n_slots=4, spill_dir=spill) as store:
         put_all(store, [0])
         wrong = [(k.to(torch.bfloat16), v.to(torch.bfloat16)) for k, v in chunk_kv(1)]
         with pytest.raises(AssertionError, match="not exact"):   # raw float32 format, bf16 KV
@@ -172,7 +174,7 @@ def test_a_failed_put_rolls_back_its_slot(spill):
 
 
 def test_dram_only_stops_with_a_capacity_error():
-    with KVStore(CFG, RAW, n_slots=3) as store:
+    with KVStore(LAYOUT, RAW, n_slots=3) as store:
         put_all(store, range(3))
         with pytest.raises(CapacityError, match="dram-only") as info:
             store.put(3, chunk_kv(3))
@@ -182,7 +184,7 @@ def test_dram_only_stops_with_a_capacity_error():
 
 def test_full_disk_reported_and_earlier_blocks_readable(spill):
     cap = {"max_bytes": 3 * RAW.slot_bytes, "extent_bytes": RAW.slot_bytes}
-    with KVStore(CFG, RAW, n_slots=5, spill_dir=spill, disk_options=cap, put_timeout_s=10) as store:
+    with KVStore(LAYOUT, RAW, n_slots=5, spill_dir=spill, disk_options=cap, put_timeout_s=10) as store:
         with pytest.raises(CapacityError, match="full") as info:
             put_all(store, range(20))
         assert str(spill) in str(info.value) and "\n" not in str(info.value)
@@ -191,7 +193,7 @@ def test_full_disk_reported_and_earlier_blocks_readable(spill):
         on_disk = store.disk.chunks()
         assert store.load_now([c for c in store.manager.host_chunks()][:3]).misses == ()
     # the pool is full of dirty blocks, so the session ends; the blocks already on disk are intact
-    with KVStore(CFG, RAW, n_slots=5, spill_dir=spill, resume=True) as store:
+    with KVStore(LAYOUT, RAW, n_slots=5, spill_dir=spill, resume=True) as store:
         staged = store.load_now(on_disk)
         assert staged.hits == tuple(on_disk)
         for c in staged.hits:
@@ -199,17 +201,17 @@ def test_full_disk_reported_and_earlier_blocks_readable(spill):
 
 
 def test_second_store_on_the_same_spill_is_refused(spill):
-    with KVStore(CFG, RAW, n_slots=4, spill_dir=spill):
+    with KVStore(LAYOUT, RAW, n_slots=4, spill_dir=spill):
         with pytest.raises(SpillLockedError, match=str(spill)):
-            KVStore(CFG, RAW, n_slots=4, spill_dir=spill)
+            KVStore(LAYOUT, RAW, n_slots=4, spill_dir=spill)
 
 
 def test_close_persists_and_a_new_store_resumes(spill):
-    with KVStore(CFG, RAW, n_slots=6, spill_dir=spill) as store:
+    with KVStore(LAYOUT, RAW, n_slots=6, spill_dir=spill) as store:
         put_all(store, range(8))
         store.close(persist_all=True)
         assert store.counters()["disk_blocks"] == 8
-    with KVStore(CFG, RAW, n_slots=6, spill_dir=spill, resume=True) as store:
+    with KVStore(LAYOUT, RAW, n_slots=6, spill_dir=spill, resume=True) as store:
         assert all(store.manager.lookup(c) is Tier.DISK for c in range(8))
         staged = store.load_now([7, 0, 3])
         assert staged.hits == (7, 0, 3)
@@ -220,7 +222,7 @@ def test_close_persists_and_a_new_store_resumes(spill):
 def test_pool_is_sized_from_the_host_budget_and_kept_to_it(spill):
     baseline = process_baseline_bytes()
     host_bytes = baseline + DEFAULT_MARGIN + 12 * RAW.slot_bytes
-    with KVStore(CFG, RAW, host_bytes=host_bytes, spill_dir=spill) as store:
+    with KVStore(LAYOUT, RAW, host_bytes=host_bytes, spill_dir=spill) as store:
         assert store.pool.nbytes <= host_bytes - baseline - DEFAULT_MARGIN + 2 * RAW.slot_bytes
         ptr = store.pool.data.data_ptr()
         for c in range(3 * store.pool.n_slots):
@@ -232,7 +234,7 @@ def test_pool_is_sized_from_the_host_budget_and_kept_to_it(spill):
 
 def test_reads_are_capped_by_the_drive_bucket(spill):
     """Injected clock: two disk reads of one slot each at rate R take (2 slots − burst) / R."""
-    with KVStore(CFG, RAW, n_slots=6, spill_dir=spill, drive_bw="r=0.001") as store:
+    with KVStore(LAYOUT, RAW, n_slots=6, spill_dir=spill, drive_bw="r=0.001") as store:
         assert store.throttle.read_bucket.rate == 1e6 and store.throttle.write_bucket is None
         now = [0.0]
         store.throttle.read_bucket = TokenBucket(1e6, burst=4096, clock=lambda: now[0],
@@ -247,7 +249,7 @@ def test_rss_stays_flat_while_ten_pools_are_written_through(spill):
     n_slots = 8
     kv = chunk_kv(0)
     proc = psutil.Process()
-    with KVStore(CFG, RAW, n_slots=n_slots, spill_dir=spill) as store:
+    with KVStore(LAYOUT, RAW, n_slots=n_slots, spill_dir=spill) as store:
         def run(chunks):
             for c in chunks:
                 kv[0][0][0, 0, 0, 0] = float(c)
@@ -267,10 +269,10 @@ def test_rss_stays_flat_while_ten_pools_are_written_through(spill):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", [ChunkFormat.from_model(CFG, bits=16), INT4], ids=["bf16", "int4"])
+@pytest.mark.parametrize("fmt", [ChunkFormat.from_layout(LAYOUT, bits=16), INT4], ids=["bf16", "int4"])
 def test_cuda_round_trip_through_pinned_pool_and_disk(spill, fmt):
     dev = torch.device("cuda")
-    with KVStore(CFG, fmt, n_slots=6, spill_dir=spill, device=dev) as store:
+    with KVStore(LAYOUT, fmt, n_slots=6, spill_dir=spill, device=dev) as store:
         assert store.pool.pinned
         for c in range(10):
             kv = [(k.to(dev, torch.bfloat16), v.to(dev, torch.bfloat16)) for k, v in chunk_kv(c)]

@@ -32,8 +32,8 @@ def test_every_tensor_within_tolerance(dit_case):
 
 
 def _first_velocity_error(fx, cfg, model) -> float:
-    ctx = AttentionContext(cfg)
-    model.prepare_visual_context(ctx, fx.tensor("inputs.visual_context"))
+    ctx = AttentionContext(cfg.kv_layout())
+    model.prepare_context(ctx, fx.tensor("inputs.visual_context"))
     x = fx.tensor("inputs.noise")[:, :, :3]
     t = fx.tensor("schedule.timestep_fed")[0, 0]
     with torch.no_grad():

@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.config import model_config
 from engine.io.trajectory import load_trajectory, packaged_trajectory
 from engine.retrieval.hit_rate import prediction_hit_rate
 from engine.retrieval.predict import ConstantVelocityPredictor, ReuseCurrentPredictor, known_until
 from engine.retrieval.select import ChunkGrid, ChunkPose, FovOverlapPolicy
 
-GRID = ChunkGrid.of_model("mg2-universal")
+GRID = ChunkGrid.of_video(model_config("mg2-universal").video_grid())
 CHUNKS = 60                   # 45 s: yaw turns 3 times, b1_ws walks its stretch 6 times
 POLICY = FovOverlapPolicy()
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.io.poses import make_poses, quat_from_euler, quat_multiply, rotation_angle
+from engine.geometry import make_poses, quat_from_euler, quat_multiply, rotation_angle
 from engine.retrieval.predict import (ConstantVelocityPredictor, ReuseCurrentPredictor, extrapolate,
                                       quat_power)
 from engine.retrieval.select import ChunkGrid, ChunkPose

@@ -10,7 +10,7 @@ MODEL = model_config("mg2-universal")
 
 def retriever_for(name: str, chunks: int) -> Retriever:
     poses = load_trajectory(packaged_trajectory(name), MODEL.mode, MODEL.video_frames_total(chunks)).poses
-    return Retriever(poses, MODEL)
+    return Retriever(poses, MODEL.video_grid())
 
 
 def test_candidates_grow_with_places_not_with_session_length():

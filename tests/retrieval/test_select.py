@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import model_config
-from engine.io.poses import make_poses, quat_from_euler
+from engine.geometry import make_poses, quat_from_euler
 from engine.retrieval.select import ChunkGrid, ChunkPose, FovOverlapPolicy
 
 POLICY = FovOverlapPolicy()
@@ -37,7 +37,7 @@ def test_retrieval_imports_no_torch():
 
 def test_grid_matches_the_model_config():
     cfg = model_config("mg2-universal")
-    grid = ChunkGrid.of_model(cfg)
+    grid = ChunkGrid.of_video(cfg.video_grid())
     assert grid.frames(0) == range(0, 9)
     for c in range(1, 50):
         assert grid.frames(c) == range(12 * c - 3, 12 * c + 9)

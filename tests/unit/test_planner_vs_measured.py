@@ -11,7 +11,7 @@ import pytest
 
 from engine import planner
 from engine.config import synthetic_model_config
-from engine.memory.quant import ChunkFormat
+from engine.kv_format import ChunkFormat
 
 MEASURED_DRIVE_GBPS = 1.1   # `worldpager bench disk` on the same directory
 POOL_SLOTS = 8
@@ -31,7 +31,7 @@ RUNS = [
 
 def predicted(store, kv_scale, gbps, chunk_s, chunks=28):
     model = synthetic_model_config(kv_scale)
-    slot = ChunkFormat.from_model(model, bits=4).slot_bytes
+    slot = ChunkFormat.from_layout(model.kv_layout(), bits=4).slot_bytes
     baseline = int(planner.HOST_BASELINE_GIB * planner.GiB)
     budgets = planner.Budgets(host=baseline + planner.MARGIN_BYTES + POOL_SLOTS * slot, host_baseline=baseline)
     rate = (gbps or MEASURED_DRIVE_GBPS) * planner.GB

@@ -1,4 +1,5 @@
-"""engine.io.poses: the camera convention, rotation conversions, slerp, resampling, calibration, kinematics."""
+"""engine.geometry and engine.io.poses: the camera convention, rotation conversions, slerp, resampling,
+calibration, kinematics."""
 from __future__ import annotations
 
 import math
@@ -9,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.geometry import (euler_from_quat, grid_frames, make_poses, matrix_to_quat, quat_from_euler,
+                             quat_to_matrix, resample, rotation_angle, slerp)
 from engine.io.actions import CAMERA_STEP
-from engine.io.poses import (ORIGIN, Calibration, CameraState, advance, euler_from_quat, grid_frames,
-                             make_poses, matrix_to_quat, quat_from_euler, quat_to_matrix, resample,
-                             rotation_angle, slerp, states_to_poses)
+from engine.io.poses import FPS, ORIGIN, Calibration, CameraState, advance, states_to_poses
 
 angles = st.floats(-179.0, 179.0)
 pitches = st.floats(-89.0, 89.0)
@@ -101,8 +102,8 @@ def test_resample_hits_keyframes_exactly_and_interpolates():
     times = np.array([0.0, 0.5, 1.25])                       # frames 0, 8, 20
     positions = np.array([[0.0, 0, 0], [1.6, 0, -0.8], [1.6, 2.4, -0.8]])
     quats = quat_from_euler([0.0, 40.0, 10.0], [0.0, 10.0, -20.0])
-    poses = resample(times, positions, quats)
-    assert len(poses) == 21 == grid_frames(1.25)
+    poses = resample(times, positions, quats, FPS)
+    assert len(poses) == 21 == grid_frames(1.25, FPS)
     for frame, k in ((0, 0), (8, 1), (20, 2)):
         assert np.array_equal(poses[frame, :3], positions[k])
         assert rotation_angle(poses[frame, 3:], quats[k]) < 1e-6
@@ -112,9 +113,9 @@ def test_resample_hits_keyframes_exactly_and_interpolates():
 
 
 def test_resample_off_grid_end_and_single_keyframe():
-    poses = resample(np.array([0.0, 1.03]), np.zeros((2, 3)), quat_from_euler([0.0, 10.0], 0.0))
+    poses = resample(np.array([0.0, 1.03]), np.zeros((2, 3)), quat_from_euler([0.0, 10.0], 0.0), FPS)
     assert len(poses) == 17                                    # 1.03 s: frames 0..16
-    assert len(resample(np.array([2.0]), np.ones((1, 3)), quat_from_euler([5.0], 0.0))) == 1
+    assert len(resample(np.array([2.0]), np.ones((1, 3)), quat_from_euler([5.0], 0.0), FPS)) == 1
 
 
 # ---------------------------------------------------------------- calibration and kinematics

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import torch
 
+from types import SimpleNamespace
+
 from engine.config import model_config
-from engine.model.positions import Rerotation
+from engine.model.facts import horizon_chunk
 from engine.model.rope import DiTRope
 from engine.overlay import resolve_session_config
+from engine.positions import Rerotation
 
 CFG = model_config("mg2-universal")
 
@@ -53,10 +56,19 @@ class _Ctx:
         self.layers = [type("S", (), {"self_kv": _Layer(k)})()]
 
 
+def micro_model():
+    """The interface facts re-rotation reads, for MG2's micro configuration (no networks needed)."""
+    micro = model_config("micro")
+    rope = DiTRope(micro.dit.head_dim, micro.dit.rope_split, micro.dit.rope_theta)
+    return SimpleNamespace(layout=micro.kv_layout(), grid=micro.video_grid(),
+                           horizon_chunk=horizon_chunk(micro),
+                           rotate_time=lambda layer, keys, delta: rope.rotate_time(keys, delta))
+
+
 def test_rerotate_moves_entering_chunks_only_past_the_horizon():
     micro = model_config("micro")
     cfg = resolve_session_config(None, {"model": "micro", "positions": "rerotate"})
-    rot = Rerotation.for_session(cfg, micro)
+    rot = Rerotation.for_session(cfg, micro_model())
     tokens = micro.tokens_per_chunk
     k = torch.randn(1, 2 * tokens, micro.dit.num_heads, micro.dit.head_dim)
     ctx = _Ctx(k.clone())
@@ -69,4 +81,4 @@ def test_rerotate_moves_entering_chunks_only_past_the_horizon():
     # a resident chunk is moved again once it would leave the native table's reach
     assert rot.update(300 + 342, ctx, [300, 330]) == 1
     assert rot.position[0] == rot.target(642)
-    assert Rerotation.for_session(resolve_session_config(None, {"positions": "extend"}), micro) is None
+    assert Rerotation.for_session(resolve_session_config(None, {"positions": "extend"}), micro_model()) is None

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from engine.errors import ConfigError, InputError
 from engine.io.actions import CAMERA_STEP, KEYBOARD_KEYS, ActionTrack, builtin_schedule
-from engine.io.poses import (ORIGIN, Calibration, integrate, poses_euler, quat_from_euler, quat_to_matrix,
-                             rotation_angle, states_to_poses)
+from engine.geometry import poses_euler, quat_from_euler, quat_to_matrix, rotation_angle
+from engine.io.poses import ORIGIN, Calibration, integrate, states_to_poses
 from engine.io.trajectory import (load_trajectory, packaged_trajectory, poses_from_actions,
                                   trajectory_from_actions)
 

@@ -1,7 +1,11 @@
 """The retrieval memory as the chunk loop sees it: select, take staged, prefetch, store.
 
 Owns the per-chunk memory steps of DESIGN §2 and the store modes of §5; the session calls
-``prepare(c)`` before chunk c's denoise (steps 2–4) and ``store(c)`` after its clean pass (step 6).
+``prepare(c)`` before chunk c's denoise (steps 2–4) and ``store_chunk(c)`` after its clean pass (step 6).
+It is the glue between the components — the tiered store (``engine.memory``), the retriever
+(``engine.retrieval``), the attention context and the model's re-rotation (``engine.positions``) — so
+it sits on the session's side: the components know nothing of one another. Shapes come from the model's
+``KVLayout``; no model is named here.
 
 * ``prefetch`` (WorldPager): select c's set from c's real pose; take what was staged during c−1 (from
   the extrapolated pose) without waiting; a miss keeps the slot's previous chunk (stale-set fallback);
@@ -25,16 +29,23 @@ from typing import Callable
 import psutil
 import torch
 
-from engine.config import ModelConfig, SessionConfig
+from engine.config import SessionConfig
 from engine.errors import ConfigError
-from engine.memory.quant import ChunkFormat
+from engine.kv_format import ChunkFormat
+from engine.layout import KVLayout
 from engine.memory.slots import MemorySlots, SlotPlan
-from engine.memory.store import KVStore, context_slot_views
-from engine.memory.types import CapacityError
+from engine.memory.store import KVStore
+from engine.memory.types import KV, CapacityError
 from engine.model.kv_context import AttentionContext
-from engine.model.positions import Rerotation
+from engine.positions import Rerotation
 
 GIB = 2 ** 30
+
+
+def context_slot_views(ctx: AttentionContext, slot: int) -> KV:
+    """Per-layer (k, v) views of memory slot ``slot`` of an attention context (one chunk each)."""
+    tokens = ctx.layout.tokens_per_chunk
+    return [state.self_kv.memory_slot(slot * tokens, tokens) for state in ctx.layers]
 
 
 class ResidentStore:
@@ -63,26 +74,26 @@ class ResidentStore:
 class SessionMemory:
     """Retrieval memory of one session (see the module docstring)."""
 
-    def __init__(self, cfg: SessionConfig, model_cfg: ModelConfig, ctx: AttentionContext,
-                 retriever, device: torch.device, dtype: torch.dtype, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, cfg: SessionConfig, layout: KVLayout, ctx: AttentionContext, retriever,
+                 device: torch.device, dtype: torch.dtype, *, rerotation: Rerotation | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.mode = cfg.memory.store
-        self.model_cfg, self.ctx, self.retriever, self.clock = model_cfg, ctx, retriever, clock
+        self.layout, self.ctx, self.retriever, self.clock = layout, ctx, retriever, clock
         self.k = cfg.memory.retrieve_k if self.mode != "window" else 0
         self.slots = MemorySlots(self.k, cfg.memory.sink and self.mode != "window")
-        f = model_cfg.sampler.frames_per_chunk
-        self.window_chunks = -(-model_cfg.window_frames // f)          # chunks (partly) in the window
+        self.window_chunks = layout.window_chunks
         self.store: KVStore | ResidentStore | None = None
         self._last_counters: dict = {}
-        self.rerotation = Rerotation.for_session(cfg, model_cfg)
+        self.rerotation = rerotation
         if self.mode == "window":
             return
         if self.mode == "device-only":
             self.store = ResidentStore(self._device_budget(cfg, device))
             return
-        fmt = ChunkFormat.from_model(model_cfg, bits=cfg.memory.kv_bits,
-                                     raw_dtype=str(dtype).removeprefix("torch."))
+        fmt = ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits,
+                                      raw_dtype=str(dtype).removeprefix("torch."))
         spill = None if self.mode == "dram-only" else cfg.memory.spill
-        self.store = KVStore(model_cfg, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes),
+        self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
                              k_slots=max(self.k, 1), dtype=dtype,
                              sync_writeback=cfg.memory.writeback == "sync")
@@ -202,7 +213,7 @@ class SessionMemory:
         record["memory_copy_ms"] += (self.clock() - t0) * 1e3
 
     def ctx_valid(self) -> None:
-        tokens = self.slots.valid_tokens(self.model_cfg.tokens_per_chunk)
+        tokens = self.slots.valid_tokens(self.layout.tokens_per_chunk)
         for state in self.ctx.layers:
             state.self_kv.set_memory_valid(tokens)
 

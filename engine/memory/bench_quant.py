@@ -1,7 +1,10 @@
-"""Throughput of quantising / dequantising one chunk's KV, against a plain copy of the same KV.
+"""Throughput of quantising / dequantising one chunk's KV into a stored block, against a plain copy.
+
+Lives with the memory because it times the memory's block code (``engine.memory.quant``) over the
+kernels behind ``engine.kernels.ops``; the kernels themselves know nothing of blocks.
 
 Contract: :func:`bench_quant` builds one chunk of random per-layer K/V (``[1, T, H, D]`` per layer, the
-shapes of the given model config; ``tokens`` scales the chunk down for CPUs), times
+shapes of the given model config's ``KVLayout``; ``tokens`` scales the chunk down for CPUs), times
 ``quantize_chunk_into`` (KV → block), ``dequantize_chunk_into`` (block → KV views) and a per-layer
 ``copy_`` of the same KV tensors on the same device, and returns a flat dict of numbers. It prints
 nothing (the CLI formats) and asserts nothing about speed (benchmarks are never tests).
@@ -19,7 +22,8 @@ import torch
 
 from engine.config import ModelConfig, model_config
 from engine.kernels import ops
-from engine.memory.quant import ChunkFormat, dequantize_chunk_into, quantize_chunk_into
+from engine.kv_format import ChunkFormat
+from engine.memory.quant import dequantize_chunk_into, quantize_chunk_into
 
 
 def _timer(device: torch.device) -> Callable[[Callable[[], None], int, int], float]:
@@ -53,7 +57,7 @@ def bench_quant(model: str | ModelConfig = "mg2-universal", *, bits: int = 4, va
     dev = torch.device(device) if device is not None else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
     dt = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    fmt = ChunkFormat.from_model(cfg, bits=bits, value_group=value_group)
+    fmt = ChunkFormat.from_layout(cfg.kv_layout(), bits=bits, value_group=value_group)
     if tokens is not None:
         fmt = ChunkFormat(layers=fmt.layers, tokens=tokens, heads=fmt.heads, head_dim=fmt.head_dim,
                           bits=bits, value_group=value_group)

@@ -1,0 +1,58 @@
+"""The one interface between the chunk loop and a world model (DESIGN §2a).
+
+Owns what the session, the memory and the retrieval may know about a model, and nothing else:
+
+* ``KVLayout`` — the self-attention KV of one chunk as the memory stores it: ``layers`` buffers of
+  ``[tokens_per_chunk, heads, head_dim]`` keys and values each (keys after the model's time rotation),
+  the latent frames of a chunk and of the local window. Byte sizes of every storage format follow from
+  it.
+* ``VideoGrid`` — how chunks map to video frames (MG2: 9 frames for chunk 0, then 12) and the frame rate.
+* ``WorldModel`` — the protocol every model implements (MG2, the arena model, the synthetic model):
+  set-up happens in the model's constructor (start image, trajectory); the loop then calls
+  ``prepare_context`` once and, per chunk, ``denoise`` (which writes the chunk's clean K/V into the
+  context's current region), ``decode`` (video frames), and, for ``rerotate``, ``rotate_time`` on the
+  keys of a memory slot.
+
+Nothing in ``memory/``, ``retrieval/`` or the session names a particular model: they take a
+``KVLayout``, a ``VideoGrid`` and a ``WorldModel``.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+# The shape types are torch-free and live in ``engine.layout`` so that the memory, the retrieval and
+# the planner can use them without importing the model package; they are part of this interface.
+from engine.layout import KVLayout, VideoGrid
+
+__all__ = ["KVLayout", "VideoGrid", "WorldModel"]
+
+
+@runtime_checkable
+class WorldModel(Protocol):
+    """What the chunk loop needs from a world model (see the module docstring)."""
+
+    name: str
+    layout: KVLayout
+    grid: VideoGrid
+    frame_size: tuple[int, int]          # decoded video (height, width)
+    horizon_chunk: int | None            # first chunk past the native time positions; None = unbounded
+    weights: str                         # where the weights came from (logged)
+
+    def camera_poses(self) -> np.ndarray:
+        """Per-video-frame camera poses ``[T, 7]`` the memory is keyed on (the model may constrain the
+        trajectory's, e.g. clamp it to walkable space)."""
+
+    def prepare_context(self, ctx) -> None:
+        """Fill model-specific per-session state of the attention context (e.g. image conditioning)."""
+
+    def denoise(self, chunk: int, ctx) -> torch.Tensor:
+        """Generate ``chunk``; its clean K/V are left uncommitted in the context's current region."""
+
+    def decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:
+        """Video frames ``[T, 3, H, W]`` in [-1, 1] of ``chunk`` (T from ``grid``)."""
+
+    def rotate_time(self, layer: int, keys: torch.Tensor, delta_frames: float) -> torch.Tensor:
+        """Keys ``[B, T, H, D]`` of ``layer`` as if stored ``delta_frames`` latent frames later."""

@@ -1,0 +1,113 @@
+"""Where world models are made: the one place that names them (a new model is one entry in ``FAMILIES``).
+
+Owns, per model family, three functions of the session config:
+
+* ``model_spec(cfg) -> ModelSpec`` — what the session needs *before* the model exists, without reading
+  weights: the start image's size, the trajectory's action space, the video grid and the decoded frame
+  size (so inputs are validated and the MP4 opened before the slow load). The built model must agree
+  with its spec (``build_world_model`` checks).
+* ``build_world_model(cfg, image, trajectory, device, dtype) -> WorldModel`` — the model of one session
+  (MG2: weights from ``cfg.checkpoint`` or the built-in seeded ones, as ``engine.model.load`` reads
+  them; synthetic: no weights).
+* ``model_header_facts(cfg) -> dict`` — the shape facts the session log's header records.
+
+The session, the memory and the retrieval use only what these return and the ``WorldModel`` protocol.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from engine.config import SYNTHETIC_MODEL, SessionConfig, session_model_config
+from engine.io.trajectory import Trajectory
+from engine.layout import VideoGrid
+from engine.model.facts import model_facts
+from engine.model.interface import WorldModel
+from engine.model.load import load_models
+from engine.model.pipeline import MG2Pipeline
+from engine.model.synthetic import FRAME_DOWNSCALE, SyntheticPipeline
+
+Builder = Callable[[SessionConfig, torch.Tensor, Trajectory, torch.device, torch.dtype], WorldModel]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model needs from the session and promises it, known before the model is built."""
+
+    name: str
+    image_size: tuple[int, int]       # (height, width) the start image is cropped and resized to
+    action_mode: str                  # the trajectory's action space (engine.io.actions.KEYBOARD_KEYS)
+    grid: VideoGrid
+    frame_size: tuple[int, int]       # decoded video (height, width)
+
+
+@dataclass(frozen=True)
+class Family:
+    spec: Callable[[SessionConfig], ModelSpec]
+    build: Builder
+    header_facts: Callable[[SessionConfig], dict]
+
+
+# ---- MG2 (the released modes and the seeded tiny / micro models) ----------------------------------
+
+def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
+    m = session_model_config(cfg)
+    size = (m.video_height, m.video_width)
+    return ModelSpec(m.name, size, m.mode, m.video_grid(), size)
+
+
+def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype) -> WorldModel:
+    m = session_model_config(cfg)
+    models = load_models(m, cfg.checkpoint, device, dtype)
+    return MG2Pipeline(models, m, image, trajectory, cfg.seed, cfg.positions, device, dtype)
+
+
+def _mg2_facts(cfg: SessionConfig) -> dict:
+    return model_facts(session_model_config(cfg))
+
+
+# ---- synthetic (MG2-shaped KV, no math) -----------------------------------------------------------
+
+def _synthetic_spec(cfg: SessionConfig) -> ModelSpec:
+    m = session_model_config(cfg)
+    frame = (m.video_height // FRAME_DOWNSCALE, m.video_width // FRAME_DOWNSCALE)
+    return ModelSpec(m.name, (m.video_height, m.video_width), m.mode, m.video_grid(), frame)
+
+
+def _synthetic_build(cfg: SessionConfig, image, trajectory, device, dtype) -> WorldModel:
+    return SyntheticPipeline(session_model_config(cfg), trajectory.poses, cfg.chunk_ms, device, dtype,
+                             cfg.seed)
+
+
+def _synthetic_facts(cfg: SessionConfig) -> dict:
+    return {"model": SYNTHETIC_MODEL, "fps": session_model_config(cfg).fps}
+
+
+MG2 = Family(_mg2_spec, _mg2_build, _mg2_facts)
+FAMILIES: dict[str, Family] = {SYNTHETIC_MODEL: Family(_synthetic_spec, _synthetic_build, _synthetic_facts)}
+
+
+def family(cfg: SessionConfig) -> Family:
+    """The family of ``cfg.model``; every named MG2 configuration (``engine.config.MODEL_CONFIGS``) is MG2."""
+    return FAMILIES.get(cfg.model, MG2)
+
+
+def model_spec(cfg: SessionConfig) -> ModelSpec:
+    return family(cfg).spec(cfg)
+
+
+def model_header_facts(cfg: SessionConfig) -> dict:
+    return family(cfg).header_facts(cfg)
+
+
+def build_world_model(cfg: SessionConfig, image: torch.Tensor, trajectory: Trajectory,
+                      device: torch.device, dtype: torch.dtype) -> WorldModel:
+    """The session's model, built (and its weights loaded) for ``image`` and ``trajectory``."""
+    spec = model_spec(cfg)
+    model = family(cfg).build(cfg, image, trajectory, device, dtype)
+    assert isinstance(model, WorldModel), f"{type(model).__name__} does not implement WorldModel"
+    assert (model.grid, tuple(model.frame_size)) == (spec.grid, spec.frame_size), (
+        f"{spec.name}: built model's grid/frame size differ from its spec")
+    return model

@@ -1,0 +1,84 @@
+"""Positions past a model's native horizon: re-rotation of retrieved keys (DESIGN §4).
+
+Owns the ``rerotate`` policy for any model whose stored keys carry rotary time positions. MG2's rotary
+table ends at latent frame 1024 (``WorldModel.horizon_chunk`` = 341); its RoPE computes angles for any
+position, which is the ``extend`` mode and leaves every output below the horizon bit-identical. Past
+the horizon, ``rerotate`` additionally moves retrieved memory (keys stored after the rotation, at the
+absolute positions of their chunk) on the time axis so that it sits just before the current chunk: a
+chunk entering a memory slot is rotated so that its last frame lies ``offset`` video frames before the
+current chunk's first frame; a chunk that stays resident is rotated again only when its distance to
+the current chunk would exceed the native reach. The rotation itself is the model's
+(``WorldModel.rotate_time``); rotations compose additively, so this equals computing the position
+encoding at the new place (up to rounding).
+
+Everything comes through the model interface: latent frames per chunk from ``layout``, video frames
+per latent frame from ``grid`` and ``layout``, the horizon from ``horizon_chunk``. The native reach is
+counted in whole chunks below the horizon, ``(horizon - 1) * frames_per_chunk`` latent frames, so a
+resident chunk is moved no later than it must be (for MG2 one frame earlier than the table's exact
+1021: harmless, as rotations compose exactly).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from engine.config import SessionConfig
+from engine.layout import KVLayout
+from engine.model.interface import WorldModel
+
+RotateTime = Callable[[int, torch.Tensor, float], torch.Tensor]   # (layer, keys, delta frames) -> keys
+
+
+@dataclass
+class Rerotation:
+    layout: KVLayout
+    rotate_time: RotateTime                    # the model's time rotation of stored keys
+    offset_latent: float                       # the video-frame offset in latent frames
+    horizon: int | None                        # first chunk past the native positions; None = none
+    position: dict[int, float] = field(default_factory=dict)   # slot -> first-frame position encoded
+    pending: dict[int, int] = field(default_factory=dict)      # slot -> chunk that just entered
+
+    @classmethod
+    def for_session(cls, cfg: SessionConfig, model: WorldModel) -> "Rerotation | None":
+        if cfg.positions != "rerotate":
+            return None
+        layout = model.layout
+        video_per_latent = model.grid.frames_per_chunk / layout.frames_per_chunk
+        return cls(layout, model.rotate_time, cfg.rerotate_offset_frames / video_per_latent,
+                   model.horizon_chunk)
+
+    def entered(self, slot: int, chunk: int) -> None:
+        """A chunk's keys were just copied into ``slot`` at their stored (absolute) position."""
+        self.position[slot] = float(chunk * self.layout.frames_per_chunk)
+        self.pending[slot] = chunk
+
+    def target(self, chunk: int) -> float:
+        f = self.layout.frames_per_chunk
+        return chunk * f - self.offset_latent - f
+
+    def update(self, chunk: int, ctx, chunk_in: list[int | None]) -> int:
+        """Rotate the slots that need it for ``chunk``; returns how many were rotated."""
+        entered, self.pending = self.pending, {}
+        if self.horizon is None or chunk < self.horizon:
+            return 0
+        f = self.layout.frames_per_chunk
+        limit = (self.horizon - 1) * f
+        target = self.target(chunk)
+        rotated = 0
+        for slot, resident in enumerate(chunk_in):
+            if resident is None:
+                continue
+            too_far = chunk * f - self.position[slot] > limit
+            if slot in entered or too_far:
+                self._rotate(ctx, slot, target - self.position[slot])
+                self.position[slot] = target
+                rotated += 1
+        return rotated
+
+    def _rotate(self, ctx, slot: int, delta: float) -> None:
+        tokens = self.layout.tokens_per_chunk
+        for layer, state in enumerate(ctx.layers):
+            k, _ = state.self_kv.memory_slot(slot * tokens, tokens)
+            k.copy_(self.rotate_time(layer, k, delta))

@@ -1,0 +1,149 @@
+"""Dependencies run one way (DESIGN §8): each rule below is read off the ``import`` statements of every
+module under ``engine/`` with ``ast``, so a violation fails here before it becomes a cycle.
+
+* the components do not know one another: memory imports nothing from model, retrieval or the session's
+  side; retrieval nothing from model, memory or io; kernels nothing from memory or model; model nothing
+  from memory, retrieval or the session's side;
+* the session names no model: from ``engine.model`` it imports only the interface, the attention
+  context and the factory;
+* the deciders are torch-free: the manager, the retrieval policy, the planner, the pose geometry and
+  the byte accounting import no torch, directly or through any engine module they import at load time;
+* no module under ``engine`` imports click (the CLI is a thin shell over the engine).
+
+Every import counts for the direction rules, wherever it is written (function bodies and
+``TYPE_CHECKING`` blocks included): a lazy import is still a dependency. For the torch rule only what
+runs when the module is imported counts.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = ROOT / "engine"
+
+SESSION_SIDE = ("engine.session", "engine.session_memory", "engine.positions")
+FORBIDDEN = {   # package -> what no module inside it may import
+    "engine.memory": ("engine.model", "engine.retrieval", *SESSION_SIDE),
+    "engine.retrieval": ("engine.model", "engine.memory", "engine.io"),
+    "engine.kernels": ("engine.memory", "engine.model"),
+    "engine.model": ("engine.memory", "engine.retrieval", *SESSION_SIDE),
+}
+SESSION_MAY_USE = {"engine.model.interface", "engine.model.kv_context", "engine.model.registry"}
+TORCH_FREE = ("engine.memory.manager", "engine.retrieval.select", "engine.planner", "engine.geometry",
+              "engine.kv_format", "engine.layout")
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str          # absolute dotted name
+    at_load: bool        # executed when the importing module is imported (module level, not TYPE_CHECKING)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _absolute(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = importer.split(".") if is_package else importer.split(".")[:-1]
+    base = base[:len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _type_checking_block(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def imports_of(source: str, importer: str, is_package: bool = False) -> list[Import]:
+    """Every import in ``source``: ``from a import b`` yields ``a`` and ``a.b`` (b may be a module)."""
+    found: list[Import] = []
+
+    def visit(node: ast.AST, at_load: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            load = at_load and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+                and not _type_checking_block(child)
+            if isinstance(child, ast.Import):
+                found.extend(Import(alias.name, at_load) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = _absolute(child, importer, is_package)
+                found.append(Import(base, at_load))
+                found.extend(Import(f"{base}.{alias.name}", at_load) for alias in child.names)
+            visit(child, load)
+    visit(ast.parse(source), True)
+    return found
+
+
+def _engine_modules() -> dict[str, list[Import]]:
+    modules = {}
+    for path in sorted(ENGINE.rglob("*.py")):
+        name = module_name(path)
+        modules[name] = imports_of(path.read_text(), name, path.name == "__init__.py")
+    return modules
+
+
+MODULES = _engine_modules()
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_parser_sees_lazy_guarded_and_relative_imports():
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
+              "from . import sibling\n"
+              "def f():\n    from engine.model import mg2\n")
+    got = {(i.module, i.at_load) for i in imports_of(source, "engine.memory.store")}
+    assert {("torch", False), ("engine.memory.sibling", True), ("engine.model.mg2", False)} <= got
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_components_import_one_way(package):
+    bad = [(name, i.module) for name, imports in MODULES.items() if _within(name, package)
+           for i in imports if any(_within(i.module, f) for f in FORBIDDEN[package])]
+    assert not bad, f"{package} must not import {FORBIDDEN[package]}: {bad}"
+
+
+def test_the_session_names_no_model():
+    for name in SESSION_SIDE:
+        used = {i.module for i in MODULES[name] if _within(i.module, "engine.model")}
+        # "from engine.model.registry import x" also yields "engine.model.registry.x": keep the module.
+        modules = {m for m in used if m in MODULES}
+        assert modules <= SESSION_MAY_USE, f"{name} imports {sorted(modules - SESSION_MAY_USE)}"
+
+
+def _load_closure(start: str) -> dict[str, str]:
+    """Every module imported (at load time) by importing ``start``, with the engine module that did it.
+
+    Importing a module imports its parent packages first, so they are part of the closure too."""
+    seen: dict[str, str] = {}
+    todo = [(start, "")]
+    while todo:
+        name, via = todo.pop()
+        if name in seen:
+            continue
+        seen[name] = via
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        todo.extend((p, name) for p in parents if p in MODULES)
+        todo.extend((i.module, name) for i in MODULES.get(name, []) if i.at_load)
+    return seen
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
+def test_deciders_import_no_torch(module):
+    closure = _load_closure(module)
+    torch_users = sorted({via for name, via in closure.items() if _within(name, "torch")})
+    assert not torch_users, f"importing {module} imports torch (through {torch_users})"
+
+
+def test_no_engine_module_imports_click():
+    bad = [(name, i.module) for name, imports in MODULES.items() for i in imports if _within(i.module, "click")]
+    assert not bad, bad
