@@ -279,6 +279,8 @@ def model_config(name: str) -> ModelConfig:
 
 
 SYNTHETIC_MODEL = "synthetic"          # --model synthetic: real KV bytes, no math (systems experiments)
+ARENA_MODEL = "arena"                  # --model arena: our own world model of procedural arenas (the default)
+DEFAULT_ARENA_SEED = 1_000_017         # a held-out arena (training draws seeds below 1,000,000)
 STORE_MODES = ("prefetch", "on-demand", "sync", "dram-only", "device-only", "window")
 POSITION_MODES = ("native", "extend", "rerotate")
 
@@ -325,7 +327,7 @@ class SessionConfig:
     Precedence: these defaults < a preset (``presets/*.yaml``) < command-line flags.
     """
 
-    model: str = "tiny"
+    model: str = ARENA_MODEL
     checkpoint: Path | None = None     # directory laid out like the official release; None = built-in
     image: Path | None = None          # start image; None = the packaged default
     trajectory: Path | None = None     # trajectory file; None = the packaged revisit_loop
@@ -339,6 +341,8 @@ class SessionConfig:
     rerotate_offset_frames: float = 30.0  # rerotate: retrieved chunks end this many video frames before the current chunk
     chunk_ms: float = 1200.0           # synthetic model only: device time per chunk
     kv_scale: float = 1.0              # synthetic model only: KV bytes relative to MG2 (via layers)
+    arena_seed: int = DEFAULT_ARENA_SEED  # arena model only: which procedural world
+    arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
@@ -366,17 +370,24 @@ class SessionConfig:
              f"predictor must be constant-velocity or reuse-current, got {self.memory.predictor!r}"),
             (self.chunk_ms >= 0, f"chunk_ms must be >= 0, got {self.chunk_ms}"),
             (0 < self.kv_scale <= 1, f"kv_scale must be in (0, 1], got {self.kv_scale}"),
+            (0 <= self.arena_seed < 2 ** 63, f"arena_seed must be a non-negative integer, got {self.arena_seed}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
-        if self.model != SYNTHETIC_MODEL:
-            model_config(self.model)
+        if self.model not in (SYNTHETIC_MODEL, ARENA_MODEL):
+            try:
+                model_config(self.model)
+            except ConfigError:
+                names = [ARENA_MODEL] + sorted(MODEL_CONFIGS) + [SYNTHETIC_MODEL]
+                raise ConfigError(f"unknown model {self.model!r} (choose from {', '.join(names)})") from None
         return self
 
 
 def session_model_config(cfg: SessionConfig) -> ModelConfig:
-    """The model a session runs (the synthetic model's shape depends on ``kv_scale``)."""
+    """The MG2-family model a session runs (the synthetic model's shape depends on ``kv_scale``)."""
+    if cfg.model == ARENA_MODEL:
+        raise ConfigError("the arena model is not an MG2 configuration (use engine.model.registry.model_spec)")
     if cfg.model == SYNTHETIC_MODEL:
         return synthetic_model_config(cfg.kv_scale)
     return model_config(cfg.model)

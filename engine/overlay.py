@@ -109,9 +109,11 @@ def load_preset(name_or_path: str | Path) -> dict:
     return data
 
 
-def resolve_session_config(preset: str | Path | None, flags: Mapping[str, Any]) -> SessionConfig:
-    """Defaults < preset < flags (flags given as a nested mapping of only what the user set)."""
-    cfg = SessionConfig()
+def resolve_session_config(preset: str | Path | None, flags: Mapping[str, Any],
+                           base: Mapping[str, Any] | None = None) -> SessionConfig:
+    """Defaults < base < preset < flags (flags given as a nested mapping of only what the user set; a
+    command's ``base`` changes its defaults, e.g. ``plan`` plans MG2 unless told otherwise)."""
+    cfg = replace_strict(SessionConfig(), base or {})
     if preset is not None:
         cfg = replace_strict(cfg, load_preset(preset))
     return replace_strict(cfg, flags).validate()

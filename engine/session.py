@@ -42,11 +42,6 @@ from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.session_memory import SessionMemory
 from engine.telemetry import SessionLog, process_rss
 
-# The packaged trajectory used without --trajectory, per action space.
-DEFAULT_TRAJECTORIES = {"universal": "revisit_loop.yaml", "gta_drive": "revisit_loop.yaml",
-                        "templerun": "templerun_run.yaml"}
-
-
 @dataclass
 class SessionResult:
     out: Path
@@ -72,16 +67,18 @@ def device_bytes(device: torch.device) -> int:
 class Session:
     """One generation session: constructing it validates the inputs; ``run()`` loads and generates."""
 
-    def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None):
+    def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None,
+                 on_output: Callable[[int, torch.Tensor], None] | None = None):
         self.cfg = cfg
         self.spec: ModelSpec = model_spec(cfg)
         self.on_chunk = on_chunk or (lambda record: None)
+        self.on_output = on_output or (lambda chunk, latents: None)   # the model's output, before decoding
         self.device, self.dtype = resolve_device(cfg.device)
         self._stop = threading.Event()
         spec = self.spec
-        self.image = load_image(cfg.image or default_start_image_path(), *spec.image_size)
+        self.image = load_image(cfg.image or default_start_image_path(), *spec.image_size) if spec.uses_image else None
         self.trajectory: Trajectory = load_trajectory(
-            cfg.trajectory or packaged_trajectory(DEFAULT_TRAJECTORIES[spec.action_mode]), spec.action_mode,
+            cfg.trajectory or packaged_trajectory(spec.default_trajectory), spec.action_mode,
             frames=spec.grid.frames_total(cfg.chunks), repeat=cfg.repeat, calibration=cfg.calibration)
         height, width = spec.frame_size
         # Opened now, before the (slow) load, so a bad output path fails first; the factory checks
@@ -123,7 +120,7 @@ class Session:
         model = self.model
         self.log.header(config_to_json(self.cfg), model_header_facts(self.cfg), device=str(self.device),
                         dtype=str(self.dtype).removeprefix("torch."), weights=model.weights,
-                        trajectory=self.trajectory.describe())
+                        trajectory=self.trajectory.describe(), notes=list(getattr(model, "notes", [])))
         status, chunks, frames, memory = "failed", 0, 0, None
         try:
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
@@ -169,14 +166,15 @@ class Session:
             # 5. denoise (the chunk's clean K/V end up in the context's current region)
             latents = model.denoise(chunk, ctx)
             t2 = time.perf_counter()
+            self.on_output(chunk, latents)
             # 6. store the chunk's KV, then roll the window
             tiers = memory.store_chunk(chunk)
             mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot
             ctx.commit()
             t3 = time.perf_counter()
             # 7. decode and mux
-            video = model.decode(latents, chunk)                                   # [T, 3, H, W]
-            self.writer.write(video.float().cpu())
+            video = model.decode(latents, chunk)          # float [T, 3, H, W] or uint8 [T, H, W, 3]
+            self.writer.write(video)
             frames_total += video.shape[0]
             # 8. log
             record = {"chunk": chunk, "frames": video.shape[0], "frames_total": frames_total,

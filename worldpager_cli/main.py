@@ -12,9 +12,10 @@ from pathlib import Path
 
 import click
 
-from engine.config import MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL, model_config
+from engine.config import ARENA_MODEL, MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL, model_config
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config
+from worldpager_cli.arena import bench_arena, train
 from worldpager_cli.bench import bench
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
 from worldpager_cli.plan import plan
@@ -30,6 +31,8 @@ def cli() -> None:
 cli.add_command(tail)
 cli.add_command(bench)
 cli.add_command(plan)
+cli.add_command(train)
+bench.add_command(bench_arena)
 
 
 def chunks_for_length(chunks: int | None, seconds: float | None, minutes: float | None,
@@ -49,6 +52,14 @@ def chunks_for_length(chunks: int | None, seconds: float | None, minutes: float 
         raise ConfigError(f"length must be a positive number of seconds, got {total_s}")
     frames = math.ceil(total_s * fps)
     return 1 + max(0, math.ceil((frames - first_chunk_frames) / chunk_frames))
+
+
+def parse_arena_seed(text: str) -> int:
+    """``--arena-seed``: a non-negative integer (one-line error naming the value otherwise)."""
+    value = text.strip()
+    if not value.isdigit():
+        raise ConfigError(f"--arena-seed must be a non-negative integer, got {text!r}")
+    return int(value)
 
 
 def default_output_path() -> Path:
@@ -98,51 +109,49 @@ def memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_
 @click.option("--chunks", type=int, help="Length in chunks (12 video frames each; the first has 9).")
 @click.option("--seconds", type=float, help="Length in seconds of video (16 fps). Default: 30.")
 @click.option("--minutes", type=float, help="Length in minutes of video (16 fps).")
-@click.option("--checkpoint", type=click.Path(path_type=Path), help="Directory with the official MG2 weights. Default: the built-in tiny model.")
-@click.option("--model", "model_name", type=click.Choice(sorted(MODEL_CONFIGS) + [SYNTHETIC_MODEL]), help="Model configuration. Default: mg2-universal with --checkpoint, else tiny. 'synthetic': real KV bytes, no math.")
+@click.option("--checkpoint", type=click.Path(path_type=Path), help="Directory with the official MG2 weights (implies --model mg2-universal).")
+@click.option("--model", "model_name", type=click.Choice([ARENA_MODEL] + sorted(MODEL_CONFIGS) + [SYNTHETIC_MODEL]), help="Model. Default: arena (our own world model), or mg2-universal with --checkpoint. tiny/micro: MG2's architecture with seeded weights; synthetic: real KV bytes, no math.")
+@click.option("--arena-seed", help="Arena model: which procedural world (a non-negative integer). Default: 1000017.")
+@click.option("--arena-weights", type=click.Path(path_type=Path), help="Arena model: weights file. Default: the packaged ones.")
 @click.option("--seed", type=int, help="Seed of the noise. Default: 0.")
 @click.option("--device", help="auto, cpu, cuda or cuda:N. Default: auto.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @memory_options
 def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minutes, checkpoint, model_name,
-             seed, device, quiet, store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink,
-             positions, chunk_ms, kv_scale) -> None:
+             arena_seed, arena_weights, seed, device, quiet, store, spill, host_mem, pool_slots, device_mem, kv_bits,
+             drive_bw, retrieve_k, sink, positions, chunk_ms, kv_scale) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
-    from engine.config import session_model_config
-    from engine.model.facts import horizon_chunk
+    from engine.model.registry import model_spec
     from engine.session import Session   # keeps `worldpager --help` fast
     from worldpager_cli.progress import make_progress
 
     flags = given(image=image, out=out or default_output_path(), log=log, trajectory=trajectory,
                   repeat=repeat, checkpoint=checkpoint, model=model_name, seed=seed, device=device,
-                  positions=positions, chunk_ms=chunk_ms, kv_scale=kv_scale)
+                  positions=positions, chunk_ms=chunk_ms, kv_scale=kv_scale,
+                  arena_seed=None if arena_seed is None else parse_arena_seed(arena_seed),
+                  arena_weights=arena_weights)
     mem = memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink)
     if mem:
         flags["memory"] = mem
     if checkpoint is not None and model_name is None and preset is None:
         flags["model"] = "mg2-universal"
-    m = session_model_config(resolve_session_config(preset, flags))
-    n = chunks_for_length(chunks, seconds, minutes, m.fps, m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
+    spec = model_spec(resolve_session_config(preset, flags))
+    grid = spec.grid
+    n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
     cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})})
-    progress = make_progress(total=cfg.chunks, frames_total=m.video_frames_total(cfg.chunks), quiet=quiet)
+    progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
     session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
     say = (lambda text: None) if quiet else click.echo
-    if cfg.model == SYNTHETIC_MODEL:
-        say(f"worldpager: synthetic model ({m.dit.num_layers} layers of MG2-shaped KV, "
-            f"{cfg.chunk_ms:.0f} ms per chunk, no math), store {cfg.memory.store}")
-    elif cfg.checkpoint is None:
-        say(f"worldpager: using the built-in {cfg.model} model (seeded random weights, no checkpoint): "
-            "the video shows the pipeline, not a trained world model")
-    else:
-        say(f"worldpager: loading {cfg.model} from {cfg.checkpoint}")
-    horizon = horizon_chunk(m)
-    say(f"worldpager: positions {cfg.positions} (native horizon: chunk {horizon}, "
-        f"{m.video_frames_total(horizon) / m.fps / 60:.1f} min); store {cfg.memory.store}, "
+    say(spec.banner)
+    horizon = spec.horizon_chunk
+    reach = ("none" if horizon is None else
+             f"chunk {horizon}, {grid.frames_total(horizon) / grid.fps / 60:.1f} min")
+    say(f"worldpager: positions {cfg.positions} (native horizon: {reach}); store {cfg.memory.store}, "
         f"int{cfg.memory.kv_bits} KV, k={cfg.memory.retrieve_k}; log {cfg.log_path}")
     session.load()
     with progress, _stop_on_sigint(session):
         result = session.run()
-    summary = (f"{result.frames} frames ({result.frames / m.fps:.1f} s of video) to {result.out} in "
+    summary = (f"{result.frames} frames ({result.frames / grid.fps:.1f} s of video) to {result.out} in "
                f"{result.wall_s:.1f} s ({result.wall_s / max(result.chunks, 1):.2f} s per chunk); log {result.log}")
     if result.status == "interrupted":
         click.echo(f"worldpager: interrupted after {result.chunks} chunks: wrote {summary}", err=True)

@@ -16,6 +16,7 @@ from engine.overlay import resolve_session_config
 from engine.planner_probe import DEFAULT_PROBE_BYTES, probe_drive
 
 GiB = 1 << 30
+PLAN_BASE = {"model": "mg2-universal"}   # the planner models MG2-shaped KV: MG2 unless a preset says otherwise
 MiB = 1 << 20
 
 
@@ -126,9 +127,9 @@ def plan(preset, host_mem, device_mem, kv_bits, store, minutes, chunks, chunk_ms
     from worldpager_cli.main import chunks_for_length   # main imports this module: resolve at call time
 
     flags = memory_flags(host_mem, device_mem, kv_bits, drive_bw, spill, store)
-    m = session_model_config(resolve_session_config(preset, flags))
+    m = session_model_config(resolve_session_config(preset, flags, PLAN_BASE))
     n = chunks_for_length(chunks, None, minutes, m.fps, m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
-    cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})})
+    cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}, PLAN_BASE)
     budgets = planner.Budgets.from_gib(_host_gib(cfg), cfg.memory.device_mem_gib, baseline_gib,
                                        device_baseline_gib)
     if probe_mib < 1:

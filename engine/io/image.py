@@ -112,3 +112,13 @@ def _first_image_frame(container: av.container.InputContainer, path: Path) -> av
 def _reason(exc: BaseException) -> str:
     """The short part of an OS/FFmpeg error, without errno numbers or repeated paths."""
     return getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+
+
+def save_png(path: PathLike, rgb: np.ndarray) -> None:
+    """Write an ``[H, W, 3]`` uint8 RGB array as a PNG (through PyAV's PNG encoder)."""
+    assert rgb.dtype == np.uint8 and rgb.ndim == 3 and rgb.shape[2] == 3, (rgb.dtype, rgb.shape)
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+    codec = av.CodecContext.create("png", "w")
+    codec.width, codec.height, codec.pix_fmt = rgb.shape[1], rgb.shape[0], "rgb24"
+    packets = list(codec.encode(frame)) + list(codec.encode(None))
+    Path(path).write_bytes(b"".join(bytes(p) for p in packets))

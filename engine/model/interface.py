@@ -52,7 +52,8 @@ class WorldModel(Protocol):
         """Generate ``chunk``; its clean K/V are left uncommitted in the context's current region."""
 
     def decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:
-        """Video frames ``[T, 3, H, W]`` in [-1, 1] of ``chunk`` (T from ``grid``)."""
+        """Video frames of ``chunk`` (T from ``grid``, H x W = ``frame_size``): float ``[T, 3, H, W]`` in
+        [-1, 1], or uint8 RGB ``[T, H, W, 3]`` (what the MP4 writer takes without converting)."""
 
     def rotate_time(self, layer: int, keys: torch.Tensor, delta_frames: float) -> torch.Tensor:
         """Keys ``[B, T, H, D]`` of ``layer`` as if stored ``delta_frames`` latent frames later."""

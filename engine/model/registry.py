@@ -20,10 +20,11 @@ from typing import Callable
 
 import torch
 
-from engine.config import SYNTHETIC_MODEL, SessionConfig, session_model_config
+from engine.arena import family as arena_family
+from engine.config import ARENA_MODEL, SYNTHETIC_MODEL, SessionConfig, session_model_config
 from engine.io.trajectory import Trajectory
 from engine.layout import VideoGrid
-from engine.model.facts import model_facts
+from engine.model.facts import horizon_chunk, model_facts
 from engine.model.interface import WorldModel
 from engine.model.load import load_models
 from engine.model.pipeline import MG2Pipeline
@@ -41,6 +42,10 @@ class ModelSpec:
     action_mode: str                  # the trajectory's action space (engine.io.actions.KEYBOARD_KEYS)
     grid: VideoGrid
     frame_size: tuple[int, int]       # decoded video (height, width)
+    horizon_chunk: int | None         # first chunk past the native time positions; None = unbounded
+    default_trajectory: str           # packaged trajectory used without --trajectory
+    uses_image: bool                  # False: the model makes its own start (the arena renders it)
+    banner: str                       # the first line a command prints about the model
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,20 @@ class Family:
 
 # ---- MG2 (the released modes and the seeded tiny / micro models) ----------------------------------
 
+DEFAULT_TRAJECTORIES = {"universal": "revisit_loop.yaml", "gta_drive": "revisit_loop.yaml",
+                        "templerun": "templerun_run.yaml"}
+
+
 def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
     m = session_model_config(cfg)
     size = (m.video_height, m.video_width)
-    return ModelSpec(m.name, size, m.mode, m.video_grid(), size)
+    if cfg.checkpoint is None:
+        banner = (f"worldpager: using the built-in {cfg.model} model (seeded random weights, no checkpoint): "
+                  "the video shows the pipeline, not a trained world model")
+    else:
+        banner = f"worldpager: loading {cfg.model} from {cfg.checkpoint}"
+    return ModelSpec(m.name, size, m.mode, m.video_grid(), size, horizon_chunk(m),
+                     DEFAULT_TRAJECTORIES[m.mode], True, banner)
 
 
 def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype) -> WorldModel:
@@ -73,7 +88,10 @@ def _mg2_facts(cfg: SessionConfig) -> dict:
 def _synthetic_spec(cfg: SessionConfig) -> ModelSpec:
     m = session_model_config(cfg)
     frame = (m.video_height // FRAME_DOWNSCALE, m.video_width // FRAME_DOWNSCALE)
-    return ModelSpec(m.name, (m.video_height, m.video_width), m.mode, m.video_grid(), frame)
+    banner = (f"worldpager: synthetic model ({m.dit.num_layers} layers of MG2-shaped KV, "
+              f"{cfg.chunk_ms:.0f} ms per chunk, no math), store {cfg.memory.store}")
+    return ModelSpec(m.name, (m.video_height, m.video_width), m.mode, m.video_grid(), frame, horizon_chunk(m),
+                     DEFAULT_TRAJECTORIES[m.mode], True, banner)
 
 
 def _synthetic_build(cfg: SessionConfig, image, trajectory, device, dtype) -> WorldModel:
@@ -86,7 +104,8 @@ def _synthetic_facts(cfg: SessionConfig) -> dict:
 
 
 MG2 = Family(_mg2_spec, _mg2_build, _mg2_facts)
-FAMILIES: dict[str, Family] = {SYNTHETIC_MODEL: Family(_synthetic_spec, _synthetic_build, _synthetic_facts)}
+FAMILIES: dict[str, Family] = {SYNTHETIC_MODEL: Family(_synthetic_spec, _synthetic_build, _synthetic_facts),
+                               ARENA_MODEL: Family(arena_family.spec, arena_family.build, arena_family.header_facts)}
 
 
 def family(cfg: SessionConfig) -> Family:

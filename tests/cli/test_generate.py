@@ -17,11 +17,52 @@ def run(*args, **kwargs):
 
 def test_generate_writes_a_decodable_mp4_with_12n_minus_3_frames(tmp_path):
     out = tmp_path / "two.mp4"
-    result = run("generate", "--chunks", "2", "--out", str(out), "--seed", "3")
+    result = run("generate", "--model", "tiny", "--chunks", "2", "--out", str(out), "--seed", "3")
     assert result.exit_code == 0, result.output
     first_line = result.output.splitlines()[0]
     assert "built-in tiny model" in first_line and "seeded random weights" in first_line
     assert count_frames(out) == 12 * 2 - 3
+
+
+def test_default_is_the_arena_model(tmp_path):
+    """No flags but the length: the arena model, its packaged world and tour; the first line says so."""
+    out = tmp_path / "arena.mp4"
+    result = run("generate", "--chunks", "3", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    first_line = result.output.splitlines()[0]
+    assert "arena model" in first_line and "arena 1000017" in first_line
+    assert count_frames(out) == 12 * 3 - 3
+    header = json.loads((tmp_path / "arena.log.jsonl").read_text().splitlines()[0])
+    assert header["model"]["model"] == "arena" and header["config"]["arena_seed"] == 1000017
+    assert "arena_tour.yaml" in header["trajectory"]
+
+
+def test_arena_seed_picks_the_world(tmp_path):
+    out = tmp_path / "a.mp4"
+    result = run("generate", "--arena-seed", "12", "--chunks", "1", "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "a.log.jsonl").read_text().splitlines()[0])["config"]["arena_seed"] == 12
+
+
+@pytest.mark.parametrize("seed", ["abc", "-3", "1.5", "0x10", ""])
+def test_bad_arena_seed_is_one_line(tmp_path, seed):
+    out = tmp_path / "o.mp4"
+    one_line_error(run("generate", "--arena-seed", seed, "--chunks", "1", "--out", str(out)), "--arena-seed",
+                   repr(seed))
+    assert not out.exists()
+
+
+def test_missing_arena_weights_is_one_line(tmp_path):
+    missing = tmp_path / "none.safetensors"
+    out = tmp_path / "o.mp4"
+    one_line_error(run("generate", "--arena-weights", str(missing), "--chunks", "1", "--out", str(out)),
+                   str(missing), "does not exist")
+    assert not out.exists()
+
+
+def test_arena_refuses_a_start_image(tmp_path):
+    one_line_error(run("generate", "--image", str(tmp_path / "x.png"), "--chunks", "1", "--out", str(tmp_path / "o.mp4")),
+                   "--arena-seed")
 
 
 def test_generate_defaults_name_the_output_by_date_in_the_cwd(tmp_path, monkeypatch):
@@ -68,15 +109,15 @@ def one_line_error(result, *needles):
 
 def test_missing_image(tmp_path):
     missing = tmp_path / "nope.png"
-    one_line_error(run("generate", "--chunks", "1", "--image", str(missing), "--out", str(tmp_path / "o.mp4")),
-                   str(missing))
+    one_line_error(run("generate", "--model", "tiny", "--chunks", "1", "--image", str(missing),
+                       "--out", str(tmp_path / "o.mp4")), str(missing))
 
 
 def test_unreadable_image(tmp_path):
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"definitely not a png")
-    one_line_error(run("generate", "--chunks", "1", "--image", str(bad), "--out", str(tmp_path / "o.mp4")),
-                   str(bad))
+    one_line_error(run("generate", "--model", "tiny", "--chunks", "1", "--image", str(bad),
+                       "--out", str(tmp_path / "o.mp4")), str(bad))
 
 
 def test_unwritable_output(tmp_path):

@@ -3,7 +3,7 @@ module under ``engine/`` with ``ast``, so a violation fails here before it becom
 
 * the components do not know one another: memory imports nothing from model, retrieval or the session's
   side; retrieval nothing from model, memory or io; kernels nothing from memory or model; model nothing
-  from memory, retrieval or the session's side;
+  from memory, retrieval or the session's side; the arena model nothing from memory;
 * the session names no model: from ``engine.model`` it imports only the interface, the attention
   context and the factory;
 * the deciders are torch-free: the manager, the retrieval policy, the planner, the pose geometry and
@@ -31,6 +31,9 @@ FORBIDDEN = {   # package -> what no module inside it may import
     "engine.retrieval": ("engine.model", "engine.memory", "engine.io"),
     "engine.kernels": ("engine.memory", "engine.model"),
     "engine.model": ("engine.memory", "engine.retrieval", *SESSION_SIDE),
+    # The arena model is a model: it never touches the store. (Its training data uses the session's
+    # retrieval policy, and its evaluation runs whole sessions: engine.arena.evaluate.)
+    "engine.arena": ("engine.memory", "engine.session_memory", "engine.positions"),
 }
 SESSION_MAY_USE = {"engine.model.interface", "engine.model.kv_context", "engine.model.registry"}
 TORCH_FREE = ("engine.memory.manager", "engine.retrieval.select", "engine.planner", "engine.geometry",

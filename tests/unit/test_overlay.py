@@ -35,7 +35,7 @@ def test_flags_override_preset_which_overrides_defaults():
     ({"memory": 3}, "memory must be a mapping"),
     ({"chunks": 0}, "chunks must be at least 1"),
     ({"memory": {"store": "magic"}}, "store must be one of"),
-    ({"model": "nope"}, "unknown model preset 'nope'"),
+    ({"model": "nope"}, "unknown model 'nope' .choose from arena, "),
 ])
 def test_bad_overlays_name_the_key(overlay, message):
     with pytest.raises(ConfigError, match=message):

@@ -1,8 +1,8 @@
-"""The model interface (DESIGN §2a): MG2 and the synthetic model, as the factory builds them, are
+"""The model interface (DESIGN §2a): MG2, the synthetic model and the arena model, as the factory builds them, are
 ``WorldModel``s whose promised layout, grid and frame size are what they really produce.
 
 For each model (MG2's micro configuration with its seeded weights; the synthetic model at one layer of
-MG2-shaped KV): it satisfies the protocol; the attention context shaped by its ``layout`` holds K/V of
+MG2-shaped KV; the arena model with its packaged weights): it satisfies the protocol; the attention context shaped by its ``layout`` holds K/V of
 exactly those shapes, and one chunk's ``denoise`` fills the current region of every layer; its
 ``bytes_per_chunk`` equals the config's ``kv_bytes_per_chunk`` (and the byte accounting's bf16 figure);
 ``decode`` yields ``grid`` frames of ``frame_size``; ``camera_poses`` are the trajectory's;
@@ -29,6 +29,7 @@ CASES = {
     "micro": {"model": "micro"},
     # One layer of MG2-shaped KV keeps the context small; no device time is spent per chunk.
     "synthetic": {"model": "synthetic", "kv_scale": 1 / 30, "chunk_ms": 0.0},
+    "arena": {"model": "arena"},
 }
 
 
@@ -36,8 +37,8 @@ CASES = {
 def built(request):
     cfg = resolve_session_config(None, {**CASES[request.param], "device": "cpu", "chunks": CHUNKS})
     spec = model_spec(cfg)
-    image = load_image(default_start_image_path(), *spec.image_size)
-    trajectory = load_trajectory(packaged_trajectory("revisit_loop.yaml"), spec.action_mode,
+    image = load_image(default_start_image_path(), *spec.image_size) if spec.uses_image else None
+    trajectory = load_trajectory(packaged_trajectory(spec.default_trajectory), spec.action_mode,
                                  frames=spec.grid.frames_total(CHUNKS))
     model = build_world_model(cfg, image, trajectory, CPU, torch.float32)
     return cfg, model, trajectory
@@ -46,8 +47,8 @@ def built(request):
 def test_models_satisfy_the_protocol(built):
     cfg, model, _ = built
     assert isinstance(model, WorldModel)
-    assert model.name == session_model_config(cfg).name and model.weights
     spec = model_spec(cfg)
+    assert model.name == spec.name and model.weights
     assert (model.grid, tuple(model.frame_size)) == (spec.grid, spec.frame_size)
 
 
@@ -72,8 +73,13 @@ def test_layout_is_what_the_context_holds_and_denoise_fills(built):
 
 def test_bytes_per_chunk_match_the_config(built):
     cfg, model, _ = built
-    expected = session_model_config(cfg).kv_bytes_per_chunk(2.0)
-    assert model.layout.bytes_per_chunk(2.0) == expected == byte_figures(model.layout)["bf16"]
+    lay = model.layout
+    if cfg.model == "arena":   # transformer layers + the copy layer, all [tokens, heads, head_dim]
+        m = model.cfg
+        expected = 2 * (m.layers + 1) * m.tokens_per_chunk * m.dim * 2
+    else:
+        expected = session_model_config(cfg).kv_bytes_per_chunk(2.0)
+    assert lay.bytes_per_chunk(2.0) == expected == byte_figures(lay)["bf16"]
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_CONFIGS))
@@ -92,8 +98,12 @@ def test_decode_and_poses_follow_grid_and_trajectory(built):
         model.prepare_context(ctx)
         with torch.no_grad():
             latents = model.denoise(0, ctx)
+    if model.name == "arena":
+        latents = torch.zeros(1, lay.frames_per_chunk, 3, model.cfg.height, model.cfg.width)
     with torch.no_grad():
         frames = model.decode(latents, 0)
+    if frames.dtype == torch.uint8:            # RGB [T, H, W, 3], the writer's own layout
+        frames = frames.permute(0, 3, 1, 2)
     assert tuple(frames.shape) == (model.grid.frames_of_chunk(0), 3, *model.frame_size)
     assert (model.camera_poses() == trajectory.poses).all()
 
@@ -103,7 +113,9 @@ def test_rotate_time_moves_keys_and_back(built):
     lay = model.layout
     gen = torch.Generator().manual_seed(0)
     keys = torch.randn(1, lay.tokens_per_chunk, lay.heads, lay.head_dim, generator=gen)   # [B, T, H, D]
+    timeless = {lay.layers - 1} if model.name == "arena" else set()   # the arena's copy layer has no time
     for layer in range(lay.layers):
         moved = model.rotate_time(layer, keys, 37.5)
-        assert moved.shape == keys.shape and not torch.allclose(moved, keys)
+        assert moved.shape == keys.shape and (torch.equal(moved, keys) if layer in timeless
+                                              else not torch.allclose(moved, keys))
         assert torch.allclose(model.rotate_time(layer, moved, -37.5), keys, atol=1e-5)

@@ -1,0 +1,311 @@
+"""The arena model's network: a causal DiT over pixel patches with camera-ray features and a copy head.
+
+Owns the math of one forward, in two equivalent forms:
+
+* ``chunk_forward`` — inference, one chunk at a time through the caller-owned attention context
+  (``engine.model.kv_context``): layer l writes the chunk's K/V (keys after the time rotation) into
+  ``ctx.layers[l]`` and attends [memory | window | current]; the extra last layer is the **copy
+  layer**: keys are the tokens' camera-ray features (projected), values are their pixel patches, and
+  the copy head reads it over [memory | window] only.
+* ``train_forward`` — training, a batch of whole episodes in one pass with two streams: a clean stream
+  at t = 0 (the KV every chunk leaves behind, as the clean pass writes it) and a noisy stream carrying
+  the loss; each chunk of each stream attends the clean K/V of its context chunks (memory slots, possibly
+  time-shifted as ``rerotate`` would, and the previous chunk) and its own tokens. This is the same
+  computation as ``chunk_forward`` chunk by chunk (tested to 1e-5).
+
+Tokens: each ``patch x patch`` pixel patch of a latent frame is one token: a linear embedding plus a
+learned spatial position plus a projection of its **camera-ray features** (Fourier features of the
+camera position, harmonics of the ray's heading and elevation through the patch centre), which is how a
+query lines up with the matching part of a retrieved chunk. Conditioning (adaLN-zero, per latent frame):
+the flow-matching time plus the frame's action (keys and mouse). Attention: RMS-normed queries/keys,
+rotary time positions on the first ``rope_time_dims`` channels of each head. Output: x0 in pixel
+patches; a per-token gate mixes in what the copy head fetched.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.arena.config import ACTION_DIM, ArenaModelConfig
+
+
+# ---------------------------------------------------------------- patches, geometry, time
+
+def patchify(frames: torch.Tensor, p: int) -> torch.Tensor:
+    """``[..., 3, H, W]`` -> tokens ``[..., (H/p)(W/p), 3 p p]`` (row-major patches)."""
+    *lead, c, h, w = frames.shape
+    x = frames.reshape(*lead, c, h // p, p, w // p, p)
+    n = len(lead)
+    x = x.permute(*range(n), n + 1, n + 3, n, n + 2, n + 4)             # [..., rows, cols, c, p, p]
+    return x.reshape(*lead, (h // p) * (w // p), c * p * p)
+
+
+def unpatchify(tokens: torch.Tensor, p: int, h: int, w: int) -> torch.Tensor:
+    *lead, n_tok, d = tokens.shape
+    n = len(lead)
+    x = tokens.reshape(*lead, h // p, w // p, 3, p, p)
+    x = x.permute(*range(n), n + 2, n, n + 3, n + 1, n + 4)             # [..., c, rows, p, cols, p]
+    return x.reshape(*lead, 3, h, w)
+
+
+def ray_geometry(cam: torch.Tensor, cfg: ArenaModelConfig) -> torch.Tensor:
+    """Camera-ray features ``[..., tokens_per_frame, geom_dim]`` of camera states ``[..., 4]`` =
+    (x, z, yaw, pitch) in world units and degrees."""
+    dev = cam.device
+    tan_h = math.tan(math.radians(cfg.hfov) / 2)
+    tan_v = tan_h * cfg.height / cfg.width
+    u = ((torch.arange(cfg.cols, device=dev) + 0.5) / cfg.cols * 2 - 1) * tan_h
+    v = (1 - (torch.arange(cfg.rows, device=dev) + 0.5) / cfg.rows * 2) * tan_v
+    col_angle = torch.atan(u).repeat(cfg.rows)                          # [N] radians
+    row_angle = torch.atan(v).repeat_interleave(cfg.cols)               # [N]
+    x, z, yaw, pitch = (cam[..., i:i + 1] for i in range(4))            # [..., 1]
+    octaves = 2 * math.pi * (2.0 ** torch.arange(cfg.pos_freqs, device=dev)) / cfg.pos_period
+    pos = torch.cat([x * octaves, z * octaves], dim=-1)                 # [..., 2P]
+    pos = torch.cat([pos.sin(), pos.cos()], dim=-1)                     # [..., 4P]
+    heading = torch.deg2rad(yaw) + col_angle                            # [..., N]
+    elevation = torch.deg2rad(pitch) + row_angle
+    m = torch.arange(1, cfg.ray_harmonics + 1, device=dev)
+    e = torch.arange(1, cfg.elev_harmonics + 1, device=dev)
+    hx = heading[..., None] * m
+    ex = elevation[..., None] * e
+    ray = torch.cat([hx.sin(), hx.cos(), ex.sin(), ex.cos()], dim=-1)   # [..., N, 2M + 2E]
+    pos = pos[..., None, :].expand(*ray.shape[:-1], pos.shape[-1])
+    return torch.cat([pos, ray], dim=-1)
+
+
+def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal features ``[..., dim]`` of flow times t in [0, 1]."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device) / half)
+    args = (t[..., None] * 1000.0) * freqs
+    return torch.cat([args.cos(), args.sin()], dim=-1)
+
+
+class TimeRope:
+    """Rotary time positions on the first ``dims`` channels of each head (float64 angles)."""
+
+    def __init__(self, dims: int, theta: float):
+        self.dims = dims
+        # Explicit CPU device: a model built under ``torch.device("meta")`` still gets a real table.
+        self.inv_freq = 1.0 / torch.pow(theta, torch.arange(0, dims, 2, dtype=torch.float64, device="cpu") / dims)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x [..., T, H, D]`` by latent-frame ``positions`` broadcastable to ``[..., T]``."""
+        ang = positions.to(torch.float64)[..., None] * self.inv_freq.to(x.device)   # [..., T, P]
+        cos, sin = ang.cos().to(x.dtype)[..., None, :], ang.sin().to(x.dtype)[..., None, :]
+        rot, rest = x[..., :self.dims], x[..., self.dims:]
+        pairs = rot.unflatten(-1, (-1, 2))
+        a, b = pairs[..., 0], pairs[..., 1]
+        rot = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+        return torch.cat([rot, rest], dim=-1)
+
+
+# ---------------------------------------------------------------- the network
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ArenaModelConfig):
+        super().__init__()
+        d, hd = cfg.dim, cfg.head_dim
+        self.heads = cfg.heads
+        self.norm1 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.q_norm, self.k_norm = RMSNorm(hd), RMSNorm(hd)
+        self.o = nn.Linear(d, d)
+        self.norm2 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(d, cfg.mlp_ratio * d), nn.GELU(approximate="tanh"),
+                                 nn.Linear(cfg.mlp_ratio * d, d))
+        self.mod = nn.Linear(d, 6 * d)
+        nn.init.zeros_(self.mod.weight)
+        nn.init.zeros_(self.mod.bias)
+
+    def modulation(self, cond: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per-token (shift, scale, gate) x 2 from per-token conditioning ``[..., T, d]``."""
+        return self.mod(F.silu(cond)).chunk(6, dim=-1)
+
+    def qkv_of(self, h: torch.Tensor, shift, scale, rope: TimeRope, positions: torch.Tensor):
+        x = self.norm1(h) * (1 + scale) + shift
+        q, k, v = self.qkv(x).unflatten(-1, (3, self.heads, -1)).unbind(-3)  # [..., T, H, hd]
+        q, k = rope.rotate(self.q_norm(q), positions), rope.rotate(self.k_norm(k), positions)
+        return q, k, v
+
+    def finish(self, h: torch.Tensor, attn: torch.Tensor, gate1, shift2, scale2, gate2) -> torch.Tensor:
+        h = h + gate1 * self.o(attn.flatten(-2))
+        return h + gate2 * self.mlp(self.norm2(h) * (1 + scale2) + shift2)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of ``q [B, Tq, H, D]`` over ``k, v [B, Tk, H, D]`` (mask ``[B, Tk]`` bool, True = attend)."""
+    m = None if mask is None else mask[:, None, None, :]
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=m)
+    return out.transpose(1, 2)
+
+
+class ArenaDiT(nn.Module):
+    def __init__(self, cfg: ArenaModelConfig = ArenaModelConfig()):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.dim
+        self.patch_in = nn.Linear(cfg.patch_dim, d)
+        self.pos = nn.Parameter(torch.randn(cfg.tokens_per_frame, d) * 0.02)
+        self.geom_in = nn.Linear(cfg.geom_dim, d)
+        self.t_embed = nn.Sequential(nn.Linear(cfg.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
+        self.a_embed = nn.Sequential(nn.Linear(ACTION_DIM, d), nn.SiLU(), nn.Linear(d, d))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.final_mod = nn.Linear(d, 2 * d)
+        self.head = nn.Linear(d, cfg.patch_dim)
+        nn.init.zeros_(self.final_mod.weight)
+        nn.init.zeros_(self.final_mod.bias)
+        # Copy head: geometric keys (the same projection for queries at start: a lookup by ray).
+        self.copy_k = nn.Linear(cfg.geom_dim, d, bias=False)
+        self.copy_q = nn.Linear(cfg.geom_dim, d, bias=False)
+        self.copy_q.weight.data.copy_(self.copy_k.weight.data)
+        self.copy_qh = nn.Linear(d, d)
+        nn.init.zeros_(self.copy_qh.weight)
+        nn.init.zeros_(self.copy_qh.bias)
+        self.copy_logit_scale = nn.Parameter(torch.full((cfg.heads,), 3.0))
+        self.gate = nn.Linear(d, 1)
+        self.rope = TimeRope(cfg.rope_time_dims, cfg.rope_theta)
+
+    # ---- shared pieces (shapes: [..., F, ...] per frame, [..., T, ...] per token with T = F * N)
+
+    def embed(self, frames: torch.Tensor, geom: torch.Tensor) -> torch.Tensor:
+        """Frames ``[..., F, 3, H, W]`` + ray features ``[..., F, N, G]`` -> tokens ``[..., F*N, d]``."""
+        x = self.patch_in(patchify(frames, self.cfg.patch)) + self.pos + self.geom_in(geom)
+        return x.flatten(-3, -2)
+
+    def condition(self, t: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Per-token conditioning ``[..., F*N, d]`` from times ``[...]`` and actions ``[..., F, A]``."""
+        c = self.t_embed(timestep_embedding(t, self.cfg.freq_dim))[..., None, :] + self.a_embed(actions)
+        return c.repeat_interleave(self.cfg.tokens_per_frame, dim=-2)
+
+    def token_positions(self, start_frame: torch.Tensor) -> torch.Tensor:
+        """Latent-frame index of every token of a chunk starting at ``start_frame [...]`` -> ``[..., T]``."""
+        f = torch.arange(self.cfg.frames_per_chunk, device=start_frame.device, dtype=torch.float64)
+        per_frame = start_frame.to(torch.float64)[..., None] + f
+        return per_frame.repeat_interleave(self.cfg.tokens_per_frame, dim=-1)
+
+    def copy_keys(self, geom: torch.Tensor) -> torch.Tensor:
+        """Copy-layer keys ``[..., T, H, hd]`` from ray features ``[..., F, N, G]``."""
+        return self.copy_k(geom).flatten(-3, -2).unflatten(-1, (self.cfg.heads, -1))
+
+    def copy_values(self, frames: torch.Tensor) -> torch.Tensor:
+        """Copy-layer values: the pixel patches ``[..., T, H, hd]`` of frames ``[..., F, 3, H, W]``."""
+        return patchify(frames, self.cfg.patch).flatten(-3, -2).unflatten(-1, (self.cfg.heads, -1))
+
+    def output(self, h: torch.Tensor, cond: torch.Tensor, geom: torch.Tensor, copy_k: torch.Tensor | None,
+               copy_v: torch.Tensor | None, copy_mask: torch.Tensor | None) -> torch.Tensor:
+        """x0 patches ``[B, T, patch_dim]``: the generated patch mixed with what the copy head fetched."""
+        shift, scale = self.final_mod(F.silu(cond)).chunk(2, dim=-1)
+        gen = self.head(self.final_norm(h) * (1 + scale) + shift)
+        if copy_k is None or copy_k.shape[1] == 0:
+            return gen
+        q = (self.copy_q(geom).flatten(-3, -2) + self.copy_qh(self.final_norm(h))).unflatten(-1, (self.cfg.heads, -1))
+        q = q * self.copy_logit_scale.exp()[:, None] / math.sqrt(self.cfg.head_dim)
+        m = None
+        if copy_mask is not None:
+            # Rows without any context (chunk 0) would softmax over nothing: let them see token 0
+            # and zero their gate below.
+            m = copy_mask.clone()
+            m[:, 0] |= ~copy_mask.any(-1)
+            m = m[:, None, None, :]
+        fetched = F.scaled_dot_product_attention(q.transpose(1, 2), copy_k.transpose(1, 2), copy_v.transpose(1, 2),
+                                                 attn_mask=m, scale=1.0).transpose(1, 2).flatten(-2)
+        g = torch.sigmoid(self.gate(h))
+        if copy_mask is not None:
+            g = g * copy_mask.any(-1, keepdim=True)[:, None, :].to(g.dtype)
+        return gen + g * (fetched - gen)
+
+    # ---- inference: one chunk through the attention context
+
+    def chunk_forward(self, frames: torch.Tensor, t: torch.Tensor, actions: torch.Tensor, cam: torch.Tensor,
+                      start_frame: int, ctx) -> torch.Tensor:
+        """x0 ``[B, F, 3, H, W]`` for input frames ``[B, F, 3, H, W]`` at flow time ``t [B]``.
+
+        Writes the chunk's K/V (and copy-layer K/V) into the context's current region; ``ctx.commit()``
+        by the caller makes them history."""
+        cfg = self.cfg
+        geom = ray_geometry(cam, cfg)                                          # [B, F, N, G]
+        h = self.embed(frames, geom)
+        cond = self.condition(t, actions)
+        pos = self.token_positions(torch.full((frames.shape[0],), float(start_frame), device=frames.device))
+        for block, state in zip(self.blocks, ctx.layers):
+            s1, sc1, g1, s2, sc2, g2 = block.modulation(cond)
+            q, k, v = block.qkv_of(h, s1, sc1, self.rope, pos)
+            state.self_kv.write_current(k, v)
+            k_ctx, v_ctx = state.self_kv.context()
+            h = block.finish(h, _attend(q, k_ctx, v_ctx), g1, s2, sc2, g2)
+        copy_state = ctx.layers[cfg.layers].self_kv
+        copy_state.write_current(self.copy_keys(geom), self.copy_values(frames))
+        k_all, v_all = copy_state.context()
+        n_ctx = k_all.shape[1] - cfg.tokens_per_chunk
+        x0 = self.output(h, cond, geom, k_all[:, :n_ctx], v_all[:, :n_ctx], None)
+        return unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
+
+    # ---- training: whole episodes, two streams
+
+    def train_forward(self, clean: torch.Tensor, noisy: torch.Tensor, t: torch.Tensor, actions: torch.Tensor,
+                      cam: torch.Tensor, start: torch.Tensor, ctx_ids: torch.Tensor,
+                      mem_shift: torch.Tensor) -> torch.Tensor:
+        """x0 predicted for every noisy chunk, ``[B, C, F, 3, H, W]``.
+
+        clean, noisy: ``[B, C, F, 3, H, W]``; t: ``[B, C]`` flow time of each noisy chunk; actions
+        ``[B, C, F, A]``; cam ``[B, C, F, 4]``; start ``[B]`` latent-frame index of chunk 0;
+        ctx_ids ``[B, C, S]`` context chunks of each chunk (S - 1 memory slots, then the window chunk;
+        -1 = empty); mem_shift ``[B, C, S - 1]`` latent frames by which each memory slot's keys are
+        moved (0 = stored position; ``rerotate`` moves them near the chunk)."""
+        cfg = self.cfg
+        b, c = clean.shape[:2]
+        s = ctx_ids.shape[-1]
+        n_tok = cfg.tokens_per_chunk
+        geom = ray_geometry(cam, cfg)                                          # [B, C, F, N, G]
+        h_c, h_n = self.embed(clean, geom), self.embed(noisy, geom)            # [B, C, T, d]
+        cond_c = self.condition(torch.zeros_like(t), actions)
+        cond_n = self.condition(t, actions)
+        chunk_start = start[:, None].to(torch.float64) + cfg.frames_per_chunk * torch.arange(c, device=clean.device)
+        pos = self.token_positions(chunk_start)                                # [B, C, T]
+        valid = ctx_ids >= 0
+        idx = ctx_ids.clamp(min=0)
+        gather_b = torch.arange(b, device=clean.device)[:, None, None]
+        key_mask = torch.cat([valid.repeat_interleave(n_tok, dim=-1),
+                              torch.ones(b, c, n_tok, dtype=torch.bool, device=clean.device)], dim=-1)
+        key_mask = key_mask.flatten(0, 1)                                      # [B*C, (S+1) T]
+        shift_pos = torch.cat([mem_shift, torch.zeros_like(mem_shift[..., :1])], dim=-1)   # [B, C, S]
+
+        def context(k_all, v_all):
+            """Per chunk: its S context chunks' clean K/V [B, C, S*T, H, hd], memory keys shifted."""
+            k_ctx, v_ctx = k_all[gather_b, idx], v_all[gather_b, idx]          # [B, C, S, T, H, hd]
+            shifted = self.rope.rotate(k_ctx, shift_pos[..., None].expand(*shift_pos.shape, n_tok))
+            return shifted.flatten(2, 3), v_ctx.flatten(2, 3)
+
+        for block in self.blocks:
+            mc, mn = block.modulation(cond_c), block.modulation(cond_n)
+            q_c, k_c, v_c = block.qkv_of(h_c, mc[0], mc[1], self.rope, pos)
+            q_n, k_n, v_n = block.qkv_of(h_n, mn[0], mn[1], self.rope, pos)
+            k_ctx, v_ctx = context(k_c, v_c)
+            outs = []
+            for q, k_own, v_own in ((q_c, k_c, v_c), (q_n, k_n, v_n)):
+                k = torch.cat([k_ctx, k_own], dim=2).flatten(0, 1)
+                v = torch.cat([v_ctx, v_own], dim=2).flatten(0, 1)
+                outs.append(_attend(q.flatten(0, 1), k, v, key_mask).unflatten(0, (b, c)))
+            h_c = block.finish(h_c, outs[0], mc[2], mc[3], mc[4], mc[5])
+            h_n = block.finish(h_n, outs[1], mn[2], mn[3], mn[4], mn[5])
+        copy_k = self.copy_keys(geom)[gather_b, idx].flatten(2, 3).flatten(0, 1)       # [B*C, S*T, H, hd]
+        copy_v = self.copy_values(clean)[gather_b, idx].flatten(2, 3).flatten(0, 1)
+        x0 = self.output(h_n.flatten(0, 1), cond_n.flatten(0, 1), geom.flatten(0, 1), copy_k, copy_v,
+                         key_mask[:, :s * n_tok])
+        x0 = x0.unflatten(0, (b, c)).unflatten(2, (cfg.frames_per_chunk, -1))
+        return unpatchify(x0, cfg.patch, cfg.height, cfg.width)

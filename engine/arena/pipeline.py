@@ -1,0 +1,126 @@
+"""The arena model as a ``WorldModel``: a session's chunks in one procedural arena.
+
+Owns what a session of the arena model needs around the network:
+
+* **The camera.** The trajectory's per-video-frame poses walked through the arena with collisions
+  (``Arena.clamp_path``: a step into a wall slides along it; the count of clamped frames is reported in
+  ``notes``); these clamped poses are what the memory is keyed on (``camera_poses``). Latent frame f is
+  the camera at video frame ``temporal * f``; its action is the mean of the video frames' actions that
+  led to it (MG2's universal keys and mouse).
+* **The prompt.** Chunk 0 is the arena's true view (rendered) at chunk 0's poses — the arena model's
+  start image is its world's rendered first frames; chunk 0 only runs the clean pass.
+* **Denoise.** Later chunks: seeded noise, the sampler's steps (x0 prediction; re-noised between
+  steps), then the clean pass at t = 0 that leaves the chunk's K/V (and copy-layer K/V) in the context.
+* **Positions.** Latent-frame time positions; ``native`` stops at the horizon (``rope_table_frames``),
+  ``extend`` computes past it, ``rerotate`` moves memory keys with ``rotate_time`` (time rotation of
+  the transformer layers; the copy layer has no time position).
+* **Decode.** Each latent frame becomes ``temporal`` video frames, linearly blended from the previous
+  latent frame (chunk 0: 1 + temporal x 2 frames, as MG2's causal VAE), enlarged ``upscale`` times by
+  pixel repetition for viewing, as uint8 RGB.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from engine.arena.config import ArenaModelConfig
+from engine.arena.data import latent_actions, render_latents
+from engine.arena.model import ArenaDiT
+from engine.arena.world import Arena
+from engine.errors import HorizonError
+from engine.geometry import euler_from_quat, make_poses
+
+
+class ArenaPipeline:
+    name = "arena"
+
+    def __init__(self, model: ArenaDiT, arena: Arena, trajectory, seed: int, positions: str,
+                 device: torch.device, dtype: torch.dtype, weights: str):
+        cfg: ArenaModelConfig = model.cfg
+        self.model, self.cfg, self.arena = model, cfg, arena
+        self.positions, self.device, self.dtype, self.weights = positions, device, dtype, weights
+        self.layout, self.grid = cfg.kv_layout(), cfg.video_grid()
+        self.frame_size = cfg.video_size
+        self.horizon_chunk = cfg.horizon_chunk
+        poses = np.asarray(trajectory.poses, dtype=np.float64)
+        x, z, clamped = arena.clamp_path(poses[:, 0], poses[:, 2])
+        self.poses = make_poses(np.stack([x, poses[:, 1], z], 1), poses[:, 3:])
+        self.clamped_frames = int(clamped.sum())
+        latent_frames = (len(self.poses) - 1) // cfg.temporal + 1
+        picked = self.poses[np.arange(latent_frames) * cfg.temporal]
+        yaw, pitch, _ = euler_from_quat(picked[:, 3:])
+        self.cam = np.stack([picked[:, 0], picked[:, 2], yaw, pitch], 1)          # [F, 4]
+        keyboard = trajectory.actions.keyboard.numpy()
+        mouse = trajectory.actions.mouse.numpy() if trajectory.actions.mouse is not None else np.zeros((len(keyboard), 2))
+        self.actions = latent_actions(keyboard, mouse, cfg, latent_frames)        # [F, A]
+        self.rng = torch.Generator().manual_seed(seed)
+        self._last_frame: torch.Tensor | None = None
+        self.notes = [f"arena seed {arena.seed}"] + (
+            [f"trajectory clamped at walls on {self.clamped_frames} of {len(self.poses)} frames"]
+            if self.clamped_frames else [])
+
+    # ---- WorldModel ---------------------------------------------------------------------------------
+
+    def camera_poses(self) -> np.ndarray:
+        return self.poses
+
+    def prepare_context(self, ctx) -> None:
+        pass
+
+    def _frames(self, chunk: int) -> slice:
+        f = self.cfg.frames_per_chunk
+        return slice(chunk * f, (chunk + 1) * f)
+
+    def truth(self, chunk: int) -> torch.Tensor:
+        """The arena's true latent frames of ``chunk`` ``[F, 3, H, W]`` (the prompt for chunk 0)."""
+        return torch.from_numpy(render_latents(self.arena, self.cam[self._frames(chunk)], self.cfg))
+
+    @torch.no_grad()
+    def denoise(self, chunk: int, ctx) -> torch.Tensor:
+        cfg = self.cfg
+        if self.positions == "native" and chunk >= self.horizon_chunk:
+            raise HorizonError(f"chunk {chunk} is past the arena model's positional horizon (time positions "
+                               f"for {cfg.rope_table_frames} latent frames end at chunk {self.horizon_chunk - 1}); "
+                               "use --positions extend or rerotate")
+        rows = self._frames(chunk)
+        to = dict(device=self.device, dtype=self.dtype)
+        actions = torch.from_numpy(self.actions[rows])[None].to(**to)
+        cam = torch.from_numpy(self.cam[rows].astype(np.float32))[None].to(**to)
+        start = chunk * cfg.frames_per_chunk
+        shape = (1, cfg.frames_per_chunk, 3, cfg.height, cfg.width)
+        if chunk == 0:
+            x0 = self.truth(0)[None].to(**to)
+        else:
+            x = torch.randn(shape, generator=self.rng).to(**to)
+            steps = list(cfg.steps)
+            for i, t in enumerate(steps):
+                x0 = self.model.chunk_forward(x, torch.full((1,), t, **to), actions, cam, start, ctx)
+                if i + 1 < len(steps):
+                    nxt = steps[i + 1]
+                    x = (1 - nxt) * x0 + nxt * torch.randn(shape, generator=self.rng).to(**to)
+            x0 = x0.clamp(-1, 1)
+        self.model.chunk_forward(x0, torch.zeros(1, **to), actions, cam, start, ctx)   # the clean pass
+        return x0
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:
+        """uint8 RGB ``[T, H * upscale, W * upscale, 3]``: blended in time, enlarged by pixel repetition
+        (the model's pixels stay visible as they are; at this size, cheaper than any filter)."""
+        frames = latents[0].float().cpu()                                          # [F, 3, h, w]
+        t, up = self.cfg.temporal, self.cfg.upscale
+        out = []
+        for frame in frames:
+            prev = self._last_frame
+            if prev is None:                                                       # the very first frame
+                out.append(frame)
+            else:
+                out += [prev + (frame - prev) * (j / t) for j in range(1, t + 1)]
+            self._last_frame = frame
+        video = ((torch.stack(out).clamp_(-1, 1) + 1) * 127.5).round_().to(torch.uint8)   # [T, 3, h, w]
+        video = video.permute(0, 2, 3, 1)                                          # [T, h, w, 3]
+        return video.repeat_interleave(up, dim=1).repeat_interleave(up, dim=2).contiguous()
+
+    def rotate_time(self, layer: int, keys: torch.Tensor, delta_frames: float) -> torch.Tensor:
+        if layer >= self.cfg.layers:                                               # the copy layer
+            return keys
+        return self.model.rope.rotate(keys, torch.tensor(float(delta_frames), device=keys.device))

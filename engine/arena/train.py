@@ -1,0 +1,226 @@
+"""Training the arena model: ``python -m engine.arena.train --out DIR [--steps N]`` (also ``worldpager
+train arena``).
+
+Owns the recipe: flow matching with x0 prediction on whole episodes (two streams, see
+``engine.arena.model``), episodes drawn on the fly from training arenas (``engine.arena.data``), AdamW
+with warm-up and cosine decay, gradient clipping. Deterministic for a seed (data is a function of seed
+and step; torch is seeded), on CPU or CUDA. Resumable: ``DIR/last.pt`` (model, optimiser, step) is
+written atomically every ``--save-every`` steps and read on start; loss goes to ``DIR/train.log.jsonl``
+one line per step; a progress bar shows the moving average. ``--export PATH`` writes the fp16
+safetensors the package ships (``engine/arena/weights/arena.safetensors``) with its config and
+training figures in the metadata.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from engine.arena.config import ArenaModelConfig
+from engine.arena.data import stack, training_episode
+from engine.arena.model import ArenaDiT
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    seed: int = 0
+    steps: int = 20000
+    batch: int = 4
+    chunks: int = 12                  # chunks per training episode
+    retrieve_k: int = 3
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 200
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    p_pure_noise: float = 0.5         # share of chunks trained at t = 1 (what one-step sampling sees)
+    degrade: float = 0.5              # share of episodes whose clean context is blurred / noised
+    self_context: float = 0.5         # share of steps whose context chunks are the model's own predictions
+
+
+def learning_rate(r: Recipe, step: int) -> float:
+    if step < r.warmup:
+        return r.lr * (step + 1) / r.warmup
+    progress = min(1.0, (step - r.warmup) / max(1, r.steps - r.warmup))
+    return r.lr * (r.min_lr_ratio + (1 - r.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def flow_times(gen: torch.Generator, shape, r: Recipe) -> torch.Tensor:
+    """Per-chunk flow times: t = 1 with probability p_pure_noise, else logit-normal towards high noise."""
+    t = torch.sigmoid(torch.randn(shape, generator=gen) * 1.0 + 0.8)
+    return torch.where(torch.rand(shape, generator=gen) < r.p_pure_noise, torch.ones(shape), t)
+
+
+def degrade_context(clean: torch.Tensor, gen: torch.Generator, r: Recipe) -> torch.Tensor:
+    """What the clean pass sees at inference is the model's own (softer) output, not the truth: blur
+    and noise the context chunks (never chunk 0, which inference is given) of some episodes."""
+    b = clean.shape[0]
+    pick = (torch.rand(b, generator=gen) < r.degrade).view(b, 1, 1, 1, 1, 1)
+    flat = clean.flatten(0, 2)
+    blurred = torch.nn.functional.avg_pool2d(flat, 3, stride=1, padding=1, count_include_pad=False).view_as(clean)
+    amount = torch.rand(b, 1, 1, 1, 1, 1, generator=gen)
+    noise = torch.randn(clean.shape, generator=gen) * 0.03 * amount
+    soft = clean + amount * (blurred - clean) + noise
+    soft[:, 0] = clean[:, 0]
+    return torch.where(pick, soft, clean)
+
+
+def batch_for(r: Recipe, cfg: ArenaModelConfig, step: int):
+    eps = stack([training_episode(r.seed, step, i, cfg, r.chunks, r.retrieve_k) for i in range(r.batch)])
+    gen = torch.Generator().manual_seed(r.seed * 1_000_003 + step)
+    t = flow_times(gen, (r.batch, r.chunks), r)
+    noise = torch.randn(eps.frames.shape, generator=gen)
+    tt = t.view(r.batch, r.chunks, 1, 1, 1, 1)
+    noisy = (1 - tt) * eps.frames + tt * noise
+    context = degrade_context(eps.frames, gen, r)
+    top = cfg.rope_table_frames - r.chunks * cfg.frames_per_chunk
+    start = torch.randint(0, top // cfg.frames_per_chunk + 1, (r.batch,), generator=gen) * cfg.frames_per_chunk
+    return eps, context, noisy, t, start
+
+
+def self_context(model: ArenaDiT, eps, context, start, gen: torch.Generator) -> torch.Tensor:
+    """The context chunks replaced by the model's own one-step predictions (no gradient).
+
+    At inference every chunk after the first is the model's output, never the truth; training on its
+    own predictions as context teaches it to live with them instead of drifting. Chunk 0 stays the
+    truth (inference is given it)."""
+    noise = torch.randn(context.shape, generator=gen).to(context.device)
+    ones = torch.ones(context.shape[:2], device=context.device)
+    with torch.no_grad():
+        pred = model.train_forward(context, noise, ones, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
+    out = pred.clamp(-1, 1)
+    out[:, 0] = context[:, 0]
+    return out
+
+
+def loss_of(model: ArenaDiT, eps, context, noisy, t, start) -> torch.Tensor:
+    pred = model.train_forward(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
+    return (pred[:, 1:] - eps.frames[:, 1:]).pow(2).mean()          # chunk 0 is given at inference
+
+
+class Prefetcher:
+    """Builds the next batches on a background thread (rendering overlaps the optimiser step)."""
+
+    def __init__(self, r: Recipe, cfg: ArenaModelConfig, first_step: int, depth: int = 2):
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(r, cfg, first_step), daemon=True)
+        self.thread.start()
+
+    def _run(self, r, cfg, step):
+        try:
+            while not self._stop.is_set() and step < r.steps:
+                self.q.put(batch_for(r, cfg, step))
+                step += 1
+        except BaseException as exc:   # reported by get(), never swallowed
+            self.error = exc
+            self.q.put(None)
+
+    def get(self):
+        item = self.q.get()
+        if item is None:
+            raise RuntimeError(f"batch preparation failed: {self.error!r}") from self.error
+        return item
+
+    def close(self):
+        self._stop.set()
+
+
+def save_checkpoint(path: Path, model, opt, step: int, r: Recipe, cfg: ArenaModelConfig, extra: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                "recipe": dataclasses.asdict(r), "config": dataclasses.asdict(cfg), **extra}, tmp)
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save_every: int = 50,
+          init: Path | None = None, quiet: bool = False) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(r.seed)
+    model = ArenaDiT(cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=r.lr, weight_decay=r.weight_decay, betas=(0.9, 0.99))
+    ckpt_path = out / "last.pt"
+    step, wall, avg = 0, 0.0, None
+    if ckpt_path.exists():
+        state = torch.load(ckpt_path, map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, wall, avg = state["step"], state.get("wall_s", 0.0), state.get("avg_loss")
+    elif init is not None:
+        from engine.arena.weights import load_state_dict
+        model.load_state_dict(load_state_dict(init, cfg))
+    log = open(out / "train.log.jsonl", "a", buffering=1)
+    pre = Prefetcher(r, cfg, step)
+    bar = tqdm(total=r.steps, initial=step, disable=quiet, desc="arena", unit="step")
+    try:
+        while step < r.steps:
+            t0 = time.perf_counter()
+            eps, context, noisy, t, start = pre.get()
+            for g in opt.param_groups:
+                g["lr"] = learning_rate(r, step)
+            eps, context, start = eps.to(device), context.to(device), start.to(device)
+            gen = torch.Generator().manual_seed(r.seed * 7_000_003 + step)
+            if torch.rand(1, generator=gen).item() < r.self_context:
+                context = self_context(model, eps, context, start, gen)
+            loss = loss_of(model, eps, context, noisy.to(device), t.to(device), start)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip)
+            opt.step()
+            step += 1
+            wall += time.perf_counter() - t0
+            value = float(loss.detach())
+            avg = value if avg is None else 0.98 * avg + 0.02 * value
+            log.write(json.dumps({"step": step, "loss": value, "avg": avg, "grad_norm": float(norm),
+                                  "lr": learning_rate(r, step - 1), "wall_s": round(wall, 2)}) + "\n")
+            bar.set_postfix(loss=f"{avg:.4f}")
+            bar.update(1)
+            if step % save_every == 0 or step == r.steps:
+                save_checkpoint(ckpt_path, model, opt, step, r, cfg, {"wall_s": wall, "avg_loss": avg})
+    finally:
+        pre.close()
+        bar.close()
+        log.close()
+    return {"step": step, "wall_s": wall, "avg_loss": avg}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m engine.arena.train", description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="checkpoint + log directory (resumed if present)")
+    p.add_argument("--steps", type=int, default=Recipe.steps)
+    p.add_argument("--batch", type=int, default=Recipe.batch)
+    p.add_argument("--chunks", type=int, default=Recipe.chunks)
+    p.add_argument("--lr", type=float, default=Recipe.lr)
+    p.add_argument("--seed", type=int, default=Recipe.seed)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--init", type=Path, default=None, help="start from these weights (safetensors)")
+    p.add_argument("--export", type=Path, default=None, help="after training, write fp16 weights here")
+    p.add_argument("--quiet", action="store_true")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr)
+    result = train(a.out, r, ArenaModelConfig(), a.device, a.save_every, a.init, a.quiet)
+    if a.export:
+        from engine.arena.weights import export_checkpoint
+        export_checkpoint(a.out / "last.pt", a.export)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""The arena model's weights: the packaged fp16 safetensors, strict loading, and export from training.
+
+Owns the file format: a safetensors file whose tensors are exactly ``ArenaDiT(cfg).state_dict()`` (fp16
+on disk, float32 or the session dtype in memory) and whose metadata holds the model config (JSON) and
+the training figures (steps, wall time, loss). Loading is strict like MG2's: a missing, unexpected or
+mis-shaped key is a ``CheckpointError`` naming the key and the file; a config in the file that differs
+from the one asked for is an error too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from engine.arena.config import ArenaModelConfig
+from engine.arena.model import ArenaDiT
+from engine.errors import CheckpointError
+
+
+def packaged_weights_path() -> Path:
+    return Path(__file__).resolve().parent / "weights" / "arena.safetensors"
+
+
+def config_of(path: Path) -> ArenaModelConfig:
+    """The model config stored in a weights file's metadata."""
+    meta = read_metadata(path)
+    raw = json.loads(meta.get("config", "{}"))
+    if "steps" in raw:
+        raw["steps"] = tuple(raw["steps"])
+    try:
+        return ArenaModelConfig(**raw)
+    except (TypeError, AssertionError) as exc:
+        raise CheckpointError(f"{path}: its arena config is not valid ({exc})") from None
+
+
+def read_metadata(path: Path) -> dict:
+    from safetensors import safe_open
+
+    _check_exists(path)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return dict(fh.metadata() or {})
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def _check_exists(path: Path) -> None:
+    if not path.is_file():
+        raise CheckpointError(f"arena weights file {path} does not exist "
+                              "(reinstall the package, or pass --arena-weights FILE)")
+
+
+def load_state_dict(path: Path, cfg: ArenaModelConfig) -> dict[str, torch.Tensor]:
+    """The file's tensors as float32, checked strictly against ``ArenaDiT(cfg)``."""
+    _check_exists(path)
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in ArenaDiT(cfg).state_dict().items()}
+    missing = sorted(set(expected) - set(tensors))
+    extra = sorted(set(tensors) - set(expected))
+    if missing:
+        raise CheckpointError(f"{path}: missing key {missing[0]!r} ({len(missing)} missing)")
+    if extra:
+        raise CheckpointError(f"{path}: unexpected key {extra[0]!r} ({len(extra)} unexpected)")
+    for key, shape in expected.items():
+        if tuple(tensors[key].shape) != shape:
+            raise CheckpointError(f"{path}: key {key!r} has shape {tuple(tensors[key].shape)}, "
+                                  f"the arena model expects {shape}")
+    return {k: v.float() for k, v in tensors.items()}
+
+
+def load_model(path: Path | None = None, device="cpu", dtype=torch.float32) -> ArenaDiT:
+    """The arena model with the weights of ``path`` (default: the packaged file), in eval mode."""
+    path = Path(path) if path is not None else packaged_weights_path()
+    cfg = config_of(path)
+    with torch.device("meta"):
+        model = ArenaDiT(cfg)
+    model.load_state_dict(load_state_dict(path, cfg), assign=True)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def export_checkpoint(ckpt: Path, out: Path, extra_meta: dict | None = None) -> dict:
+    """Write a training checkpoint's model as fp16 safetensors with config and figures in metadata."""
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    cfg = ArenaModelConfig(**{**state["config"], "steps": tuple(state["config"]["steps"])})
+    meta = {"config": json.dumps(dataclasses.asdict(cfg)), "train_steps": str(state["step"]),
+            "train_wall_s": f"{state.get('wall_s', 0.0):.0f}", "train_avg_loss": f"{state.get('avg_loss', 0.0):.5f}",
+            "recipe": json.dumps(state.get("recipe", {})), **(extra_meta or {})}
+    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in state["model"].items()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out), metadata=meta)
+    return meta

@@ -1,0 +1,76 @@
+"""``worldpager train arena`` and ``worldpager bench arena``: the arena model's training and its memory
+evaluation (click shell only; the work is in ``engine.arena``)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def train() -> None:
+    """Train a model of our own."""
+
+
+@train.command("arena")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Checkpoint and log directory (training resumes from DIR/last.pt when present).")
+@click.option("--steps", type=int, default=20000, show_default=True, help="Total optimiser steps.")
+@click.option("--batch", type=int, default=4, show_default=True, help="Episodes per step.")
+@click.option("--chunks", type=int, default=12, show_default=True, help="Chunks per training episode.")
+@click.option("--lr", type=float, default=1e-3, show_default=True, help="Peak learning rate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of data and initialisation.")
+@click.option("--device", default=None, help="cpu or cuda. Default: cuda when present.")
+@click.option("--init", type=click.Path(path_type=Path), help="Start from these weights (safetensors).")
+@click.option("--export", type=click.Path(path_type=Path), help="Afterwards, write fp16 weights here.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet) -> None:
+    """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end."""
+    import torch
+
+    from engine.arena.config import ArenaModelConfig
+    from engine.arena.train import Recipe, train as run_training
+    from engine.arena.weights import export_checkpoint
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    result = run_training(out, Recipe(seed=seed, steps=steps, batch=batch, chunks=chunks, lr=lr),
+                          ArenaModelConfig(), device, init=init, quiet=quiet)
+    if export:
+        export_checkpoint(out / "last.pt", export)
+    click.echo(json.dumps(result, separators=(",", ":")))
+
+
+def _row(name: str, g: dict) -> str:
+    return (f"{name:<9} {g['episodes']:>3} {g['revisit_psnr_memory']:>8.2f} {g['revisit_psnr_window']:>8.2f} "
+            f"{g['gain_db']:>+7.2f} ± {g['se_db']:.2f} {g['improved']:>3}/{g['with_revisits']:<3} "
+            f"{g['revisit_ssim_memory']:>6.3f} {g['revisit_ssim_window']:>6.3f} "
+            f"{g['all_psnr_memory']:>7.2f} {g['all_psnr_window']:>7.2f}")
+
+
+@click.command("arena")
+@click.option("--episodes", type=int, default=48, show_default=True, help="Held-out episodes (glance, spin, out and back in turn).")
+@click.option("--chunks", type=int, default=16, show_default=True, help="Chunks per episode.")
+@click.option("--weights", type=click.Path(path_type=Path), help="Arena weights. Default: the packaged ones.")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Where the temporary spill directories go. Default: the system temp.")
+@click.option("--quick", is_flag=True, help="6 episodes of 12 chunks (a smoke run).")
+def bench_arena(episodes, chunks, weights, workdir, quick) -> None:
+    """Memory vs window-only on held-out arenas, through the real store (int4, 4-slot pool, spill)."""
+    from engine.arena.evaluate import evaluate
+
+    if quick:
+        episodes, chunks = 6, 12
+
+    def progress(i, arms):
+        m, w = arms["prefetch"], arms["window"]
+        click.echo(f"episode {i + 1}/{episodes} {m.kind:<8} arena {m.arena_seed}: revisit PSNR "
+                   f"{m.revisit_psnr:.2f} with memory, {w.revisit_psnr:.2f} window-only "
+                   f"({m.revisit_frames} frames; {m.hits} hits, {m.misses} misses)", err=True)
+
+    result = evaluate(episodes, weights, workdir, chunks, on_episode=progress)
+    click.echo("kind      eps  rev.mem  rev.win    gain (dB)  better  ssim.m ssim.w  all.mem all.win")
+    for name, g in result["kinds"].items():
+        click.echo(_row(name, g))
+    click.echo(f"retrieval through the store: {result['hits']} hits, {result['misses']} misses, "
+               f"{result['disk_bytes_read'] / 2**20:.1f} MiB read back from the spill directory")
+    click.echo(json.dumps(result, separators=(",", ":")))
