@@ -83,7 +83,7 @@ class Session:
         height, width = spec.frame_size
         # Opened now, before the (slow) load, so a bad output path fails first; the factory checks
         # that the built model's frame size and grid are the ones promised here.
-        self.writer = VideoWriter(cfg.out, width, height, spec.grid.fps)
+        self.writer = VideoWriter(cfg.out, width, height, spec.grid.fps, preset=spec.encoder_preset)
         try:
             self.log = SessionLog(cfg.log_path)
             write_resolved_config(cfg, cfg.config_path)

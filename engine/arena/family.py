@@ -42,8 +42,9 @@ def spec(cfg):
     banner = (f"worldpager: arena model (our own world model, {params / 1e6:.1f} M parameters, "
               f"{meta.get('train_steps', '?')} training steps) in arena {cfg.arena_seed}: "
               f"{m.height}x{m.width} frames shown at {m.video_size[0]}x{m.video_size[1]}")
+    # ultrafast: the arena makes hundreds of frames a second, and its enlarged pixels compress easily
     return ModelSpec("arena", (m.height, m.width), "universal", m.video_grid(), m.video_size, m.horizon_chunk,
-                     DEFAULT_TRAJECTORY, False, banner)
+                     DEFAULT_TRAJECTORY, False, banner, encoder_preset="ultrafast")
 
 
 def _meta_model(m: ArenaModelConfig):

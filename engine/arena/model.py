@@ -24,6 +24,7 @@ patches; a per-token gate mixes in what the copy head fetched.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -92,10 +93,17 @@ class TimeRope:
         # Explicit CPU device: a model built under ``torch.device("meta")`` still gets a real table.
         self.inv_freq = 1.0 / torch.pow(theta, torch.arange(0, dims, 2, dtype=torch.float64, device="cpu") / dims)
 
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) ``[..., T, 1, P]`` of latent-frame ``positions [..., T]``, for ``apply``."""
+        ang = positions.to(torch.float64)[..., None] * self.inv_freq.to(positions.device)   # [..., T, P]
+        return ang.cos().to(dtype)[..., None, :], ang.sin().to(dtype)[..., None, :]
+
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate ``x [..., T, H, D]`` by latent-frame ``positions`` broadcastable to ``[..., T]``."""
-        ang = positions.to(torch.float64)[..., None] * self.inv_freq.to(x.device)   # [..., T, P]
-        cos, sin = ang.cos().to(x.dtype)[..., None, :], ang.sin().to(x.dtype)[..., None, :]
+        return self.apply(x, self.tables(positions.to(x.device), x.dtype))
+
+    def apply(self, x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        cos, sin = tables
         rot, rest = x[..., :self.dims], x[..., self.dims:]
         pairs = rot.unflatten(-1, (-1, 2))
         a, b = pairs[..., 0], pairs[..., 1]
@@ -104,6 +112,14 @@ class TimeRope:
 
 
 # ---------------------------------------------------------------- the network
+
+class ChunkInputs(NamedTuple):
+    """Per-chunk tensors shared by the chunk's forwards (see ``ArenaDiT.chunk_inputs``)."""
+
+    geom: torch.Tensor                          # [B, F, N, G] camera-ray features
+    action_emb: torch.Tensor                    # [B, F, d]
+    tables: tuple[torch.Tensor, torch.Tensor]   # rotary (cos, sin) of the chunk's tokens
+    copy_k: torch.Tensor                        # [B, T, H, hd] copy-layer keys
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
@@ -132,18 +148,28 @@ class Block(nn.Module):
         nn.init.zeros_(self.mod.bias)
 
     def modulation(self, cond: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Per-token (shift, scale, gate) x 2 from per-token conditioning ``[..., T, d]``."""
-        return self.mod(F.silu(cond)).chunk(6, dim=-1)
+        """(shift, scale, gate) x 2, each ``[..., F, 1, d]``, from per-frame conditioning ``[..., F, d]``
+        (computed once per frame, broadcast over the frame's tokens)."""
+        return tuple(m.unsqueeze(-2) for m in self.mod(F.silu(cond)).chunk(6, dim=-1))
 
-    def qkv_of(self, h: torch.Tensor, shift, scale, rope: TimeRope, positions: torch.Tensor):
-        x = self.norm1(h) * (1 + scale) + shift
+    def qkv_of(self, h: torch.Tensor, shift, scale, rope: TimeRope, tables):
+        x = modulate(self.norm1(h), shift, scale)
         q, k, v = self.qkv(x).unflatten(-1, (3, self.heads, -1)).unbind(-3)  # [..., T, H, hd]
-        q, k = rope.rotate(self.q_norm(q), positions), rope.rotate(self.k_norm(k), positions)
-        return q, k, v
+        return rope.apply(self.q_norm(q), tables), rope.apply(self.k_norm(k), tables), v
 
     def finish(self, h: torch.Tensor, attn: torch.Tensor, gate1, shift2, scale2, gate2) -> torch.Tensor:
-        h = h + gate1 * self.o(attn.flatten(-2))
-        return h + gate2 * self.mlp(self.norm2(h) * (1 + scale2) + shift2)
+        h = h + gated(self.o(attn.flatten(-2)), gate1)
+        return h + gated(self.mlp(modulate(self.norm2(h), shift2, scale2)), gate2)
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Tokens ``[..., F*N, d]`` modulated per frame by ``[..., F, 1, d]`` shift and scale."""
+    frames = x.unflatten(-2, (shift.shape[-3], -1))
+    return (frames * (1 + scale) + shift).flatten(-3, -2)
+
+
+def gated(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    return (x.unflatten(-2, (gate.shape[-3], -1)) * gate).flatten(-3, -2)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -188,9 +214,11 @@ class ArenaDiT(nn.Module):
         return x.flatten(-3, -2)
 
     def condition(self, t: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Per-token conditioning ``[..., F*N, d]`` from times ``[...]`` and actions ``[..., F, A]``."""
-        c = self.t_embed(timestep_embedding(t, self.cfg.freq_dim))[..., None, :] + self.a_embed(actions)
-        return c.repeat_interleave(self.cfg.tokens_per_frame, dim=-2)
+        """Per-frame conditioning ``[..., F, d]`` from times ``[...]`` and actions ``[..., F, A]``."""
+        return self.condition_embedded(t, self.a_embed(actions))
+
+    def condition_embedded(self, t: torch.Tensor, action_emb: torch.Tensor) -> torch.Tensor:
+        return self.t_embed(timestep_embedding(t, self.cfg.freq_dim))[..., None, :] + action_emb
 
     def token_positions(self, start_frame: torch.Tensor) -> torch.Tensor:
         """Latent-frame index of every token of a chunk starting at ``start_frame [...]`` -> ``[..., T]``."""
@@ -209,8 +237,8 @@ class ArenaDiT(nn.Module):
     def output(self, h: torch.Tensor, cond: torch.Tensor, geom: torch.Tensor, copy_k: torch.Tensor | None,
                copy_v: torch.Tensor | None, copy_mask: torch.Tensor | None) -> torch.Tensor:
         """x0 patches ``[B, T, patch_dim]``: the generated patch mixed with what the copy head fetched."""
-        shift, scale = self.final_mod(F.silu(cond)).chunk(2, dim=-1)
-        gen = self.head(self.final_norm(h) * (1 + scale) + shift)
+        shift, scale = (m.unsqueeze(-2) for m in self.final_mod(F.silu(cond)).chunk(2, dim=-1))
+        gen = self.head(modulate(self.final_norm(h), shift, scale))
         if copy_k is None or copy_k.shape[1] == 0:
             return gen
         q = (self.copy_q(geom).flatten(-3, -2) + self.copy_qh(self.final_norm(h))).unflatten(-1, (self.cfg.heads, -1))
@@ -231,28 +259,38 @@ class ArenaDiT(nn.Module):
 
     # ---- inference: one chunk through the attention context
 
-    def chunk_forward(self, frames: torch.Tensor, t: torch.Tensor, actions: torch.Tensor, cam: torch.Tensor,
-                      start_frame: int, ctx) -> torch.Tensor:
+    def chunk_inputs(self, actions: torch.Tensor, cam: torch.Tensor, start_frame: int) -> ChunkInputs:
+        """What every forward of one chunk shares: ray features, action embedding, rotary tables, copy keys."""
+        geom = ray_geometry(cam, self.cfg)                                     # [B, F, N, G]
+        pos = self.token_positions(torch.full((cam.shape[0],), float(start_frame), device=cam.device))
+        return ChunkInputs(geom, self.a_embed(actions), self.rope.tables(pos, cam.dtype), self.copy_keys(geom))
+
+    def chunk_forward(self, frames: torch.Tensor, t: torch.Tensor, inputs: ChunkInputs, ctx,
+                      output: bool = True) -> torch.Tensor | None:
         """x0 ``[B, F, 3, H, W]`` for input frames ``[B, F, 3, H, W]`` at flow time ``t [B]``.
 
         Writes the chunk's K/V (and copy-layer K/V) into the context's current region; ``ctx.commit()``
-        by the caller makes them history."""
+        by the caller makes them history. ``output=False`` (the clean pass) only writes the K/V: the
+        last layer's attention and MLP, the copy head and the output head feed nothing stored, so they
+        are skipped and None is returned."""
         cfg = self.cfg
-        geom = ray_geometry(cam, cfg)                                          # [B, F, N, G]
-        h = self.embed(frames, geom)
-        cond = self.condition(t, actions)
-        pos = self.token_positions(torch.full((frames.shape[0],), float(start_frame), device=frames.device))
-        for block, state in zip(self.blocks, ctx.layers):
+        h = self.embed(frames, inputs.geom)
+        cond = self.condition_embedded(t, inputs.action_emb)
+        for i, (block, state) in enumerate(zip(self.blocks, ctx.layers)):
             s1, sc1, g1, s2, sc2, g2 = block.modulation(cond)
-            q, k, v = block.qkv_of(h, s1, sc1, self.rope, pos)
+            q, k, v = block.qkv_of(h, s1, sc1, self.rope, inputs.tables)
             state.self_kv.write_current(k, v)
+            if not output and i == cfg.layers - 1:
+                break
             k_ctx, v_ctx = state.self_kv.context()
             h = block.finish(h, _attend(q, k_ctx, v_ctx), g1, s2, sc2, g2)
         copy_state = ctx.layers[cfg.layers].self_kv
-        copy_state.write_current(self.copy_keys(geom), self.copy_values(frames))
+        copy_state.write_current(inputs.copy_k, self.copy_values(frames))
+        if not output:
+            return None
         k_all, v_all = copy_state.context()
         n_ctx = k_all.shape[1] - cfg.tokens_per_chunk
-        x0 = self.output(h, cond, geom, k_all[:, :n_ctx], v_all[:, :n_ctx], None)
+        x0 = self.output(h, cond, inputs.geom, k_all[:, :n_ctx], v_all[:, :n_ctx], None)
         return unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
 
     # ---- training: whole episodes, two streams
@@ -276,7 +314,7 @@ class ArenaDiT(nn.Module):
         cond_c = self.condition(torch.zeros_like(t), actions)
         cond_n = self.condition(t, actions)
         chunk_start = start[:, None].to(torch.float64) + cfg.frames_per_chunk * torch.arange(c, device=clean.device)
-        pos = self.token_positions(chunk_start)                                # [B, C, T]
+        tables = self.rope.tables(self.token_positions(chunk_start), clean.dtype)   # positions [B, C, T]
         valid = ctx_ids >= 0
         idx = ctx_ids.clamp(min=0)
         gather_b = torch.arange(b, device=clean.device)[:, None, None]
@@ -293,8 +331,8 @@ class ArenaDiT(nn.Module):
 
         for block in self.blocks:
             mc, mn = block.modulation(cond_c), block.modulation(cond_n)
-            q_c, k_c, v_c = block.qkv_of(h_c, mc[0], mc[1], self.rope, pos)
-            q_n, k_n, v_n = block.qkv_of(h_n, mn[0], mn[1], self.rope, pos)
+            q_c, k_c, v_c = block.qkv_of(h_c, mc[0], mc[1], self.rope, tables)
+            q_n, k_n, v_n = block.qkv_of(h_n, mn[0], mn[1], self.rope, tables)
             k_ctx, v_ctx = context(k_c, v_c)
             outs = []
             for q, k_own, v_own in ((q_c, k_c, v_c), (q_n, k_n, v_n)):

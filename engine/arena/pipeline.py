@@ -86,7 +86,7 @@ class ArenaPipeline:
         to = dict(device=self.device, dtype=self.dtype)
         actions = torch.from_numpy(self.actions[rows])[None].to(**to)
         cam = torch.from_numpy(self.cam[rows].astype(np.float32))[None].to(**to)
-        start = chunk * cfg.frames_per_chunk
+        inputs = self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk)
         shape = (1, cfg.frames_per_chunk, 3, cfg.height, cfg.width)
         if chunk == 0:
             x0 = self.truth(0)[None].to(**to)
@@ -94,12 +94,12 @@ class ArenaPipeline:
             x = torch.randn(shape, generator=self.rng).to(**to)
             steps = list(cfg.steps)
             for i, t in enumerate(steps):
-                x0 = self.model.chunk_forward(x, torch.full((1,), t, **to), actions, cam, start, ctx)
+                x0 = self.model.chunk_forward(x, torch.full((1,), t, **to), inputs, ctx)
                 if i + 1 < len(steps):
                     nxt = steps[i + 1]
                     x = (1 - nxt) * x0 + nxt * torch.randn(shape, generator=self.rng).to(**to)
             x0 = x0.clamp(-1, 1)
-        self.model.chunk_forward(x0, torch.zeros(1, **to), actions, cam, start, ctx)   # the clean pass
+        self.model.chunk_forward(x0, torch.zeros(1, **to), inputs, ctx, output=False)   # the clean pass
         return x0
 
     @torch.no_grad()

@@ -162,7 +162,9 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
     elif init is not None:
         from engine.arena.weights import load_state_dict
         model.load_state_dict(load_state_dict(init, cfg))
-    log = open(out / "train.log.jsonl", "a", buffering=1)
+    log_path = out / "train.log.jsonl"
+    _truncate_log(log_path, step)
+    log = open(log_path, "a", buffering=1)
     pre = Prefetcher(r, cfg, step)
     bar = tqdm(total=r.steps, initial=step, disable=quiet, desc="arena", unit="step")
     try:
@@ -195,6 +197,17 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
         bar.close()
         log.close()
     return {"step": step, "wall_s": wall, "avg_loss": avg}
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Drop log lines past the checkpoint (steps a killed run made but did not save: they are redone)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines(keepends=True)
+            if line.strip() and json.loads(line).get("step", 0) <= step]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(keep))
+    os.replace(tmp, path)
 
 
 def main(argv=None) -> None:

@@ -46,6 +46,7 @@ class ModelSpec:
     default_trajectory: str           # packaged trajectory used without --trajectory
     uses_image: bool                  # False: the model makes its own start (the arena renders it)
     banner: str                       # the first line a command prints about the model
+    encoder_preset: str = "veryfast"  # x264 preset: models that make many small frames a second want a faster one
 
 
 @dataclass(frozen=True)

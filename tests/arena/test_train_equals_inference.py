@@ -42,9 +42,9 @@ def _inference(model, ep, noisy, t):
                 v_dst.copy_(v)
         for state in ctx.layers:
             state.self_kv.set_memory_valid(len(mem) * n_tok)
-        args = (ep.actions[c][None], ep.cam[c][None], c * fpc, ctx)
-        preds.append(model.chunk_forward(noisy[c][None], t[c][None], *args)[0])
-        model.chunk_forward(ep.frames[c][None], torch.zeros(1), *args)            # clean pass
+        inputs = model.chunk_inputs(ep.actions[c][None], ep.cam[c][None], c * fpc)
+        preds.append(model.chunk_forward(noisy[c][None], t[c][None], inputs, ctx)[0])
+        model.chunk_forward(ep.frames[c][None], torch.zeros(1), inputs, ctx, output=False)   # clean pass
         stored[c] = [(k.clone(), v.clone()) for k, v in ctx.current_kv()]
         ctx.commit()
     return torch.stack(preds)

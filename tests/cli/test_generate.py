@@ -158,3 +158,16 @@ def test_inspect_universal_last_line_json():
     assert facts["kv_bytes_per_chunk_bf16"] == 486_604_800
     assert facts["tokens_per_chunk"] == 2640
     assert facts["params"] == 1_619_242_304 and facts["layers"] == 30
+
+
+def test_a_path_through_walls_is_clamped_and_logged(tmp_path):
+    """Walking straight on for 10 chunks meets the arena's wall: the camera stops there; the log says so."""
+    path = tmp_path / "through.yaml"
+    path.write_text("segments:\n  - {keys: [w], seconds: 10}\n")
+    out = tmp_path / "w.mp4"
+    result = run("generate", "--trajectory", str(path), "--chunks", "10", "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    lines = (tmp_path / "w.log.jsonl").read_text().splitlines()
+    notes = json.loads(lines[0])["notes"]
+    assert any("clamped at walls" in note for note in notes), notes
+    assert json.loads(lines[-1])["status"] == "done" and count_frames(out) == 12 * 10 - 3
