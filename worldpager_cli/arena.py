@@ -54,12 +54,18 @@ def _row(name: str, g: dict) -> str:
 @click.option("--weights", type=click.Path(path_type=Path), help="Arena weights. Default: the packaged ones.")
 @click.option("--workdir", type=click.Path(path_type=Path), help="Where the temporary spill directories go. Default: the system temp.")
 @click.option("--quick", is_flag=True, help="6 episodes of 12 chunks (a smoke run).")
-def bench_arena(episodes, chunks, weights, workdir, quick) -> None:
+@click.option("--strip", type=click.Path(path_type=Path), help="Also write a PNG: truth | memory | window-only.")
+@click.option("--strip-episode", type=int, default=1, show_default=True, help="Which episode the strip shows.")
+def bench_arena(episodes, chunks, weights, workdir, quick, strip, strip_episode) -> None:
     """Memory vs window-only on held-out arenas, through the real store (int4, 4-slot pool, spill)."""
-    from engine.arena.evaluate import evaluate
+    from engine.arena.evaluate import comparison_strip, evaluate
 
     if quick:
         episodes, chunks = 6, 12
+    if strip is not None:
+        shown = comparison_strip(strip_episode, strip, weights, chunks, workdir=workdir)
+        click.echo(f"strip: {strip} ({shown['kind']} in arena {shown['arena_seed']}; rows truth, memory, "
+                   f"window-only; latent frames {shown['frames']})", err=True)
 
     def progress(i, arms):
         m, w = arms["prefetch"], arms["window"]

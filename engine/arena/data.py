@@ -42,11 +42,12 @@ class EpisodeTensors:
         return EpisodeTensors(*(getattr(self, f).to(device) for f in FIELDS))
 
 
-def latent_camera(episode: Episode, cfg: ArenaModelConfig, frames: int) -> np.ndarray:
-    """Camera states ``[frames, 4]`` (x, z, yaw, pitch) of the latent frames."""
-    poses = episode.poses[np.arange(frames) * cfg.temporal]
-    yaw, pitch, _ = euler_from_quat(poses[:, 3:])
-    return np.stack([poses[:, 0], poses[:, 2], yaw, pitch], axis=1)
+def latent_camera(poses: np.ndarray, cfg: ArenaModelConfig, frames: int) -> np.ndarray:
+    """Camera states ``[frames, 4]`` (x, z, yaw, pitch) of the first ``frames`` latent frames, from
+    per-video-frame poses ``[T, 7]`` (latent frame f is video frame ``temporal * f``)."""
+    picked = poses[np.arange(frames) * cfg.temporal]
+    yaw, pitch, _ = euler_from_quat(picked[:, 3:])
+    return np.stack([picked[:, 0], picked[:, 2], yaw, pitch], axis=1)
 
 
 def latent_actions(keyboard: np.ndarray, mouse: np.ndarray, cfg: ArenaModelConfig, frames: int) -> np.ndarray:
@@ -82,7 +83,7 @@ def episode_tensors(episode: Episode, cfg: ArenaModelConfig, chunks: int, k: int
     """Render and assemble one episode; ``rng`` turns on the training augmentations."""
     arena = arena or Arena.generate(episode.arena_seed)
     f_total = chunks * cfg.frames_per_chunk
-    cam = latent_camera(episode, cfg, f_total)
+    cam = latent_camera(episode.poses, cfg, f_total)
     frames = render_latents(arena, cam, cfg)
     actions = latent_actions(episode.keyboard, episode.mouse, cfg, f_total)
     sets = retrieval_sets(episode.poses, chunks, cfg, k)

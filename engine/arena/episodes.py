@@ -37,10 +37,6 @@ class Episode:
     poses: np.ndarray           # [T + 1, 7] camera poses after clamping (frame j before action j)
     clamped: int                # video frames whose step was blocked by a wall
 
-    def latent_index(self, temporal: int = 4) -> np.ndarray:
-        """Video frame of each latent frame."""
-        return np.arange(0, len(self.poses), temporal)
-
 
 def _segments_to_actions(segments: list[tuple[str, float, float, int]]) -> tuple[np.ndarray, np.ndarray]:
     """(keys, mouse pitch, mouse yaw, frames) segments -> per-frame keyboard [T, 4] and mouse [T, 2]."""

@@ -167,3 +167,30 @@ def summarise(rows: list[dict]) -> dict:
     out["misses"] = int(sum(r["prefetch"].misses for r in rows))
     out["disk_bytes_read"] = int(sum(r["prefetch"].disk_bytes_read for r in rows))
     return out
+
+
+def comparison_strip(index: int, out: Path, weights: Path | None = None, chunks: int = EVAL_CHUNKS,
+                     columns: int = 8, workdir: Path | None = None) -> dict:
+    """A PNG of one held-out episode: rows truth | with memory | window-only, ``columns`` latent frames
+    spread over the generated chunks (revisit frames first), enlarged 2x. Returns what it shows."""
+    from engine.arena.weights import config_of, packaged_weights_path
+    from engine.io.image import save_png
+
+    ep = eval_episode(index, config_of(weights or packaged_weights_path()).video_grid().frames_total(chunks))
+    with tempfile.TemporaryDirectory(prefix="worldpager-arena-strip-", dir=workdir) as tmp:
+        memory, pipeline, _ = run_episode(ep, "prefetch", Path(tmp), weights, chunks=chunks)
+        window, _, _ = run_episode(ep, "window", Path(tmp), weights, chunks=chunks)
+    sc, truth = score(memory, pipeline)
+    cam = pipeline.cam[:len(memory)]
+    revisit = revisit_frames(cam[:, 2], cam[:, 3], cam[:, :2], pipeline.cfg.frames_per_chunk)
+    first = pipeline.cfg.frames_per_chunk
+    picks = np.linspace(first, len(memory) - 1, columns).round().astype(int)
+    rows = [torch.cat([frames[i] for i in picks], dim=-1) for frames in (truth, memory, window)]
+    image = torch.cat(rows, dim=-2)                                              # [3, 3h, columns w]
+    rgb = ((image.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0)
+    rgb = rgb.repeat_interleave(2, 0).repeat_interleave(2, 1).contiguous().numpy()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_png(out, rgb)
+    return {"episode": index, "kind": ep.kind, "arena_seed": ep.arena_seed, "frames": picks.tolist(),
+            "revisit": revisit[picks].tolist(), "psnr_memory": psnr(memory[picks], truth[picks]).tolist(),
+            "psnr_window": psnr(window[picks], truth[picks]).tolist()}

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 from engine.arena.config import ArenaModelConfig
-from engine.arena.data import latent_actions, render_latents
+from engine.arena.data import latent_actions, latent_camera, render_latents
 from engine.arena.model import ArenaDiT
 from engine.arena.world import Arena
 from engine.errors import HorizonError
-from engine.geometry import euler_from_quat, make_poses
+from engine.geometry import make_poses
 
 
 class ArenaPipeline:
@@ -47,9 +47,7 @@ class ArenaPipeline:
         self.poses = make_poses(np.stack([x, poses[:, 1], z], 1), poses[:, 3:])
         self.clamped_frames = int(clamped.sum())
         latent_frames = (len(self.poses) - 1) // cfg.temporal + 1
-        picked = self.poses[np.arange(latent_frames) * cfg.temporal]
-        yaw, pitch, _ = euler_from_quat(picked[:, 3:])
-        self.cam = np.stack([picked[:, 0], picked[:, 2], yaw, pitch], 1)          # [F, 4]
+        self.cam = latent_camera(self.poses, cfg, latent_frames)                  # [F, 4]
         keyboard = trajectory.actions.keyboard.numpy()
         mouse = trajectory.actions.mouse.numpy() if trajectory.actions.mouse is not None else np.zeros((len(keyboard), 2))
         self.actions = latent_actions(keyboard, mouse, cfg, latent_frames)        # [F, A]
