@@ -12,6 +12,7 @@ types by name.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -368,7 +369,16 @@ class SessionConfig:
              f"writeback must be background or sync, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),
              f"predictor must be constant-velocity or reuse-current, got {self.memory.predictor!r}"),
-            (self.chunk_ms >= 0, f"chunk_ms must be >= 0, got {self.chunk_ms}"),
+            (math.isfinite(self.chunk_ms) and self.chunk_ms >= 0,
+             f"--chunk-ms (chunk_ms) must be a finite number >= 0, got {self.chunk_ms}"),
+            (_positive_or_none(self.memory.host_mem_gib),
+             f"--host-mem (memory.host_mem_gib) must be a positive, finite number of GiB, got "
+             f"{self.memory.host_mem_gib}"),
+            (_positive_or_none(self.memory.device_mem_gib),
+             f"--device-mem (memory.device_mem_gib) must be a positive, finite number of GiB, got "
+             f"{self.memory.device_mem_gib}"),
+            (self.memory.pool_slots is None or self.memory.pool_slots >= 1,
+             f"--pool-slots (memory.pool_slots) must be at least 1 chunk, got {self.memory.pool_slots}"),
             (0 < self.kv_scale <= 1, f"kv_scale must be in (0, 1], got {self.kv_scale}"),
             (0 <= self.arena_seed < 2 ** 63, f"arena_seed must be a non-negative integer, got {self.arena_seed}"),
         ]
@@ -382,6 +392,10 @@ class SessionConfig:
                 names = [ARENA_MODEL] + sorted(MODEL_CONFIGS) + [SYNTHETIC_MODEL]
                 raise ConfigError(f"unknown model {self.model!r} (choose from {', '.join(names)})") from None
         return self
+
+
+def _positive_or_none(value: float | None) -> bool:
+    return value is None or (math.isfinite(value) and value > 0)
 
 
 def session_model_config(cfg: SessionConfig) -> ModelConfig:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from engine.config import SessionConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, OutputError
 
 # Presets live in the repository's top-level presets/ (found from the package in an editable install).
 PRESET_DIRS = (Path(__file__).resolve().parents[1] / "presets",)
@@ -133,4 +133,7 @@ def config_to_json(cfg: Any) -> dict:
 
 
 def write_resolved_config(cfg: SessionConfig, path: Path) -> None:
-    path.write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
+    try:
+        path.write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
+    except OSError as exc:
+        raise OutputError(f"cannot write the resolved config {path}: {exc.strerror or exc}") from None

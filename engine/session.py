@@ -14,10 +14,12 @@ needs before the model is built (start-image size, action space, video grid, fra
 attention context is shaped by ``model.layout``, the retriever keyed by ``model.camera_poses()`` on
 ``model.grid``, re-rotation done by ``model.rotate_time``.
 
-Set-up validates every user input (start image, trajectory, output and log paths) before anything is
-written; the MP4 and the log are closed on every exit path (the log with its summary line), so a failed
-or interrupted run leaves a playable file and a complete log. ``request_stop()`` (e.g. from a SIGINT
-handler) ends the run after the chunk in hand.
+Set-up validates every user input (start image, trajectory, output and log paths) and checks that the
+settings fit the memory budget (``engine.preflight``) before anything is written; if set-up or loading
+fails, only the files this session created are removed. The MP4 and the log are closed on every exit
+path (the log with its summary line), so a failed or interrupted run leaves a playable file and a
+complete log. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
+hand.
 """
 from __future__ import annotations
 
@@ -35,12 +37,13 @@ from engine.io.trajectory import Trajectory, load_trajectory, packaged_trajector
 from engine.io.video import VideoWriter
 from engine.model.interface import WorldModel
 from engine.model.kv_context import AttentionContext
-from engine.model.registry import ModelSpec, build_world_model, model_header_facts, model_spec
+from engine.model.registry import ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.overlay import config_to_json, write_resolved_config
 from engine.positions import Rerotation
+from engine.preflight import Budget, check_memory, check_output_paths, device_budget, host_budget
 from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.session_memory import SessionMemory
-from engine.telemetry import SessionLog, process_rss
+from engine.telemetry import SessionLog, available_memory, process_rss
 
 @dataclass
 class SessionResult:
@@ -64,6 +67,13 @@ def device_bytes(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
 
 
+def device_memory_budget(cfg: SessionConfig, device: torch.device) -> Budget | None:
+    """The device's budget for the attention context and staging slots; None on the CPU (host memory)."""
+    if device.type != "cuda":
+        return None
+    return device_budget(cfg, torch.cuda.mem_get_info(device)[0])
+
+
 class Session:
     """One generation session: constructing it validates the inputs; ``run()`` loads and generates."""
 
@@ -75,7 +85,13 @@ class Session:
         self.on_output = on_output or (lambda chunk, latents: None)   # the model's output, before decoding
         self.device, self.dtype = resolve_device(cfg.device)
         self._stop = threading.Event()
+        self._created: list[Path] = []     # outputs this session made: the only ones it may remove
         spec = self.spec
+        check_output_paths(cfg)
+        check_memory(cfg, spec.grid, model_kv_layout(cfg), dtype_bytes=self.dtype.itemsize,
+                     dtype_name=str(self.dtype).removeprefix("torch."),
+                     host=host_budget(cfg, process_rss(), available_memory()),
+                     device=device_memory_budget(cfg, self.device))
         self.image = load_image(cfg.image or default_start_image_path(), *spec.image_size) if spec.uses_image else None
         self.trajectory: Trajectory = load_trajectory(
             cfg.trajectory or packaged_trajectory(spec.default_trajectory), spec.action_mode,
@@ -84,9 +100,13 @@ class Session:
         # Opened now, before the (slow) load, so a bad output path fails first; the factory checks
         # that the built model's frame size and grid are the ones promised here.
         self.writer = VideoWriter(cfg.out, width, height, spec.grid.fps, preset=spec.encoder_preset)
+        self._created.append(cfg.out)
+        self.log: SessionLog | None = None
         try:
             self.log = SessionLog(cfg.log_path)
+            self._created.append(cfg.log_path)
             write_resolved_config(cfg, cfg.config_path)
+            self._created.append(cfg.config_path)
         except BaseException:
             self._discard_outputs()
             raise
@@ -105,12 +125,14 @@ class Session:
             raise
 
     def _discard_outputs(self) -> None:
-        """Nothing was generated: close and remove the empty video and log."""
+        """Nothing was generated: close and remove the empty outputs this session created (only those,
+        so that the clean-up can neither fail on nor delete a path the user gave by mistake)."""
         self.writer.close()
-        if getattr(self, "log", None) is not None:
+        if self.log is not None:
             self.log.close("failed")
-        for path in (self.cfg.out, self.cfg.log_path, self.cfg.config_path):
+        for path in self._created:
             path.unlink(missing_ok=True)
+        self._created.clear()
 
     def run(self) -> SessionResult:
         """Generate every chunk (loading first if needed); video and log are closed on every path."""

@@ -38,6 +38,7 @@ from engine.memory.store import KVStore
 from engine.memory.types import KV, CapacityError
 from engine.model.kv_context import AttentionContext
 from engine.positions import Rerotation
+from engine.preflight import staging_chunks
 
 GIB = 2 ** 30
 
@@ -93,7 +94,7 @@ class SessionMemory:
         fmt = ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits,
                                       raw_dtype=str(dtype).removeprefix("torch."))
         spill = None if self.mode == "dram-only" else cfg.memory.spill
-        self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes),
+        self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes, device, dtype),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
                              k_slots=max(self.k, 1), dtype=dtype,
                              sync_writeback=cfg.memory.writeback == "sync")
@@ -108,8 +109,11 @@ class SessionMemory:
         in_use = torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
         return max(0, int(total * GIB) - in_use)
 
-    def _pool_slots(self, cfg: SessionConfig, slot_bytes: int) -> int:
-        """Slots for the host budget (budget − process RSS − 2 GiB), never more than the session can use."""
+    def _pool_slots(self, cfg: SessionConfig, slot_bytes: int, device: torch.device, dtype: torch.dtype) -> int:
+        """Slots for the host budget (budget − process RSS − 2 GiB), never more than the session can use.
+
+        On a CPU the store's staging slots, allocated after the pool, are host memory too: they count
+        with the process, so that the session stays inside ``--host-mem``."""
         from engine.memory.host_pool import pool_slots, process_baseline_bytes
 
         if cfg.memory.pool_slots is not None:
@@ -120,8 +124,9 @@ class SessionMemory:
             host_bytes = psutil.virtual_memory().available
         else:
             host_bytes = int(host * GIB)
+        staging = 0 if device.type == "cuda" else staging_chunks(cfg) * self.layout.bytes_per_chunk(dtype.itemsize)
         try:
-            budget = pool_slots(host_bytes, process_baseline_bytes(), slot_bytes)
+            budget = pool_slots(host_bytes, process_baseline_bytes() + staging, slot_bytes)
         except ConfigError:
             if host is None:   # no explicit budget: run with the minimum instead of refusing
                 return 8
@@ -236,10 +241,11 @@ class SessionMemory:
         """Per-chunk tier figures for the log (byte counters as deltas since the last call)."""
         c = self.store.counters() if self.store is not None else {}
         delta = {k: c.get(k, 0) - self._last_counters.get(k, 0)
-                 for k in ("disk_read_bytes", "disk_write_bytes", "put_wait_s")}
+                 for k in ("disk_read_bytes", "disk_write_bytes", "put_wait_s", "corrupt_blocks")}
         self._last_counters = c
         return {"put_wait_ms": delta["put_wait_s"] * 1e3,
                 "disk_bytes_read": delta["disk_read_bytes"], "disk_bytes_written": delta["disk_write_bytes"],
+                "corrupt_blocks": delta["corrupt_blocks"],
                 "pool_used_bytes": c.get("pool_used_bytes", c.get("device_kv_bytes", 0)),
                 "pool_free_bytes": c.get("pool_free_bytes", 0),
                 "writeback_queue": c.get("writeback_queue_depth", 0)}
@@ -248,6 +254,7 @@ class SessionMemory:
         c = self.store.counters() if self.store is not None else {}
         return {"disk": {"bytes_read": c.get("disk_read_bytes", 0), "bytes_written": c.get("disk_write_bytes", 0),
                          "io_mode": c.get("disk_io_mode", "none")},
+                "corrupt_blocks": c.get("corrupt_blocks", 0),   # disk reads that failed their crc32 (misses)
                 "pool_bytes": c.get("pool_bytes", 0)}
 
     def close(self) -> None:

@@ -1,26 +1,34 @@
 """The session log: JSON Lines, one record per chunk, flushed as written.
 
-Owns the log's schema and its writer. Line 1 is ``{"type": "header", ...}`` with the resolved config and
-the model facts; then one ``{"type": "chunk", ...}`` record per chunk; the last line is
-``{"type": "summary", ...}`` with totals and percentiles. Every line is flushed when written, so
-``worldpager tail`` (and ``tail -f``) sees it at once, and a killed run loses at most the summary.
+Owns the log's schema, its writer and its reader. Line 1 is ``{"type": "header", ...}`` with the
+resolved config, the model facts and the writer (``pid``, ``host``); then one ``{"type": "chunk", ...}``
+record per chunk; the last line is ``{"type": "summary", ...}`` with totals and percentiles. Every line
+is flushed when written, so ``worldpager tail`` (and ``tail -f``) sees it at once, and a killed run
+loses at most the summary.
+
+``LogFollower`` reads a log as it grows and says why it stopped: the summary arrived, the end of the
+file (not following), no new byte for the idle timeout, or the writer's process is gone (no summary
+will ever come). A file that is missing, a directory or not a log, and a damaged line (named by its
+number), are one-line ``InputError``s.
 
 Fields of a chunk record: chunk, frames, frames_total, wall_ms, compute_ms, decode_ms, stall_ms,
 rss_bytes (process RSS from psutil), device_bytes (allocated device memory, 0 on CPU), plus whatever
-the memory tiers add (hits, misses, stale, bytes per tier, pool, write-back queue).
+the memory tiers add (hits, misses, stale, bytes per tier, pool, write-back queue, corrupt_blocks).
 """
 from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import psutil
 
-from engine.errors import OutputError
+from engine.errors import InputError, OutputError
 
 SCHEMA_VERSION = 1
 
@@ -36,6 +44,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def process_rss() -> int:
     return psutil.Process().memory_info().rss
+
+
+def available_memory() -> int:
+    """Host memory available to a new allocation now (psutil's ``available``)."""
+    return psutil.virtual_memory().available
 
 
 @dataclass
@@ -82,7 +95,8 @@ class SessionLog:
         try:
             self._file = open(self.path, "w", encoding="utf-8")
         except OSError as exc:
-            raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}") from None
+            raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}; "
+                              f"choose another --log") from None
         self.summary = RunningSummary()
         self._start = time.time()
         self.closed = False
@@ -93,7 +107,8 @@ class SessionLog:
 
     def header(self, config: dict[str, Any], facts: dict[str, Any], **extra: Any) -> None:
         self._write({"type": "header", "schema": SCHEMA_VERSION, "started": self._start,
-                     "config": config, "model": facts, **extra})
+                     "pid": os.getpid(), "host": socket.gethostname(), "config": config, "model": facts,
+                     **extra})
 
     def chunk(self, record: dict[str, Any]) -> None:
         record = {"type": "chunk", **record}
@@ -120,34 +135,100 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def follow_log(path: Path, follow: bool = True, poll_s: float = 0.2,
-               idle_timeout_s: float | None = None):
-    """Yield records as they are appended; ends at the summary line (or at EOF without ``follow``).
+class LogFollower:
+    """Records of a session log as they are appended; ``ended`` says why the reading stopped:
+    ``summary`` (the session finished, whatever its status), ``eof`` (not following), ``idle`` (no new
+    byte for the idle timeout) or ``writer-gone`` (the writing process has exited without a summary).
 
-    A partial last line is held back until its newline arrives. ``idle_timeout_s`` ends a follow that
-    sees no new line for that long (a writer that died without its summary).
+    A partial last line is held back until its newline arrives (and dropped at the end).
     """
-    path = Path(path)
-    waited = 0.0
-    while not path.exists():
-        if not follow or (idle_timeout_s is not None and waited >= idle_timeout_s):
-            raise OutputError(f"log not found: {path}")
-        time.sleep(poll_s)
-        waited += poll_s
-    with open(path, encoding="utf-8") as f:
-        pending, idle = "", 0.0
-        while True:
-            line = f.readline()
-            if line:
-                pending += line
-                if not pending.endswith("\n"):
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.ended: str | None = None
+        self.lines = 0
+        self.writer: dict | None = None     # the header's pid, host and start time
+        _check_log_file(self.path)
+
+    def records(self, follow: bool = True, poll_s: float = 0.2,
+                idle_timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+        with open(self.path, "rb") as f:
+            pending, idle, last_look = b"", 0.0, False
+            while True:
+                data = f.readline()
+                if data:
+                    pending, idle, last_look = pending + data, 0.0, False
+                    if not pending.endswith(b"\n"):
+                        continue
+                    record, pending = self._parse(pending), b""
+                    yield record
+                    if record["type"] == "summary":
+                        self.ended = "summary"
+                        return
                     continue
-                record, pending, idle = json.loads(pending), "", 0.0
-                yield record
-                if record.get("type") == "summary":
+                self.ended = self._stop_reason(follow, idle, idle_timeout_s)
+                if self.ended == "writer-gone" and not last_look:
+                    last_look, self.ended = True, None   # read once more: its last line may have just landed
+                    continue
+                if self.ended is not None:
                     return
-                continue
-            if not follow or (idle_timeout_s is not None and idle >= idle_timeout_s):
-                return
-            time.sleep(poll_s)
-            idle += poll_s
+                time.sleep(poll_s)
+                idle += poll_s
+
+    def _stop_reason(self, follow: bool, idle: float, idle_timeout_s: float | None) -> str | None:
+        if not follow:
+            return "eof"
+        if idle_timeout_s is not None and idle >= idle_timeout_s:
+            return "idle"
+        return "writer-gone" if self.writer_gone() else None
+
+    def _parse(self, line: bytes) -> dict[str, Any]:
+        self.lines += 1
+        where = f"{self.path} line {self.lines}"
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InputError(f"{where} is not text: not a session log (give the .log.jsonl beside the MP4)") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where} is damaged: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("type"), str):
+            raise InputError(f"{where} is not a session log record (no \"type\")")
+        if record["type"] == "header":
+            self.writer = {k: record.get(k) for k in ("pid", "host", "started")}
+        return record
+
+    def writer_gone(self) -> bool:
+        """True when the header names a process on this host that no longer runs (False if unknown)."""
+        w = self.writer
+        if not w or not isinstance(w.get("pid"), int) or w.get("host") != socket.gethostname():
+            return False
+        try:
+            proc = psutil.Process(w["pid"])
+            reused = isinstance(w.get("started"), (int, float)) and proc.create_time() > w["started"] + 1
+            return reused or proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.AccessDenied:
+            return False
+
+
+def _check_log_file(path: Path) -> None:
+    """A one-line InputError unless ``path`` is a regular file that starts like a session log."""
+    if not path.exists():
+        raise InputError(f"log not found: {path} (a session writes NAME.log.jsonl beside its MP4 when it starts)")
+    if path.is_dir():
+        raise InputError(f"{path} is a directory, not a session log (give the .log.jsonl file)")
+    try:
+        with open(path, "rb") as f:
+            first = f.read(1)
+    except OSError as exc:
+        raise InputError(f"cannot read log {path}: {exc.strerror or exc}") from None
+    if first not in (b"", b"{"):
+        raise InputError(f"{path} is not a session log: line 1 is not a JSON record "
+                         "(give the .log.jsonl beside the MP4)")
+
+
+def follow_log(path: Path, follow: bool = True, poll_s: float = 0.2,
+               idle_timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+    """The records of ``LogFollower(path)`` (which also tells why the reading stopped)."""
+    return LogFollower(path).records(follow, poll_s, idle_timeout_s)

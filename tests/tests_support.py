@@ -1,13 +1,20 @@
 """Helpers shared by several test modules (importable because tests/ is on sys.path via conftest)."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import torch
 from safetensors.torch import save_file
 
 from engine.config import model_config
 from engine.model.load import MG2Models, load_models
+from engine.telemetry import read_log
 
 TINY = model_config("tiny")
+WORLDPAGER = [sys.executable, "-c", "from worldpager_cli.main import cli; cli()"]
 
 
 def tiny_reference_models() -> MG2Models:
@@ -29,3 +36,23 @@ def write_checkpoint(root, models: MG2Models, dit_edit=None, clip_extra=True) ->
         clip_state["log_scale"] = torch.zeros(())
         clip_state["visual.post_norm.weight"] = torch.ones(TINY.clip.width)
     torch.save(clip_state, root / TINY.clip_file)
+
+
+def start_generate(tmp_path: Path, name: str, chunks: int, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
+    """A ``worldpager generate`` subprocess (micro model) and its MP4 and log paths."""
+    out = tmp_path / f"{name}.mp4"
+    proc = subprocess.Popen(WORLDPAGER + ["generate", "--model", "micro", "--chunks", str(chunks), "--out", str(out),
+                                          *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    return proc, out, tmp_path / f"{name}.log.jsonl"
+
+
+def wait_for_chunks(log: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until ``log`` holds ``n`` chunk records (the process must keep running meanwhile)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if log.exists() and sum(1 for r in read_log(log) if r["type"] == "chunk") >= n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("session did not start")

@@ -1,6 +1,8 @@
 """Turning exceptions into exit codes and one-line messages.
 
-Exit codes: 0 done, 1 bad input (any ``WorldPagerError``), 2 internal error, 130 interrupted.
+Exit codes: 0 done, 1 bad input (any ``WorldPagerError``, and click's usage errors: a bad option value,
+an unknown option or command, a missing argument), 2 internal error, 3 ``tail``: the session ended
+without its summary line, 130 interrupted.
 """
 from __future__ import annotations
 
@@ -11,15 +13,41 @@ import click
 
 from engine.errors import WorldPagerError
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class OneLineUsageError(click.ClickException):
+    """A click usage error shown as ``worldpager: error: ...`` on one line, exit 1 (2 is for our bugs)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file=None) -> None:
+        click.echo(f"worldpager: error: {self.format_message()}", err=True)
+
+
+def one_line(exc: click.UsageError) -> click.ClickException:
+    """The one-line form of ``exc``; the bare-command help (``NoArgsIsHelpError``) keeps its text."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        exc.exit_code = EXIT_BAD_INPUT
+        return exc
+    where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    return OneLineUsageError(" ".join(exc.format_message().split()) + where)
 
 
 class WorldPagerGroup(click.Group):
     """A click group whose commands report errors as one line with a documented exit code."""
 
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:   # the group's own options
+            raise one_line(exc) from None
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:   # an unknown command, or a command's options and arguments
+            raise one_line(exc) from None
         except WorldPagerError as exc:
             click.echo(f"worldpager: error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)

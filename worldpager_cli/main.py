@@ -1,12 +1,14 @@
 """``worldpager`` commands: parse flags, build a config, call one engine function, print.
 
 Commands that measure or describe print a human table and then one compact JSON line last.
-Exit codes: 0 done, 1 bad input, 2 internal error, 130 interrupted (see ``worldpager_cli.errors``).
+Exit codes: 0 done, 1 bad input, 2 internal error, 3 ``tail``: the session did not finish, 130
+interrupted (see ``worldpager_cli.errors``).
 """
 from __future__ import annotations
 
 import json
 import math
+import signal
 from datetime import datetime
 from pathlib import Path
 
@@ -148,8 +150,9 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
              f"chunk {horizon}, {grid.frames_total(horizon) / grid.fps / 60:.1f} min")
     say(f"worldpager: positions {cfg.positions} (native horizon: {reach}); store {cfg.memory.store}, "
         f"int{cfg.memory.kv_bits} KV, k={cfg.memory.retrieve_k}; log {cfg.log_path}")
-    session.load()
-    with progress, _stop_on_sigint(session):
+    with _abort_on_signals():   # nothing generated yet: stop at once, leaving no empty outputs
+        session.load()
+    with progress, _stop_on_signals(session):
         result = session.run()
     summary = (f"{result.frames} frames ({result.frames / grid.fps:.1f} s of video) to {result.out} in "
                f"{result.wall_s:.1f} s ({result.wall_s / max(result.chunks, 1):.2f} s per chunk); log {result.log}")
@@ -159,27 +162,46 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
     say(f"wrote {summary}")
 
 
-class _stop_on_sigint:
-    """First Ctrl-C: finish the chunk in hand, then stop cleanly. Second: interrupt at once."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, session):
-        self.session = session
-        self.previous = None
+
+class _abort_on_signals:
+    """SIGTERM and SIGHUP interrupt like Ctrl-C (a KeyboardInterrupt: exit 130)."""
 
     def __enter__(self):
-        import signal
-
-        def handler(signum, frame):
-            if self.session._stop.is_set():
-                raise KeyboardInterrupt
-            click.echo("\nworldpager: stopping after the current chunk (Ctrl-C again to abort)", err=True)
-            self.session.request_stop()
-        self.previous = signal.signal(signal.SIGINT, handler)
+        self.previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS[1:]}
         return self
 
     def __exit__(self, *exc):
-        import signal
-        signal.signal(signal.SIGINT, self.previous)
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
+
+
+class _stop_on_signals:
+    """First Ctrl-C, SIGTERM or SIGHUP: finish the chunk in hand, then stop cleanly (exit 130).
+    A second one of any of them: interrupt at once."""
+
+    def __init__(self, session):
+        self.session = session
+        self.previous: dict[int, object] = {}
+
+    def _handler(self, signum, frame) -> None:
+        if self.session._stop.is_set():
+            raise KeyboardInterrupt
+        self.session.request_stop()
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        try:
+            click.echo(f"\nworldpager: {name}: stopping after the current chunk ({name} again to abort)", err=True)
+        except OSError:   # SIGHUP: the terminal may be gone; the stop is what matters
+            pass
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, self._handler) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
 
 
 @cli.command()

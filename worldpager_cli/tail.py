@@ -1,6 +1,10 @@
 """``worldpager tail LOG``: follow a session's log and print one compact line per chunk.
 
 Works on a running session (waits for new lines) and on a finished log (prints it and the summary).
+Exit codes: 0 the summary line arrived (whatever the session's status); 1 the log is missing, a
+directory, not a log, or has a damaged line; 3 the session did not finish — no summary line, and the
+writer's process is gone, or nothing new came for ``--idle-timeout`` seconds, or (``--no-follow``) the
+log ends there.
 """
 from __future__ import annotations
 
@@ -8,13 +12,15 @@ from pathlib import Path
 
 import click
 
-from engine.telemetry import follow_log
+from engine.errors import ConfigError
+from engine.telemetry import LogFollower
+from worldpager_cli.errors import EXIT_UNFINISHED
 
 
 def chunk_line(record: dict, fps: int) -> str:
     wall = record.get("wall_ms", 0.0)
     rate = record.get("frames", 0) / (wall / 1000.0) if wall > 0 else 0.0
-    parts = [f"chunk {record['chunk']:>5}", f"{rate:5.1f} fps", f"stall {record.get('stall_ms', 0.0):7.1f} ms",
+    parts = [f"chunk {record.get('chunk', '?'):>5}", f"{rate:5.1f} fps", f"stall {record.get('stall_ms', 0.0):7.1f} ms",
              f"rss {record.get('rss_bytes', 0) / 2**30:6.2f} GiB"]
     if "hits" in record:
         parts.append(f"hit/miss/stale {record['hits']}/{record['misses']}/{record.get('stale', 0)}")
@@ -24,6 +30,8 @@ def chunk_line(record: dict, fps: int) -> str:
         parts.append(f"disk r/w {record['disk_bytes_read'] / 2**20:.0f}/{record.get('disk_bytes_written', 0) / 2**20:.0f} MiB")
     if "writeback_queue" in record:
         parts.append(f"wb {record['writeback_queue']}")
+    if record.get("corrupt_blocks"):
+        parts.append(f"corrupt {record['corrupt_blocks']}")
     return "  ".join(parts)
 
 
@@ -32,7 +40,21 @@ def summary_line(record: dict) -> str:
     return (f"{record.get('status', '?')}: {record.get('chunks', 0)} chunks, {record.get('frames', 0)} frames "
             f"in {record.get('wall_s', 0.0):.1f} s; stall p50 {stall.get('p50', 0):.1f} / p99 "
             f"{stall.get('p99', 0):.1f} / max {stall.get('max', 0):.1f} ms; rss "
-            f"{rss.get('min', 0) / 2**30:.2f}-{rss.get('max', 0) / 2**30:.2f} GiB")
+            f"{rss.get('min', 0) / 2**30:.2f}-{rss.get('max', 0) / 2**30:.2f} GiB"
+            + (f"; {record['corrupt_blocks']} corrupt disk blocks" if record.get("corrupt_blocks") else ""))
+
+
+def unfinished_line(follower: LogFollower, idle_timeout: float | None) -> str:
+    """Why the session is taken to be over without its summary line."""
+    if follower.ended == "writer-gone":
+        why = f"its writer (pid {follower.writer['pid']}) has exited"
+    elif follower.ended == "idle":
+        why = f"nothing new for {idle_timeout:g} s"
+    else:
+        assert follower.ended == "eof", follower.ended
+        why = "the log ends here (if the session is still running, drop --no-follow to follow it)"
+    return (f"worldpager: error: {follower.path}: the session did not finish: no summary line after "
+            f"{follower.lines} lines, {why}; the MP4 holds every chunk logged")
 
 
 @click.command()
@@ -40,11 +62,17 @@ def summary_line(record: dict) -> str:
 @click.option("--follow/--no-follow", default=True, show_default=True,
               help="Wait for new lines until the session's summary arrives.")
 @click.option("--idle-timeout", type=float, default=None,
-              help="Stop following after this many seconds without a new line.")
+              help="Give up (exit 3) after this many seconds without a new line. Default: wait while the "
+                   "session's process runs.")
 def tail(log: Path, follow: bool, idle_timeout: float | None) -> None:
-    """Follow a session log: a compact line per chunk, then the summary."""
+    """Follow a session log: a compact line per chunk, then the summary (exit 3 if none will come)."""
+    if idle_timeout is not None and not idle_timeout > 0:
+        raise ConfigError(f"--idle-timeout must be a positive number of seconds, got {idle_timeout}")
     fps = 16
-    for record in follow_log(log, follow=follow, idle_timeout_s=idle_timeout):
+    follower = LogFollower(log)
+    if follow and log.stat().st_size == 0:
+        click.echo(f"worldpager: {log} is empty so far: waiting for the session's first line", err=True)
+    for record in follower.records(follow=follow, idle_timeout_s=idle_timeout):
         kind = record.get("type")
         if kind == "header":
             cfg = record.get("config", {})
@@ -54,3 +82,6 @@ def tail(log: Path, follow: bool, idle_timeout: float | None) -> None:
             click.echo(chunk_line(record, fps))
         elif kind == "summary":
             click.echo(summary_line(record))
+    if follower.ended != "summary":
+        click.echo(unfinished_line(follower, idle_timeout), err=True)
+        raise SystemExit(EXIT_UNFINISHED)

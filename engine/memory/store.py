@@ -16,7 +16,8 @@ Contract.
                         hands out the hits' per-layer (k, v) views. The views stay valid until the
                         ``n_banks``-th following ``stage``/``load_now``: copy them out (``copy_into``).
   ``load_now(ids)``     the same, synchronously (on-demand and sync baseline modes).
-  ``counters()``        bytes and seconds per tier, pool slots/bytes, write-back depth, hits/misses.
+  ``counters()``        bytes and seconds per tier, pool slots/bytes, write-back depth, hits/misses,
+                        failed reads and, among them, ``corrupt_blocks`` (disk blocks failing their crc32).
   ``close()``           drains write-back (all dirty blocks with ``persist_all``), writes the index,
                         releases the spill lock. Also a context manager.
 
@@ -42,7 +43,8 @@ from engine.memory.host_pool import HostPool, pool_slots, process_baseline_bytes
 from engine.memory.manager import PlacementManager
 from engine.memory.transfer import (CudaCopier, DriveIO, DriveThrottle, HostCopier, Job, Worker,
                                     parse_drive_bw)
-from engine.memory.types import KV, CapacityError, ChunkId, LoadSpec, StagedSet, Tier, TransferResult
+from engine.memory.types import (KV, CapacityError, ChunkId, CorruptBlockError, LoadSpec, StagedSet, Tier,
+                                 TransferResult)
 
 log = logging.getLogger("worldpager.memory")
 __all__ = ["KVStore", "StagedSet"]
@@ -105,7 +107,8 @@ class KVStore:
         self._c = dict.fromkeys(("puts", "put_s", "put_wait_s", "host_write_bytes",
                                  "host_read_bytes", "disk_read_bytes", "disk_read_s",
                                  "disk_write_bytes", "disk_write_s", "device_stage_bytes",
-                                 "stage_s", "hits", "misses", "failed_reads", "late", "errors"), 0)
+                                 "stage_s", "hits", "misses", "failed_reads", "corrupt_blocks", "late",
+                                 "errors"), 0)
         self._disk_error: BaseException | None = None
         self._pending_stores: list[tuple[ChunkId, object]] = []
         self._staging: _Staging | None = None
@@ -306,6 +309,8 @@ class KVStore:
     def _read_failed(self, st: _Staging, chunk: ChunkId, result: TransferResult) -> None:
         """A disk read or dequantisation failed: counted, reported, and a miss (called under the lock)."""
         self._c["failed_reads"] += 1
+        if isinstance(result.error, CorruptBlockError):
+            self._c["corrupt_blocks"] += 1
         self._report(result)
         st.failed.add(chunk)
 

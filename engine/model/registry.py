@@ -10,6 +10,9 @@ Owns, per model family, three functions of the session config:
   (MG2: weights from ``cfg.checkpoint`` or the built-in seeded ones, as ``engine.model.load`` reads
   them; synthetic: no weights).
 * ``model_header_facts(cfg) -> dict`` — the shape facts the session log's header records.
+* ``model_kv_layout(cfg) -> KVLayout`` — the KV of one chunk, known before the model is built (so the
+  session can size its memory, and refuse settings that cannot fit, before any output exists); the
+  built model's ``layout`` must equal it (``build_world_model`` checks).
 
 The session, the memory and the retrieval use only what these return and the ``WorldModel`` protocol.
 """
@@ -21,9 +24,10 @@ from typing import Callable
 import torch
 
 from engine.arena import family as arena_family
+from engine.arena.weights import config_of, packaged_weights_path
 from engine.config import ARENA_MODEL, SYNTHETIC_MODEL, SessionConfig, session_model_config
 from engine.io.trajectory import Trajectory
-from engine.layout import VideoGrid
+from engine.layout import KVLayout, VideoGrid
 from engine.model.facts import horizon_chunk, model_facts
 from engine.model.interface import WorldModel
 from engine.model.load import load_models
@@ -54,6 +58,7 @@ class Family:
     spec: Callable[[SessionConfig], ModelSpec]
     build: Builder
     header_facts: Callable[[SessionConfig], dict]
+    layout: Callable[[SessionConfig], KVLayout]
 
 
 # ---- MG2 (the released modes and the seeded tiny / micro models) ----------------------------------
@@ -104,9 +109,19 @@ def _synthetic_facts(cfg: SessionConfig) -> dict:
     return {"model": SYNTHETIC_MODEL, "fps": session_model_config(cfg).fps}
 
 
-MG2 = Family(_mg2_spec, _mg2_build, _mg2_facts)
-FAMILIES: dict[str, Family] = {SYNTHETIC_MODEL: Family(_synthetic_spec, _synthetic_build, _synthetic_facts),
-                               ARENA_MODEL: Family(arena_family.spec, arena_family.build, arena_family.header_facts)}
+def _mg2_layout(cfg: SessionConfig) -> KVLayout:
+    return session_model_config(cfg).kv_layout()   # MG2 and synthetic: the shape config says it all
+
+
+def _arena_layout(cfg: SessionConfig) -> KVLayout:
+    """The arena model's shape is in its weights file's metadata (read without the weights)."""
+    return config_of(cfg.arena_weights if cfg.arena_weights is not None else packaged_weights_path()).kv_layout()
+
+
+MG2 = Family(_mg2_spec, _mg2_build, _mg2_facts, _mg2_layout)
+FAMILIES: dict[str, Family] = {
+    SYNTHETIC_MODEL: Family(_synthetic_spec, _synthetic_build, _synthetic_facts, _mg2_layout),
+    ARENA_MODEL: Family(arena_family.spec, arena_family.build, arena_family.header_facts, _arena_layout)}
 
 
 def family(cfg: SessionConfig) -> Family:
@@ -122,6 +137,10 @@ def model_header_facts(cfg: SessionConfig) -> dict:
     return family(cfg).header_facts(cfg)
 
 
+def model_kv_layout(cfg: SessionConfig) -> KVLayout:
+    return family(cfg).layout(cfg)
+
+
 def build_world_model(cfg: SessionConfig, image: torch.Tensor, trajectory: Trajectory,
                       device: torch.device, dtype: torch.dtype) -> WorldModel:
     """The session's model, built (and its weights loaded) for ``image`` and ``trajectory``."""
@@ -130,4 +149,5 @@ def build_world_model(cfg: SessionConfig, image: torch.Tensor, trajectory: Traje
     assert isinstance(model, WorldModel), f"{type(model).__name__} does not implement WorldModel"
     assert (model.grid, tuple(model.frame_size)) == (spec.grid, spec.frame_size), (
         f"{spec.name}: built model's grid/frame size differ from its spec")
+    assert model.layout == model_kv_layout(cfg), f"{spec.name}: built model's KV layout differs from its promise"
     return model

@@ -4,8 +4,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,10 +11,10 @@ from click.testing import CliRunner
 
 from engine.io.video import count_frames
 from engine.telemetry import read_log
+from tests_support import WORLDPAGER, start_generate, wait_for_chunks
 from worldpager_cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
-WORLDPAGER = [sys.executable, "-c", "from worldpager_cli.main import cli; cli()"]
 
 
 def run(*args):
@@ -68,27 +66,9 @@ def test_bad_trajectory_is_a_one_line_error(tmp_path):
     assert not (tmp_path / "o.mp4").exists()
 
 
-def start_generate(tmp_path, name: str, chunks: int) -> tuple[subprocess.Popen, Path, Path]:
-    """A ``worldpager generate`` subprocess (micro model) and its MP4 and log paths."""
-    out = tmp_path / f"{name}.mp4"
-    proc = subprocess.Popen(WORLDPAGER + ["generate", "--model", "micro", "--chunks", str(chunks), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    return proc, out, tmp_path / f"{name}.log.jsonl"
-
-
-def _wait_for_chunks(log, n, proc, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if log.exists() and sum(1 for r in read_log(log) if r["type"] == "chunk") >= n:
-            return
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    raise AssertionError("session did not start")
-
-
 def test_sigint_finishes_the_chunk_and_closes_video_and_log(tmp_path):
     proc, out, log = start_generate(tmp_path, "stop", 500)
-    _wait_for_chunks(log, 3, proc)
+    wait_for_chunks(log, 3, proc)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, (stdout, stderr)
@@ -102,7 +82,7 @@ def test_sigint_finishes_the_chunk_and_closes_video_and_log(tmp_path):
 
 def test_without_a_tty_progress_is_plain_lines_and_tail_follows_live(tmp_path):
     proc, _, log = start_generate(tmp_path, "live", 40)
-    _wait_for_chunks(log, 1, proc)
+    wait_for_chunks(log, 1, proc)
     tail = subprocess.run(WORLDPAGER + ["tail", str(log), "--idle-timeout", "60"], capture_output=True,
                           text=True, timeout=180)
     stdout, stderr = proc.communicate(timeout=180)

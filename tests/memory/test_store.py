@@ -158,7 +158,7 @@ def test_corrupt_block_is_reported_as_a_failed_miss(spill):
         assert store.manager.lookup(1) is Tier.DISK           # the slot went back, data did not
         [error] = store.errors()
         assert isinstance(error.error, CorruptBlockError) and error.chunk == 1
-        assert store.counters()["failed_reads"] == 1
+        assert store.counters()["failed_reads"] == store.counters()["corrupt_blocks"] == 1
 
 
 def test_a_failed_put_rolls_back_its_slot(spill):

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
 
 import pytest
 
-from engine.errors import OutputError
+from engine.errors import InputError, OutputError
 from engine.telemetry import SessionLog, follow_log, percentile, read_log
 
 
@@ -71,5 +73,21 @@ def test_follow_without_summary_ends_by_idle_timeout_or_no_follow(tmp_path):
     path.write_text(json.dumps({"type": "header"}) + "\n" + json.dumps({"type": "chunk", "chunk": 0}) + "\n")
     assert len(list(follow_log(path, follow=False))) == 2
     assert len(list(follow_log(path, poll_s=0.01, idle_timeout_s=0.05))) == 2
-    with pytest.raises(OutputError, match="log not found"):
+    with pytest.raises(InputError, match="log not found"):
         list(follow_log(tmp_path / "none.jsonl", follow=False))
+
+
+def test_follower_says_why_it_stopped(tmp_path):
+    from engine.telemetry import LogFollower
+
+    path = tmp_path / "w.log.jsonl"
+    log = SessionLog(path)
+    log.header({}, {})
+    header = read_log(path)[0]
+    assert header["pid"] == os.getpid() and header["host"] == socket.gethostname()
+    follower = LogFollower(path)
+    assert len(list(follower.records(follow=False))) == 1 and follower.ended == "eof"
+    assert len(list(follower.records(poll_s=0.01, idle_timeout_s=0.05))) == 1 and follower.ended == "idle"
+    assert not follower.writer_gone()   # this process wrote it
+    log.close("done")
+    assert [r["type"] for r in follower.records()] == ["header", "summary"] and follower.ended == "summary"

@@ -1,0 +1,220 @@
+"""Checks of a session's settings that must pass before any output file exists (no torch).
+
+Owns two refusals, each a one-line ``WorldPagerError`` naming the bad value and the fix:
+
+* ``check_output_paths(cfg)`` — the video, the log and the resolved config are three different files,
+  none of them an input (``--log`` equal to ``--out`` would interleave JSON with the MP4's bytes), and
+  the log can be created (not a directory, in an existing, writable directory).
+* ``check_memory(cfg, grid, layout, ...)`` — what the settings will allocate fits the memory budget.
+  The estimate (``estimate_memory``) counts what grows with a setting, not the process itself:
+
+  - trajectory: ``TRAJECTORY_BYTES_PER_FRAME`` per video frame of the whole session — set-up expands
+    the trajectory to every frame up front (actions, poses, the per-frame camera states integrated
+    in Python, the model's per-frame copies); measured ≈ 0.5 KiB per frame for the arena, micro and
+    synthetic models, doubled to cover what grows per chunk while the session runs (the summary's
+    values, the retrieval keys). This is what ``--chunks``/``--seconds``/``--minutes`` cost.
+  - attention context: ``layout.bytes_per_chunk`` at the model dtype per chunk of tokens it holds:
+    ``retrieve_k`` (+ 1 with the sink) memory slots, the local window and the current chunk.
+  - staging slots (store modes with a tiered store): ``max(retrieve_k, 1)`` more chunks.
+  - host pool: ``--pool-slots`` x the stored slot size, or its minimum of ``MIN_SLOTS`` slots when the
+    pool is sized from the budget (it then takes what the budget leaves, by construction).
+
+  On a CPU everything is host memory; on CUDA the context and the staging slots are device memory,
+  checked against ``--device-mem`` (else the device's free memory). The host budget is ``--host-mem``
+  less this process's resident memory now and the 2 GiB margin (the pool-sizing rule,
+  ``engine.memory.budget``), else the memory available now. Not counted: the model's weights and
+  per-chunk working buffers — the margin is for those, and the pool's own check at start-up still
+  applies once the model is loaded.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.config import SessionConfig
+from engine.errors import ConfigError, OutputError
+from engine.kv_format import ChunkFormat
+from engine.layout import KVLayout, VideoGrid
+from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS
+
+GiB, MiB = 1 << 30, 1 << 20
+TRAJECTORY_BYTES_PER_FRAME = 1024
+TIERED_STORES = ("prefetch", "on-demand", "sync", "dram-only")   # the modes that build a KVStore
+
+
+# ---- output paths ------------------------------------------------------------------------------
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def check_output_paths(cfg: SessionConfig) -> None:
+    """Refuse outputs that collide with one another or with an input, and a log that cannot be made."""
+    log, out, config = cfg.log_path, cfg.out, cfg.config_path
+    if _same_file(log, out):
+        raise OutputError(f"--log {log} is the video file (--out {out}); give the log its own name "
+                          f"(default: {out.with_suffix('.log.jsonl')})")
+    if _same_file(log, config):
+        raise OutputError(f"--log {log} is where the resolved config is written (beside --out {out}); "
+                          f"give the log another name (default: {out.with_suffix('.log.jsonl')})")
+    if _same_file(out, config):
+        raise OutputError(f"--out {out}: the resolved config would be written to the same file; "
+                          f"give the video a .mp4 name")
+    for flag, source in (("--image", cfg.image), ("--trajectory", cfg.trajectory)):
+        for name, path in (("--out", out), ("--log", log), ("the resolved config", config)):
+            if source is not None and _same_file(path, source):
+                raise OutputError(f"{name} {path} is the {flag} file: it would be overwritten; "
+                                  f"write the outputs elsewhere")
+    _check_log_path(log)
+
+
+def _check_log_path(log: Path) -> None:
+    parent = log.parent
+    if log.is_dir():
+        raise OutputError(f"--log {log} is a directory; give a file name, e.g. --log {log / 'session.log.jsonl'}")
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise OutputError(f"--log {log}: {parent} {what}; create the directory or choose another --log")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"--log {log}: directory {parent} is not writable; choose another --log")
+
+
+# ---- memory ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes the settings allocate (see the module docstring); context and staging on the device."""
+
+    trajectory: int
+    context: int
+    staging: int
+    pool: int
+    frames: int
+    chunk_bytes: int          # one chunk of KV at the model dtype
+    context_chunks: float     # chunks of tokens the attention context holds
+    staging_chunks: int
+
+    def total(self, on_device: bool) -> tuple[int, int]:
+        """(host bytes, device bytes)."""
+        device = self.context + self.staging
+        host = self.trajectory + self.pool
+        return (host, device) if on_device else (host + device, 0)
+
+
+def context_chunks(cfg: SessionConfig, layout: KVLayout) -> float:
+    """Chunks of tokens in the attention context: memory slots, local window, current chunk."""
+    mem = cfg.memory
+    memory = 0 if mem.store == "window" else mem.retrieve_k + (1 if mem.sink else 0)
+    return memory + layout.window_frames / layout.frames_per_chunk + 1
+
+
+def staging_chunks(cfg: SessionConfig) -> int:
+    """Chunks of device staging slots a tiered store allocates (``KVStore`` banks)."""
+    return max(cfg.memory.retrieve_k, 1) if cfg.memory.store in TIERED_STORES else 0
+
+
+def pool_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> int:
+    """The host pool: ``--pool-slots`` slots, else its minimum (the budget-sized rest is free by rule)."""
+    if cfg.memory.store not in TIERED_STORES:
+        return 0
+    fmt = ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits, raw_dtype=dtype_name)
+    slots = cfg.memory.pool_slots if cfg.memory.pool_slots is not None else MIN_SLOTS
+    return slots * fmt.slot_bytes
+
+
+def estimate_memory(cfg: SessionConfig, grid: VideoGrid, layout: KVLayout, dtype_bytes: int,
+                    dtype_name: str) -> MemoryEstimate:
+    frames = grid.frames_total(cfg.chunks)
+    chunk = layout.bytes_per_chunk(dtype_bytes)
+    ctx, staging = context_chunks(cfg, layout), staging_chunks(cfg)
+    return MemoryEstimate(trajectory=frames * TRAJECTORY_BYTES_PER_FRAME, context=math.ceil(ctx * chunk),
+                          staging=staging * chunk, pool=pool_bytes(cfg, layout, dtype_name), frames=frames,
+                          chunk_bytes=chunk, context_chunks=ctx, staging_chunks=staging)
+
+
+@dataclass(frozen=True)
+class Budget:
+    bytes: int
+    where: str                # host | device
+    source: str               # how the budget was found, for the message
+    flag: str | None = None   # the flag that sets it, if any, and its value in GiB
+    gib: float | None = None
+
+
+def host_budget(cfg: SessionConfig, rss_bytes: int, available_bytes: int) -> Budget:
+    host = cfg.memory.host_mem_gib
+    if host is None:
+        return Budget(available_bytes, "host", "the memory available now", None)
+    return Budget(int(host * GiB) - rss_bytes - DEFAULT_MARGIN, "host",
+                  f"--host-mem {host:g} GiB less this process's {rss_bytes / GiB:.2f} GiB and the "
+                  f"{DEFAULT_MARGIN / GiB:.0f} GiB margin", "--host-mem", host)
+
+
+def device_budget(cfg: SessionConfig, free_bytes: int) -> Budget:
+    if cfg.memory.device_mem_gib is None:
+        return Budget(free_bytes, "device", "the device memory free now", None)
+    gib = cfg.memory.device_mem_gib
+    return Budget(int(gib * GiB), "device", f"--device-mem {gib:g} GiB", "--device-mem", gib)
+
+
+def check_memory(cfg: SessionConfig, grid: VideoGrid, layout: KVLayout, *, dtype_bytes: int, dtype_name: str,
+                 host: Budget, device: Budget | None = None) -> MemoryEstimate:
+    """Refuse settings whose estimate exceeds a budget (``device`` None: everything is host memory)."""
+    est = estimate_memory(cfg, grid, layout, dtype_bytes, dtype_name)
+    host_need, device_need = est.total(on_device=device is not None)
+    if host_need > host.bytes:
+        raise ConfigError(_too_big(cfg, est, host, host_need, on_device=device is not None))
+    if device is not None and device_need > device.bytes:
+        raise ConfigError(_too_big(cfg, est, device, device_need, on_device=True))
+    return est
+
+
+def _size(n: int) -> str:
+    for unit, scale, least in (("PiB", 1 << 50, 1 << 50), ("TiB", 1 << 40, 1 << 40), ("GiB", GiB, GiB / 10)):
+        if abs(n) >= least:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n / MiB:.1f} MiB"
+
+
+def _too_big(cfg: SessionConfig, est: MemoryEstimate, budget: Budget, need: int, on_device: bool) -> str:
+    """One line: the setting that costs most in this budget, its bytes, the total, the budget, the fix."""
+    raise_to = "" if budget.flag is None else \
+        f"{budget.flag} to at least {budget.gib + (need - budget.bytes) / GiB:.2f} GiB"
+    if budget.bytes <= 0:
+        return (f"{budget.source} leaves no {budget.where} memory for the session, which needs "
+                f"{_size(need)}; raise {raise_to}")
+    terms = [(est.context + est.staging, _retrieval_term(cfg, est))]
+    if budget.where == "host":
+        terms += [(est.trajectory, _length_term(cfg, est)), (est.pool, _pool_term(cfg))]
+        if on_device:
+            terms = terms[1:]
+    cost, (what, detail, fix) = max(terms, key=lambda t: t[0])
+    if raise_to:
+        fix += f" or raise {raise_to}"
+    return (f"{what} needs {_size(cost)} of {budget.where} memory ({detail}); the session would need "
+            f"{_size(need)}, more than the {_size(budget.bytes)} budget ({budget.source}); {fix}")
+
+
+def _retrieval_term(cfg: SessionConfig, est: MemoryEstimate) -> tuple[str, str, str]:
+    chunks = f"{est.context_chunks:g} + {est.staging_chunks}" if est.staging_chunks else f"{est.context_chunks:g}"
+    return (f"--retrieve-k {cfg.memory.retrieve_k}",
+            f"attention context and staging slots: {chunks} chunks of {_size(est.chunk_bytes)}",
+            "lower --retrieve-k")
+
+
+def _length_term(cfg: SessionConfig, est: MemoryEstimate) -> tuple[str, str, str]:
+    return (f"a length of {cfg.chunks:,} chunks",
+            f"the trajectory expanded to {est.frames:,} video frames at {TRAJECTORY_BYTES_PER_FRAME} B each",
+            "ask for fewer chunks (--chunks, --seconds or --minutes)")
+
+
+def _pool_term(cfg: SessionConfig) -> tuple[str, str, str]:
+    slots = cfg.memory.pool_slots
+    if slots is None:
+        return (f"the host pool's minimum of {MIN_SLOTS} chunk slots",
+                f"{MIN_SLOTS} int{cfg.memory.kv_bits} chunk slots", "free some memory")
+    return (f"--pool-slots {slots:,}", f"{slots:,} int{cfg.memory.kv_bits} chunk slots", "lower --pool-slots")
