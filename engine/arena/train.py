@@ -155,7 +155,7 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
     ckpt_path = out / "last.pt"
     step, wall, avg = 0, 0.0, None
     if ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location=device, weights_only=False)
+        state = torch.load(ckpt_path, map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, wall, avg = state["step"], state.get("wall_s", 0.0), state.get("avg_loss")

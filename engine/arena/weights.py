@@ -88,7 +88,7 @@ def load_model(path: Path | None = None, device="cpu", dtype=torch.float32) -> A
 
 def export_checkpoint(ckpt: Path, out: Path, extra_meta: dict | None = None) -> dict:
     """Write a training checkpoint's model as fp16 safetensors with config and figures in metadata."""
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
     cfg = ArenaModelConfig(**{**state["config"], "steps": tuple(state["config"]["steps"])})
     meta = {"config": json.dumps(dataclasses.asdict(cfg)), "train_steps": str(state["step"]),
             "train_wall_s": f"{state.get('wall_s', 0.0):.0f}", "train_avg_loss": f"{state.get('avg_loss', 0.0):.5f}",

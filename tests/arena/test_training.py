@@ -28,8 +28,8 @@ def test_same_seed_same_losses_and_resume_is_exact(tmp_path):
         log.write(json.dumps({"step": 2, "loss": 123.0}) + "\n")
     train(tmp_path / "c", RECIPE, CFG, save_every=1, quiet=True)
     assert _losses(tmp_path / "c") == _losses(tmp_path / "a")
-    a = torch.load(tmp_path / "a" / "last.pt", weights_only=False)["model"]
-    c = torch.load(tmp_path / "c" / "last.pt", weights_only=False)["model"]
+    a = torch.load(tmp_path / "a" / "last.pt", weights_only=True)["model"]
+    c = torch.load(tmp_path / "c" / "last.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], c[k]) for k in a)
 
 
@@ -40,5 +40,5 @@ def test_export_writes_fp16_weights_the_loader_accepts(tmp_path):
     meta = read_metadata(out)
     assert meta["train_steps"] == "2" and json.loads(meta["config"])["layers"] == 1
     model = load_model(out)
-    state = torch.load(tmp_path / "run" / "last.pt", weights_only=False)["model"]
+    state = torch.load(tmp_path / "run" / "last.pt", weights_only=True)["model"]
     assert all(torch.equal(model.state_dict()[k], state[k].half().float()) for k in state)
