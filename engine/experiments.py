@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from engine.errors import WorldPagerError
 from engine.overlay import resolve_session_config
@@ -60,8 +61,10 @@ def reduce_log(records: list[dict], warmup: int) -> dict:
     }
 
 
-def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name: str = "run") -> dict:
-    """One synthetic session with ``overlay`` (SessionConfig keys) in a fresh process; its reduced log.
+def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name: str = "run",
+                  reduce: Callable[[list[dict], int], dict] = reduce_log) -> dict:
+    """One synthetic session with ``overlay`` (SessionConfig keys) in a fresh process; its log reduced by
+    ``reduce(records, warmup)``.
 
     A fresh process per run keeps runs independent (no allocator or page-cache state carried over, RSS
     measured from the same start). Outputs go to a temporary directory; the disk tier (when the
@@ -78,7 +81,7 @@ def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name:
                 "out": str(work / f"{name}.mp4")}
         cfg = resolve_session_config(None, full)   # validate here, before a process is started
         subprocess.run([sys.executable, "-m", "engine.experiments", json.dumps(full)], check=True)
-        return reduce_log(read_log(cfg.log_path), warmup)
+        return reduce(read_log(cfg.log_path), warmup)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if spill is not None:

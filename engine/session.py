@@ -35,6 +35,7 @@ from engine.config import SessionConfig
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory, load_trajectory, packaged_trajectory
 from engine.io.video import VideoWriter
+from engine.memory.allocator import pin_allocator
 from engine.model.interface import WorldModel
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
@@ -79,6 +80,8 @@ class Session:
 
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None,
                  on_output: Callable[[int, torch.Tensor], None] | None = None):
+        # First, before anything sizable is allocated: fixed malloc thresholds keep RSS flat (DESIGN §3).
+        self.allocator = pin_allocator()
         self.cfg = cfg
         self.spec: ModelSpec = model_spec(cfg)
         self.on_chunk = on_chunk or (lambda record: None)
@@ -86,6 +89,7 @@ class Session:
         self.device, self.dtype = resolve_device(cfg.device)
         self._stop = threading.Event()
         self._created: list[Path] = []     # outputs this session made: the only ones it may remove
+        self._header_written = False
         spec = self.spec
         check_output_paths(cfg)
         check_memory(cfg, spec.grid, model_kv_layout(cfg), dtype_bytes=self.dtype.itemsize,
@@ -140,9 +144,6 @@ class Session:
         if self.model is None:
             self.load()
         model = self.model
-        self.log.header(config_to_json(self.cfg), model_header_facts(self.cfg), device=str(self.device),
-                        dtype=str(self.dtype).removeprefix("torch."), weights=model.weights,
-                        trajectory=self.trajectory.describe(), notes=list(getattr(model, "notes", [])))
         status, chunks, frames, memory = "failed", 0, 0, None
         try:
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
@@ -151,6 +152,7 @@ class Session:
                                   predictor=PREDICTORS[self.cfg.memory.predictor]())
             memory = SessionMemory(self.cfg, model.layout, ctx, retriever, self.device, self.dtype,
                                    rerotation=Rerotation.for_session(self.cfg, model))
+            self._header(memory.host_baseline_bytes)
             chunks, frames = self._loop(ctx, memory)
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks else "done"
         except BaseException as exc:
@@ -161,7 +163,19 @@ class Session:
         return SessionResult(self.cfg.out, self.cfg.log_path, chunks, frames,
                              time.perf_counter() - start, status)
 
+    def _header(self, host_baseline_bytes: int | None) -> None:
+        """The log's first line; written once the pool exists, so that it can say what the pool was
+        sized from (``host_baseline_bytes``: RSS just before the pool; None without one)."""
+        model = self.model
+        self.log.header(config_to_json(self.cfg), model_header_facts(self.cfg), device=str(self.device),
+                        dtype=str(self.dtype).removeprefix("torch."), weights=model.weights,
+                        trajectory=self.trajectory.describe(), notes=list(getattr(model, "notes", [])),
+                        allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes)
+        self._header_written = True
+
     def _close(self, memory: SessionMemory | None, status: str, **extra) -> None:
+        if not self._header_written:   # set-up of the memory failed: the log still starts with a header
+            self._header(None)
         self.writer.close()
         summary = {}
         if memory is not None:

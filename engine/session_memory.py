@@ -86,6 +86,7 @@ class SessionMemory:
         self.store: KVStore | ResidentStore | None = None
         self._last_counters: dict = {}
         self.rerotation = rerotation
+        self.host_baseline_bytes: int | None = None   # process RSS the host pool was sized from
         if self.mode == "window":
             return
         if self.mode == "device-only":
@@ -116,6 +117,7 @@ class SessionMemory:
         with the process, so that the session stays inside ``--host-mem``."""
         from engine.memory.host_pool import pool_slots, process_baseline_bytes
 
+        baseline = self.host_baseline_bytes = process_baseline_bytes()   # recorded in the log header
         if cfg.memory.pool_slots is not None:
             return cfg.memory.pool_slots
         needed = max(cfg.chunks, 8)
@@ -126,7 +128,7 @@ class SessionMemory:
             host_bytes = int(host * GIB)
         staging = 0 if device.type == "cuda" else staging_chunks(cfg) * self.layout.bytes_per_chunk(dtype.itemsize)
         try:
-            budget = pool_slots(host_bytes, process_baseline_bytes() + staging, slot_bytes)
+            budget = pool_slots(host_bytes, baseline + staging, slot_bytes)
         except ConfigError:
             if host is None:   # no explicit budget: run with the minimum instead of refusing
                 return 8

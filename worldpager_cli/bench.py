@@ -276,6 +276,57 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
                "warmup": warmup})
 
 
+@bench.command("memory")
+@click.option("--spill", type=click.Path(path_type=Path), required=True,
+              help="Directory on the drive for the disk tier (a sub-directory is used and removed).")
+@click.option("--chunks", type=click.IntRange(min=2), default=320, show_default=True)
+@click.option("--kv-scale", type=float, default=1.0, show_default=True,
+              help="KV bytes relative to MG2 (1 = 129.4 MB per int4 chunk).")
+@click.option("--pool-slots", type=click.IntRange(min=8),
+              help="Host pool in chunks. Default: 16, or sized from --host-mem when that is given.")
+@click.option("--host-mem", "host_mem", type=float,
+              help="Host budget in GiB: the pool is budget - process - 2 GiB (as generate sizes it).")
+@click.option("--chunk-ms", type=float, default=0.0, show_default=True,
+              help="Device time per chunk (0: only the store's own work, the most allocations per second).")
+@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True)
+@click.option("--block", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Chunks per block; each block is reduced to its median RSS.")
+@click.option("--trajectory", type=click.Path(path_type=Path), help="Default: yaw.yaml (revisits every 20 chunks).")
+def memory(spill: Path, chunks: int, kv_scale: float, pool_slots: int | None, host_mem: float | None,
+           chunk_ms: float, warmup: int, block: int, trajectory: Path | None) -> None:
+    """Host RSS over a long session: medians of blocks of chunks (synthetic model, real store and disk)."""
+    from engine.bench_memory import bench_memory
+
+    if not spill.is_dir():
+        raise ConfigError(f"--spill directory not found: {spill}")
+    if host_mem is not None and not 0 < host_mem < float("inf"):
+        raise ConfigError(f"--host-mem must be a positive number of GiB, got {host_mem}")
+    if chunks <= warmup:
+        raise ConfigError(f"--chunks {chunks} leaves nothing after --warmup {warmup}")
+    if pool_slots is None and host_mem is None:
+        pool_slots = 16
+    r = bench_memory(chunks, kv_scale, spill, pool_slots=pool_slots, host_mem_gib=host_mem, chunk_ms=chunk_ms,
+                     warmup=warmup, block=block, trajectory=trajectory)
+    alloc = r["allocator"] or {}
+    pinned = (f"malloc thresholds pinned at {size(alloc['mmap_threshold'])}" if alloc.get("applied")
+              else f"malloc thresholds not pinned ({alloc.get('reason', 'unknown')})")
+    budget = f"--host-mem {host_mem:g} GiB" if host_mem is not None else f"pool of {pool_slots} chunks"
+    baseline = r["host_baseline_bytes"]
+    click.echo(f"bench memory: synthetic MG2 KV x{kv_scale:g}, {r['chunks']} chunks of {chunk_ms:g} ms, {budget} "
+               f"({size(r['pool_bytes'])}), spill under {spill}; {pinned}; process before the pool "
+               f"{size(baseline) if baseline else 'unknown'}; RSS medians of {block}-chunk blocks after {warmup}")
+    first = r["blocks"][0]["rss_median_bytes"] if r["blocks"] else 0
+    echo_table(("chunks", "RSS median", "vs first"), [
+        (f"{b['first_chunk']}-{b['first_chunk'] + b['chunks'] - 1}", f"{b['rss_median_bytes'] / GiB:.3f} GiB",
+         f"{(b['rss_median_bytes'] / first - 1) * 100:+.2f} %") for b in r["blocks"]])
+    click.echo(f"drift {r['drift'] * 100:.2f} %, spread {r['spread'] * 100:.2f} %, RSS max {size(r['rss_max_bytes'])}, "
+               f"chunk ms p50 {num(r['chunk_ms_p50'])}, status {r['status']}")
+    echo_json("memory", {**r, "host_mem_gib": host_mem}, machine("cpu"),
+              {"spill": str(spill), "chunks": chunks, "kv_scale": kv_scale, "pool_slots": pool_slots,
+               "host_mem_gib": host_mem, "chunk_ms": chunk_ms, "warmup": warmup, "block": block,
+               "trajectory": str(trajectory) if trajectory else None})
+
+
 @bench.command("predict")
 @click.option("--trajectories", default="yaw.yaml,b1_ws.yaml,revisit_loop.yaml", show_default=True,
               help="Trajectory files (paths, or names in trajectories/), comma-separated.")

@@ -23,9 +23,15 @@ Error bound (per element, fp32 output, |x| ≤ 65504): ``|x - dq(q(x))| ≤ scal
 + qmax·|scale - (mx - mn)/qmax| + a few fp32 ulps`` — the last two terms are the fp16 rounding of the
 group's metadata, which the clamp can turn into error at the ends of the range.
 
-Public functions write into caller-given tensors; nothing here allocates outputs except fp32 scratch.
+Public functions write into caller-given tensors; nothing here allocates outputs. Their [T, C] working
+tensors (fp32 differences, unpacked codes) are per-thread buffers kept between calls (``_work``): the
+quantiser runs for every layer of every chunk, and a fresh multi-MiB temporary each time is host memory
+churn (page faults once the allocator maps large blocks, DESIGN §3) that this reuse removes.
 """
 from __future__ import annotations
+
+import math
+import threading
 
 import torch
 
@@ -45,6 +51,23 @@ def packed_width(channels: int, bits: int) -> int:
     return channels // per
 
 
+_local = threading.local()
+
+
+def _work(name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """This thread's working buffer ``name`` viewed as ``shape`` (grown when too small, never shrunk).
+
+    Valid until the next ``_work`` call of the same name on this thread: each caller below consumes its
+    buffer before returning."""
+    buffers = _local.__dict__.setdefault("buffers", {})
+    n = math.prod(shape)
+    key = (name, dtype, torch.device(device))
+    buf = buffers.get(key)
+    if buf is None or buf.numel() < n:
+        buf = buffers[key] = torch.empty(n, dtype=dtype, device=device)
+    return buf[:n].view(shape)
+
+
 # ---------------------------------------------------------------------------------------------
 # Packing.
 
@@ -54,21 +77,26 @@ def pack_codes(codes: torch.Tensor, bits: int, out: torch.Tensor | None = None) 
     grouped = codes.reshape(*codes.shape[:-1], codes.shape[-1] // per, per)  # [..., N/P, P]
     if out is None:
         out = torch.empty(grouped.shape[:-1], dtype=torch.uint8, device=codes.device)  # [..., N/P]
-    out.copy_(grouped[..., 0])
-    for s in range(1, per):
-        out.bitwise_or_(grouped[..., s] << (s * bits))
+    # Highest slot first, shifting what is there up by one slot each time (Horner): the same bytes as
+    # OR-ing each slot shifted into place, without a shifted temporary per slot.
+    out.copy_(grouped[..., per - 1])
+    for s in range(per - 2, -1, -1):
+        out.bitwise_left_shift_(bits).bitwise_or_(grouped[..., s])
     return out
 
 
-def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
-    """Packed uint8 ``[..., M]`` → uint8 codes ``[..., M * 8 // bits]`` (inverse of :func:`pack_codes`)."""
+def unpack_codes(packed: torch.Tensor, bits: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Packed uint8 ``[..., M]`` → uint8 codes ``[..., M * 8 // bits]`` (inverse of :func:`pack_codes`),
+    written into ``out`` (uint8 ``[..., M, P]``, contiguous) when given."""
     per = codes_per_byte(bits)
     if per == 1:
         return packed
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=packed.device)  # [P]
     mask = (1 << bits) - 1
-    codes = (packed.unsqueeze(-1) >> shifts) & mask  # [..., M, P]
-    return codes.flatten(-2)
+    if out is None:
+        out = torch.empty((*packed.shape, per), dtype=torch.uint8, device=packed.device)  # [..., M, P]
+    torch.bitwise_right_shift(packed.unsqueeze(-1), shifts, out=out).bitwise_and_(mask)
+    return out.flatten(-2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,12 +114,18 @@ def scale_zero_from_range(mn: torch.Tensor, mx: torch.Tensor, bits: int
     return scale, zero
 
 
-def encode(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int) -> torch.Tensor:
-    """Unpacked uint8 codes of ``x`` given broadcastable fp16 ``scale``/``zero``."""
-    y = torch.div(x.float() - zero.float(), scale.float())
+def encode(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
+           out: torch.Tensor | None = None) -> torch.Tensor:
+    """Unpacked uint8 codes of ``x`` given broadcastable fp16 ``scale``/``zero`` (into ``out``, shaped
+    like ``x``, when given)."""
+    y = torch.sub(x.float(), zero.float(), out=_work("encode", tuple(x.shape), torch.float32, x.device))
+    y.div_(scale.float())
     # Clamp before rounding: equal to rounding then clamping (integers are fixed points), and it keeps
     # out-of-range values finite before the uint8 cast.
-    return y.clamp_(0, 2 ** bits - 1).round_().to(torch.uint8)  # torch.round: half to even
+    y.clamp_(0, 2 ** bits - 1).round_()   # torch.round: half to even
+    if out is None:
+        return y.to(torch.uint8)
+    return out.copy_(y)
 
 
 def _check_rows(x: torch.Tensor) -> None:
@@ -124,7 +158,8 @@ def quantize_keys(x: torch.Tensor, bits: int, codes: torch.Tensor, scale: torch.
     s, z = key_scale_zero(x, bits)
     scale.copy_(s)
     zero.copy_(z)
-    pack_codes(encode(x, s, z, bits), bits, out=codes)
+    q = encode(x, s, z, bits, out=_work("codes", tuple(x.shape), torch.uint8, x.device))  # [T, C]
+    pack_codes(q, bits, out=codes)
 
 
 def quantize_values(x: torch.Tensor, bits: int, group: int, codes: torch.Tensor,
@@ -135,27 +170,36 @@ def quantize_values(x: torch.Tensor, bits: int, group: int, codes: torch.Tensor,
     scale.copy_(s)
     zero.copy_(z)
     grouped = x.reshape(t, c // group, group)  # [T, NG, G]
-    q = encode(grouped, s.unsqueeze(-1), z.unsqueeze(-1), bits).reshape(t, c)
-    pack_codes(q, bits, out=codes)
+    q = _work("codes", (t, c // group, group), torch.uint8, x.device)
+    encode(grouped, s.unsqueeze(-1), z.unsqueeze(-1), bits, out=q)
+    pack_codes(q.view(t, c), bits, out=codes)
 
 
 def _decode_into(codes3: torch.Tensor, scale3: torch.Tensor, zero3: torch.Tensor,
                  out3: torch.Tensor) -> None:
-    """``out3 = codes3 * scale3 + zero3`` in fp32, rounded once to ``out3.dtype``."""
-    if out3.dtype == torch.float32:
-        torch.mul(codes3, scale3.float(), out=out3)  # exact product, so mul-then-add == fma
-        out3.add_(zero3.float())
-    else:
-        tmp = torch.mul(codes3, scale3.float())  # fp32 scratch: one rounding to bf16/fp16 below
-        tmp.add_(zero3.float())
-        out3.copy_(tmp)
+    """``out3 = codes3 * scale3 + zero3`` in fp32, rounded once to ``out3.dtype``.
+
+    The codes are widened by a copy into the fp32 result itself (exact): a uint8 x fp32 product would
+    make the CPU widen them into a temporary of its own on every call."""
+    acc = out3 if out3.dtype == torch.float32 else _work("decode", tuple(out3.shape), torch.float32, out3.device)
+    acc.copy_(codes3)
+    acc.mul_(scale3.float()).add_(zero3.float())  # exact product, so mul-then-add == fma
+    if acc is not out3:
+        out3.copy_(acc)   # the one rounding to bf16/fp16
+
+
+def _unpacked(codes: torch.Tensor, bits: int) -> torch.Tensor | None:
+    """The working buffer that ``codes [T, M]`` unpack into: uint8 ``[T, M, P]`` (None for int8, which
+    is stored unpacked)."""
+    per = codes_per_byte(bits)
+    return None if per == 1 else _work("unpack", (*codes.shape, per), torch.uint8, codes.device)
 
 
 def dequantize_keys(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
                     out: torch.Tensor) -> None:
     """Inverse of :func:`quantize_keys`, written into ``out [T, C]`` (any float dtype)."""
     _check_rows(out)
-    q = unpack_codes(codes, bits)  # [T, C] uint8
+    q = unpack_codes(codes, bits, out=_unpacked(codes, bits))  # [T, C] uint8
     _decode_into(q, scale, zero, out)
 
 
@@ -164,5 +208,5 @@ def dequantize_values(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tens
     """Inverse of :func:`quantize_values`, written into ``out [T, C]`` (any float dtype)."""
     _check_rows(out)
     t, c = out.shape
-    q = unpack_codes(codes, bits).reshape(t, c // group, group)  # [T, NG, G]
+    q = unpack_codes(codes, bits, out=_unpacked(codes, bits)).reshape(t, c // group, group)  # [T, NG, G]
     _decode_into(q, scale.unsqueeze(-1), zero.unsqueeze(-1), out.view(t, c // group, group))

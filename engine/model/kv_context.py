@@ -97,17 +97,20 @@ class LayerKV:
         self.memory_valid = tokens
 
     def commit(self) -> None:
-        """The current chunk joins the window; the oldest window tokens fall out."""
+        """The current chunk joins the window; the oldest window tokens fall out.
+
+        In place, with no temporary (this runs every chunk): the last ``n`` tokens of the contiguous
+        [window | current] range move one chunk to the left, copied front to back in pieces no longer
+        than the shift, so that no piece overlaps its own source or one not yet copied."""
         lay = self.layout
         if lay.window_tokens == 0:
             return
-        k_win, v_win = self.window()
-        k_cur, v_cur = self.current()
-        keep_k = torch.cat([k_win, k_cur], dim=1)[:, -lay.window_tokens:].clone()
-        keep_v = torch.cat([v_win, v_cur], dim=1)[:, -lay.window_tokens:].clone()
-        n = keep_k.shape[1]
-        self.k[:, lay.current_start - n:lay.current_start] = keep_k
-        self.v[:, lay.current_start - n:lay.current_start] = keep_v
+        end, shift = lay.current_start, lay.chunk_tokens
+        n = min(lay.window_tokens, self.window_valid + shift)
+        for start in range(end - n, end, shift):
+            stop = min(start + shift, end)
+            self.k[:, start:stop].copy_(self.k[:, start + shift:stop + shift])
+            self.v[:, start:stop].copy_(self.v[:, start + shift:stop + shift])
         self.window_valid = n
 
 

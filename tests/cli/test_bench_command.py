@@ -119,3 +119,22 @@ def test_bad_sizes_and_devices_are_one_line_errors(tmp_path):
     one_line_error(run("disk", "--spill", tmp_path, "--total-gib", 1e6), "free")
     one_line_error(run("quant", "--preset", "micro", "--device", "tpu"), "--device")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_memory_prints_rss_blocks_then_json(tmp_path):
+    result = run("memory", "--spill", tmp_path, "--chunks", 14, "--kv-scale", 0.034, "--warmup", 4, "--block", 5)
+    assert result.exit_code == 0, result.output
+    assert "RSS median" in result.stdout and "4-8" in result.stdout and "9-13" in result.stdout
+    doc = last_json(result.stdout)
+    assert doc["bench"] == "memory" and doc["status"] == "done" and doc["chunks"] == 14
+    assert [b["first_chunk"] for b in doc["blocks"]] == [4, 9] and doc["drift"] >= 0 and doc["spread"] >= 0
+    assert doc["rss_max_bytes"] >= doc["rss_min_bytes"] > 0 and doc["host_baseline_bytes"] > 0
+    assert doc["pool_bytes"] > 0 and doc["host_mem_gib"] is None and doc["params"]["pool_slots"] == 16
+    assert set(doc["allocator"]) >= {"applied", "libc", "mmap_threshold"}
+    assert list(tmp_path.iterdir()) == []   # the disk tier's sub-directory is removed
+
+
+def test_bench_memory_bad_values_are_one_line_errors(tmp_path):
+    one_line_error(run("memory", "--spill", tmp_path / "absent"), "--spill")
+    one_line_error(run("memory", "--spill", tmp_path, "--host-mem", -1), "--host-mem")
+    one_line_error(run("memory", "--spill", tmp_path, "--chunks", 10, "--warmup", 10), "--warmup")
