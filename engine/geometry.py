@@ -168,16 +168,21 @@ def grid_frames(duration_s: float, fps: float) -> int:
     return int(math.floor(duration_s * fps + 1e-6)) + 1
 
 
-def resample(times: np.ndarray, positions: np.ndarray, quats: np.ndarray, fps: float) -> np.ndarray:
-    """Poses [F, 7] at times ``times[0] + f / fps`` for f in [0, F), F = frames up to ``times[-1]``.
+def resample(times: np.ndarray, positions: np.ndarray, quats: np.ndarray, fps: float,
+             max_frames: int | None = None) -> np.ndarray:
+    """Poses [F, 7] at times ``times[0] + f / fps`` for f in [0, F), F = frames up to ``times[-1]``
+    (at most ``max_frames``: the first frames only, each the same as without the limit).
 
     Between keyframes: linear position, slerp rotation (shorter arc). A grid time within 1e-9 s of a
-    keyframe returns that keyframe exactly. ``times`` [K] must be strictly increasing (parsers check).
+    keyframe returns that keyframe exactly. ``times`` [K] must be strictly increasing and span a finite
+    time (parsers check).
     """
     times = np.asarray(times, dtype=np.float64)
     positions, quats = np.asarray(positions, dtype=np.float64), normalize(quats)
     assert times.ndim == 1 and len(times) >= 1 and np.all(np.diff(times) > 0)
     frames = grid_frames(times[-1] - times[0], fps)
+    if max_frames is not None:
+        frames = min(frames, max_frames)
     grid = times[0] + np.arange(frames) / fps
     if len(times) == 1:
         return make_poses(positions[:1], quats[:1])

@@ -1,8 +1,10 @@
 """Sparse overlays of frozen config dataclasses: presets (YAML) and flags.
 
 Owns the merge rule (defaults < preset < flags), the strictness (an unknown key or a value of the wrong
-type is a ``ConfigError`` naming the dotted key), the preset search path, and the JSON form of a
-resolved config that is written beside every output.
+type is a ``ConfigError`` naming the dotted key, and the preset file when the value came from one), the
+preset search path, and the JSON form of a resolved config that is written beside every output. A
+preset that is not UTF-8 text, not YAML, or holds a value YAML cannot build (a date like 2001-13-45,
+nesting too deep) is a one-line ``ConfigError`` naming the file.
 """
 from __future__ import annotations
 
@@ -55,10 +57,10 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
                 return _coerce(value, option, path)
             except ConfigError:
                 continue
-        raise ConfigError(f"config key {path!r} has the wrong type: {value!r}")
+        raise ConfigError(f"config key {path!r} has the wrong type: {_show(value)}")
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"config key {path!r} must be a list, got {value!r}")
+            raise ConfigError(f"config key {path!r} must be a list, got {_show(value)}")
         item = typing.get_args(hint)[0] if typing.get_args(hint) else Any
         return tuple(v if item is Any else _coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value))
     if hint is bool:
@@ -69,16 +71,34 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
             return value
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                pass   # an integer beyond the float range: the error below
     elif hint is str:
         if isinstance(value, str):
             return value
     elif hint is Path:
         if isinstance(value, (str, Path)):
-            return Path(value).expanduser()
+            return _path(value, path)
     else:
         return value
-    raise ConfigError(f"config key {path!r} must be {getattr(hint, '__name__', hint)}, got {value!r}")
+    raise ConfigError(f"config key {path!r} must be {getattr(hint, '__name__', hint)}, got {_show(value)}")
+
+
+def _path(value: str | Path, key: str) -> Path:
+    if "\0" in str(value):
+        raise ConfigError(f"config key {key!r} must be a path, got {_show(str(value))} (a NUL character)")
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:   # ~user of a user this system does not know
+        raise ConfigError(f"config key {key!r}: cannot expand {_show(str(value))} (no such home directory)") from None
+
+
+def _show(value: Any) -> str:
+    """A value for a one-line message: its repr, shortened."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def preset_names() -> list[str]:
@@ -86,8 +106,8 @@ def preset_names() -> list[str]:
     return sorted(names)
 
 
-def load_preset(name_or_path: str | Path) -> dict:
-    """The overlay mapping of a preset given by name (``presets/NAME.yaml``) or by file path."""
+def preset_path(name_or_path: str | Path) -> Path:
+    """The file of a preset given by name (``presets/NAME.yaml``) or by file path."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         found = [d / f"{name_or_path}.yaml" for d in PRESET_DIRS if (d / f"{name_or_path}.yaml").is_file()]
@@ -96,12 +116,29 @@ def load_preset(name_or_path: str | Path) -> dict:
         path = found[0]
     if not path.is_file():
         raise ConfigError(f"preset file not found: {path}")
+    return path
+
+
+def load_preset(name_or_path: str | Path) -> dict:
+    """The overlay mapping of a preset given by name (``presets/NAME.yaml``) or by file path."""
+    path = preset_path(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot parse preset {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read preset {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"cannot parse preset {path}{where}: {getattr(exc, 'problem', exc)}") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"cannot parse preset {path}{where}: {problem}") from None
+    except (ValueError, OverflowError) as exc:   # a value the YAML resolver matched, e.g. 2001-13-45
+        raise ConfigError(f"cannot parse preset {path}: invalid value ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"cannot parse preset {path}: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -114,9 +151,23 @@ def resolve_session_config(preset: str | Path | None, flags: Mapping[str, Any],
     """Defaults < base < preset < flags (flags given as a nested mapping of only what the user set; a
     command's ``base`` changes its defaults, e.g. ``plan`` plans MG2 unless told otherwise)."""
     cfg = replace_strict(SessionConfig(), base or {})
-    if preset is not None:
-        cfg = replace_strict(cfg, load_preset(preset))
-    return replace_strict(cfg, flags).validate()
+    if preset is None:
+        return replace_strict(cfg, flags).validate()
+    path = preset_path(preset)
+    try:
+        with_preset = replace_strict(cfg, load_preset(path))
+    except ConfigError as exc:
+        raise ConfigError(_in_preset(path, exc)) from None
+    try:
+        return replace_strict(with_preset, flags).validate()
+    except ConfigError as exc:
+        replace_strict(cfg, flags).validate()   # raises if the flags alone are at fault
+        raise ConfigError(_in_preset(path, exc)) from None
+
+
+def _in_preset(path: Path, exc: ConfigError) -> str:
+    """The message of an error in a preset's values, naming the file (once)."""
+    return str(exc) if str(path) in str(exc) else f"preset {path}: {exc}"
 
 
 def config_to_json(cfg: Any) -> dict:

@@ -9,7 +9,8 @@ loses at most the summary.
 ``LogFollower`` reads a log as it grows and says why it stopped: the summary arrived, the end of the
 file (not following), no new byte for the idle timeout, or the writer's process is gone (no summary
 will ever come). A file that is missing, a directory or not a log, and a damaged line (named by its
-number), are one-line ``InputError``s.
+number: not UTF-8, not JSON, nested too deeply, a string that is not Unicode, or a field the readers
+use with the wrong type — ``check_record``), are one-line ``InputError``s.
 
 Fields of a chunk record: chunk, frames, frames_total, wall_ms, compute_ms, decode_ms, stall_ms,
 rss_bytes (process RSS from psutil), device_bytes (allocated device memory, 0 on CPU), plus whatever
@@ -125,6 +126,80 @@ class SessionLog:
         self.closed = True
 
 
+# The fields readers (``worldpager tail``, the summary) use, by record type: each may be absent, but when
+# present it has this form. "number": an int or float within the float range; "mapping": a JSON object;
+# a tuple: a mapping whose listed keys, when present, are numbers.
+_FIELDS: dict[str, dict[str, Any]] = {
+    "header": {"config": "mapping", "model": "mapping", "pid": "pid", "started": "number"},
+    "chunk": {name: "number" for name in (
+        "chunk", "frames", "frames_total", "wall_ms", "compute_ms", "memory_ms", "store_ms", "decode_ms",
+        "stall_ms", "memory_copy_ms", "put_wait_ms", "hits", "misses", "stale", "rerotated", "disk_bytes_read",
+        "disk_bytes_written", "corrupt_blocks", "pool_used_bytes", "pool_free_bytes", "writeback_queue",
+        "rss_bytes", "device_bytes")},
+    "summary": {"chunks": "number", "frames": "number", "wall_s": "number", "corrupt_blocks": "number",
+                "stall_ms": ("p50", "p99", "max"), "wall_ms": ("p50", "p99"), "rss_bytes": ("min", "max"),
+                "retrieval": ("hits", "misses", "stale")},
+}
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, float) or isinstance(value, bool):
+        return True
+    if not isinstance(value, int):
+        return False
+    try:
+        float(value)
+    except OverflowError:   # JSON integers are unbounded; readers do float arithmetic on them
+        return False
+    return True
+
+
+def check_record(record: Any) -> str | None:
+    """Why a parsed line is not a usable log record (None when it is one)."""
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str):
+        return "not a session log record (no \"type\")"
+    for name, form in _FIELDS.get(record["type"], {}).items():
+        if name not in record:
+            continue
+        value = record[name]
+        if form == "number" and not _is_number(value):
+            return f"{name!r} is not a number ({_show(value)})"
+        if form == "mapping" and not isinstance(value, dict):
+            return f"{name!r} is not a mapping ({_show(value)})"
+        if form == "pid" and not (isinstance(value, int) and 0 < value < 2 ** 31):
+            return f"{name!r} is not a process id ({_show(value)})"
+        if isinstance(form, tuple):
+            if not isinstance(value, dict):
+                return f"{name!r} is not a mapping ({_show(value)})"
+            bad = next((k for k in form if k in value and not _is_number(value[k])), None)
+            if bad is not None:
+                return f"{name}.{bad!r} is not a number ({_show(value[bad])})"
+    return _check_text(record)
+
+
+def _check_text(record: dict) -> str | None:
+    """Every string is Unicode text (JSON can escape half a surrogate pair, which no output can print)."""
+    stack: list[Any] = [record]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"a string is not valid Unicode ({_show(value)})"
+    return None
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def read_log(path: Path) -> list[dict[str, Any]]:
     """All complete records of a log (a trailing partial line is ignored)."""
     records = []
@@ -191,8 +266,13 @@ class LogFollower:
             raise InputError(f"{where} is not text: not a session log (give the .log.jsonl beside the MP4)") from None
         except json.JSONDecodeError as exc:
             raise InputError(f"{where} is damaged: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise InputError(f"{where} is damaged: JSON nested too deeply") from None
         if not isinstance(record, dict) or not isinstance(record.get("type"), str):
             raise InputError(f"{where} is not a session log record (no \"type\")")
+        problem = check_record(record)
+        if problem is not None:
+            raise InputError(f"{where} is damaged: {problem}")
         if record["type"] == "header":
             self.writer = {k: record.get(k) for k in ("pid", "host", "started")}
         return record

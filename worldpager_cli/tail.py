@@ -18,12 +18,13 @@ from worldpager_cli.errors import EXIT_UNFINISHED
 
 
 def chunk_line(record: dict, fps: int) -> str:
+    """One compact line (the reader has checked that the fields used here are numbers)."""
     wall = record.get("wall_ms", 0.0)
-    rate = record.get("frames", 0) / (wall / 1000.0) if wall > 0 else 0.0
+    rate = record.get("frames", 0) * 1000.0 / wall if wall > 0 else 0.0
     parts = [f"chunk {record.get('chunk', '?'):>5}", f"{rate:5.1f} fps", f"stall {record.get('stall_ms', 0.0):7.1f} ms",
              f"rss {record.get('rss_bytes', 0) / 2**30:6.2f} GiB"]
     if "hits" in record:
-        parts.append(f"hit/miss/stale {record['hits']}/{record['misses']}/{record.get('stale', 0)}")
+        parts.append(f"hit/miss/stale {record['hits']}/{record.get('misses', 0)}/{record.get('stale', 0)}")
     if "pool_used_bytes" in record:
         parts.append(f"pool {record['pool_used_bytes'] / 2**30:.2f} GiB")
     if "disk_bytes_read" in record:

@@ -71,7 +71,7 @@ import torch
 import yaml
 
 from engine.errors import ConfigError, InputError
-from engine.geometry import matrix_to_quat, poses_euler, quat_from_euler, resample, wrap_degrees
+from engine.geometry import grid_frames, matrix_to_quat, poses_euler, quat_from_euler, resample, wrap_degrees
 from engine.io.actions import CAMERA_STEP, KEYBOARD_KEYS, ActionTrack
 from engine.io.poses import (FPS, ORIGIN, Calibration, CameraState, advance, integrate, state_from_pose,
                              states_to_poses)
@@ -154,7 +154,7 @@ def load_trajectory(path: PathLike, mode: str, frames: int, repeat: str = "loop"
     text = _read_text(ctx, Path(path))
     kind = _detect_format(ctx, Path(path), text)
     loader: Callable[..., _Actions] = {"yaml": _load_yaml, "csv": _load_csv, "json": _load_nerfstudio}[kind]
-    acts = loader(ctx, text, mode, cal, nerfstudio_up=nerfstudio_up)
+    acts = loader(ctx, text, mode, cal, frames=frames, nerfstudio_up=nerfstudio_up)
     return _build(acts, mode, frames, repeat, cal, source=str(path))
 
 
@@ -308,17 +308,27 @@ def _check_times(ctx: _Context, times: list[float], shown: list[str], lines: lis
 
 @dataclass
 class _Actions:
-    """A file's own frames: keyboard [N, k] and mouse [N, 2] | None (float64), the start pose."""
+    """A file's own frames: keyboard [N, k] and mouse [N, 2] | None (float64), the start pose.
+
+    Only the frames a session can use are made: a file longer than the session is read to its end but
+    made into actions only up to the session's length (tracking is causal, so those frames are the same
+    as for the whole file); ``file_frames`` counts the frames of the whole file."""
 
     keyboard: np.ndarray
     mouse: np.ndarray | None
     start: CameraState
     tracking: TrackingError
     format: str
+    file_frames: int | None = None    # None: len(keyboard), the file was made into actions whole
 
-    def appended(self, keyboard: np.ndarray, mouse: np.ndarray | None, fmt: str) -> "_Actions":
+    @property
+    def frames_in_file(self) -> int:
+        return len(self.keyboard) if self.file_frames is None else self.file_frames
+
+    def appended(self, keyboard: np.ndarray, mouse: np.ndarray | None, file_frames: int, fmt: str) -> "_Actions":
         mouse_all = None if mouse is None else np.concatenate([self.mouse, mouse])
-        return _Actions(np.concatenate([self.keyboard, keyboard]), mouse_all, self.start, self.tracking, fmt)
+        return _Actions(np.concatenate([self.keyboard, keyboard]), mouse_all, self.start, self.tracking, fmt,
+                        self.frames_in_file + file_frames)
 
 
 def _empty(mode: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -392,10 +402,12 @@ def _mouse_chooser(cal: Calibration) -> Callable[[float], tuple[float, float]]:
     return quantised if cal.quantise_mouse else continuous
 
 
-def _track(ctx: _Context, targets: np.ndarray, mode: str, cal: Calibration, fmt: str) -> _Actions:
+def _track(ctx: _Context, targets: np.ndarray, mode: str, cal: Calibration, fmt: str,
+           file_frames: int | None = None) -> _Actions:
     """Actions that drive the camera from ``targets[0]`` through targets [K, 7] as closely as the
     mode's action space allows: each frame picks the turn, then the keys, nearest to the next target
-    from where the camera actually is, so what one frame misses the next makes up (bounded error)."""
+    from where the camera actually is, so what one frame misses the next makes up (bounded error).
+    ``file_frames``: the actions of the whole file when ``targets`` are only its first poses."""
     if mode == "templerun":
         raise ctx.error("camera poses cannot drive templerun (its actions are lane moves and turns of an "
                         "always-running character); use segments: or a templerun action CSV")
@@ -418,7 +430,17 @@ def _track(ctx: _Context, targets: np.ndarray, mode: str, cal: Calibration, fmt:
         errors = (math.dist(targets[i, :3], state[:3]), abs(float(wrap_degrees(yaw_target[i] - state.yaw))),
                   abs(euler[i, 4] - state.pitch))
         worst = [max(w, e) for w, e in zip(worst, errors)]
-    return _Actions(keyboard, mouse, start, TrackingError(*worst), fmt)
+    return _Actions(keyboard, mouse, start, TrackingError(*worst), fmt, file_frames)
+
+
+def _pose_targets(ctx: _Context, times: np.ndarray, positions: np.ndarray, quats: np.ndarray, frames: int,
+                  line: int | None, field: str) -> tuple[np.ndarray, int]:
+    """The resampled poses a session of ``frames`` frames can use (the first ``frames + 1``), and the
+    actions the whole file describes (one per step between its grid poses)."""
+    span = float(times[-1]) - float(times[0])
+    if not math.isfinite(span):
+        raise ctx.error(f"the times span {span:g} s: not a finite duration", line, field)
+    return resample(times, positions, quats, FPS, max_frames=frames + 1), grid_frames(span, FPS) - 1
 
 
 def _build(acts: _Actions, mode: str, frames: int, repeat: str, cal: Calibration, source: str) -> Trajectory:
@@ -426,7 +448,8 @@ def _build(acts: _Actions, mode: str, frames: int, repeat: str, cal: Calibration
     keyboard, mouse = acts.keyboard, acts.mouse
     if len(keyboard) == 0:                  # a single keyframe: a still camera
         keyboard, mouse = _still(mode)
-    n = len(keyboard)
+    n = max(len(keyboard), acts.frames_in_file)
+    assert n == len(keyboard) or len(keyboard) >= frames, "a file cut shorter than the session"
     used = "none"
     if n < frames:
         used = repeat
@@ -498,6 +521,10 @@ def _parse_yaml(ctx: _Context, text: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ctx.error(f"invalid YAML ({problem})", mark.line + 1 if mark else None) from None
+    except (ValueError, OverflowError) as exc:   # a value the YAML resolver matched, e.g. 2001-13-45
+        raise ctx.error(f"invalid YAML value ({exc})") from None
+    except RecursionError:
+        raise ctx.error("invalid YAML (nested too deeply)") from None
 
 
 def _mapping(ctx: _Context, value: Any, line: int, field: str, allowed: tuple[str, ...]) -> _Map:
@@ -515,7 +542,7 @@ def _sequence(ctx: _Context, value: Any, line: int, field: str) -> _Seq:
     return value
 
 
-def _load_yaml(ctx: _Context, text: str, mode: str, cal: Calibration, **_: Any) -> _Actions:
+def _load_yaml(ctx: _Context, text: str, mode: str, cal: Calibration, frames: int, **_: Any) -> _Actions:
     top = ("keyframes", "segments", "start")
     data = _parse_yaml(ctx, text)
     if not isinstance(data, _Map):
@@ -528,12 +555,15 @@ def _load_yaml(ctx: _Context, text: str, mode: str, cal: Calibration, **_: Any) 
             raise ctx.error("start: is only for segments without keyframes (the first keyframe is the start)",
                             data.line_of("start"), "start")
         times, positions, quats = _parse_keyframes(ctx, data["keyframes"], data.line_of("keyframes"))
-        acts = _track(ctx, resample(times, positions, quats, FPS), mode, cal, "yaml")
+        targets, file_frames = _pose_targets(ctx, times, positions, quats, frames, data.line_of("keyframes"),
+                                             "keyframes")
+        acts = _track(ctx, targets, mode, cal, "yaml", file_frames)
     else:
         start = _parse_start(ctx, data["start"], data.line_of("start")) if "start" in data else ORIGIN
         acts = _Actions(*_empty(mode), start, TrackingError(), "yaml")
     if "segments" in data:
-        acts = acts.appended(*_parse_segments(ctx, data["segments"], data.line_of("segments"), mode), "yaml")
+        room = max(0, frames - len(acts.keyboard))   # frames of segments the session can still use
+        acts = acts.appended(*_parse_segments(ctx, data["segments"], data.line_of("segments"), mode, room), "yaml")
     return acts
 
 
@@ -589,19 +619,22 @@ def _parse_keyframes(ctx: _Context, value: Any, line: int):
     return np.asarray(times), a[:, :3], quat_from_euler(a[:, 3], a[:, 4], a[:, 5])
 
 
-def _parse_segments(ctx: _Context, value: Any, line: int, mode: str):
-    """keyboard [N, k], mouse [N, 2] | None of the segments: list, in ``mode``'s action space."""
+def _parse_segments(ctx: _Context, value: Any, line: int, mode: str, room: int):
+    """keyboard [N, k], mouse [N, 2] | None of the segments: list, in ``mode``'s action space, made for
+    the first ``room`` frames only (every segment is still checked), and the frames of them all."""
     items = _sequence(ctx, value, line, "segments")
     allowed = ("keys", "camera", "mouse", "seconds", "frames")
-    keyboards, mice = [], []
+    keyboards, mice, total = [], [], 0
     for i, item in enumerate(items):
         name = f"segments[{i}]"
         seg = _mapping(ctx, item, items.line, name, allowed)
         n = _segment_frames(ctx, seg, name)
         key_row, mouse_row = _segment_action(ctx, seg, name, mode)
-        keyboards.append(np.repeat(key_row[None], n, 0))
-        mice.append(None if mouse_row is None else np.repeat(mouse_row[None], n, 0))
-    return np.concatenate(keyboards), (None if mode == "templerun" else np.concatenate(mice))
+        made = min(n, max(0, room - total))
+        keyboards.append(np.repeat(key_row[None], made, 0))
+        mice.append(None if mouse_row is None else np.repeat(mouse_row[None], made, 0))
+        total += n
+    return np.concatenate(keyboards), (None if mode == "templerun" else np.concatenate(mice)), total
 
 
 def _segment_frames(ctx: _Context, seg: _Map, name: str) -> int:
@@ -693,7 +726,7 @@ def _mouse_value(ctx: _Context, value: Any, line: int | None, field: str, text: 
 
 # ================================================================ CSV
 
-def _load_csv(ctx: _Context, text: str, mode: str, cal: Calibration, **_: Any) -> _Actions:
+def _load_csv(ctx: _Context, text: str, mode: str, cal: Calibration, frames: int, **_: Any) -> _Actions:
     rows = list(_content_lines(text))
     if not rows:
         raise ctx.error("no header line (only comments)")
@@ -710,11 +743,12 @@ def _load_csv(ctx: _Context, text: str, mode: str, cal: Calibration, **_: Any) -
     if not table:
         raise ctx.error("no data rows after the header", header_line)
     if set(header) & {"t", "roll", *_POSE_COLUMNS}:
-        return _pose_csv(ctx, header, header_line, table, mode, cal)
+        return _pose_csv(ctx, header, header_line, table, mode, cal, frames)
     return _action_csv(ctx, header, header_line, table, mode)
 
 
-def _pose_csv(ctx: _Context, header: list[str], header_line: int, table, mode: str, cal: Calibration) -> _Actions:
+def _pose_csv(ctx: _Context, header: list[str], header_line: int, table, mode: str, cal: Calibration,
+              frames: int) -> _Actions:
     if ("t" in header) == ("frame" in header):
         raise ctx.error("pose CSV needs exactly one of the columns t (seconds) or frame", header_line, "header")
     known = ("t", "frame", *_POSE_COLUMNS, "roll")
@@ -739,8 +773,9 @@ def _pose_csv(ctx: _Context, header: list[str], header_line: int, table, mode: s
     shown = [f"t {row['t']} s" if column == "t" else f"frame {row['frame']}" for _, row in table]
     _check_times(ctx, times, shown, lines, lambda i: column)
     a = np.asarray(values)
-    targets = resample(np.asarray(times), a[:, :3], quat_from_euler(a[:, 3], a[:, 4], a[:, 5]), FPS)
-    return _track(ctx, targets, mode, cal, "pose csv")
+    targets, file_frames = _pose_targets(ctx, np.asarray(times), a[:, :3], quat_from_euler(a[:, 3], a[:, 4], a[:, 5]),
+                                         frames, lines[-1], column)
+    return _track(ctx, targets, mode, cal, "pose csv", file_frames)
 
 
 def _action_csv(ctx: _Context, header: list[str], header_line: int, table, mode: str) -> _Actions:
@@ -791,7 +826,8 @@ def _key_value(ctx: _Context, raw: str, line: int, column: str) -> float:
 _Z_UP_TO_Y_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])   # (x, y, z) -> (x, z, -y)
 
 
-def _load_nerfstudio(ctx: _Context, text: str, mode: str, cal: Calibration, nerfstudio_up: str = "z") -> _Actions:
+def _load_nerfstudio(ctx: _Context, text: str, mode: str, cal: Calibration, frames: int,
+                     nerfstudio_up: str = "z") -> _Actions:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -805,8 +841,11 @@ def _load_nerfstudio(ctx: _Context, text: str, mode: str, cal: Calibration, nerf
     c2w = np.stack([_c2w(ctx, camera, i) for i, camera in enumerate(path)])          # [N, 3, 4]
     if nerfstudio_up == "z":
         c2w = _Z_UP_TO_Y_UP @ c2w
-    targets = resample(np.arange(len(path)) / fps, c2w[:, :, 3], matrix_to_quat(c2w[:, :, :3]), FPS)
-    return _track(ctx, targets, mode, cal, "nerfstudio")
+    times = np.arange(len(path)) / fps
+    if len(path) > 1 and not times[1] > 0:
+        raise ctx.error(f"{fps:g} frames per second leaves no time between cameras", field="fps")
+    targets, file_frames = _pose_targets(ctx, times, c2w[:, :, 3], matrix_to_quat(c2w[:, :, :3]), frames, None, "fps")
+    return _track(ctx, targets, mode, cal, "nerfstudio", file_frames)
 
 
 def _nerfstudio_fps(ctx: _Context, data: dict, count: int) -> float:
@@ -816,8 +855,8 @@ def _nerfstudio_fps(ctx: _Context, data: dict, count: int) -> float:
         fps = count / _number(ctx, data["seconds"], None, "seconds") if data["seconds"] else 0.0
     else:
         raise ctx.error("needs fps (or seconds) to time the camera path", field="fps")
-    if fps <= 0:
-        raise ctx.error(f"must be positive, got {fps:g}", field="fps")
+    if not 0 < fps < math.inf:
+        raise ctx.error(f"must be positive and finite, got {fps:g}", field="fps")
     return fps
 
 
