@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import tempfile
 from datetime import timedelta
@@ -77,11 +78,18 @@ def one_line_error(exc: WorldPagerError, path: Path) -> str:
     return message
 
 
-WORK = Path(tempfile.mkdtemp(prefix="wp-fuzz-"))   # one file rewritten per example (no fixtures)
+_WORK: list[Path] = []   # one directory per module run, its files rewritten per example
+
+
+@pytest.fixture(scope="module", autouse=True)
+def work_dir():
+    _WORK.append(Path(tempfile.mkdtemp(prefix="wp-fuzz-")))
+    yield
+    shutil.rmtree(_WORK.pop(), ignore_errors=True)
 
 
 def write(name: str, data: bytes) -> Path:
-    path = WORK / name
+    path = _WORK[-1] / name
     path.write_bytes(data)
     return path
 
