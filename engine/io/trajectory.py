@@ -275,9 +275,13 @@ def _number(ctx: _Context, value: Any, line: int | None, field: str, text: bool 
             raise ctx.error(f"{_show(value)} is not a number", line, field) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ctx.error(f"expected a number, got {_show(value)}", line, field)
-    if not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:   # an integer beyond the float range
+        raise ctx.error(f"{_show(value)} is too large", line, field) from None
+    if not math.isfinite(number):
         raise ctx.error(f"{value} is not a finite number", line, field)
-    return float(value)
+    return number
 
 
 def _integer(ctx: _Context, value: Any, line: int | None, field: str, minimum: int, text: bool = False) -> int:

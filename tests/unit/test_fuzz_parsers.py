@@ -204,6 +204,7 @@ def mutated_trajectory(draw) -> tuple[str, bytes]:
 @example(("camera_path.json", NERFSTUDIO.replace(b'"fps": 8', b'"fps": 1e300')), "universal", 8, "loop")
 @example(("camera_path.json", NERFSTUDIO.replace(b'"fps": 8', b'"seconds": 1e-320')), "universal", 8, "loop")
 @example(("orbit.csv", b"t,x,y,z,yaw,pitch\n0,1e308,0,0,0,0\n1,-1e308,0,0,0,0\n"), "universal", 8, "loop")
+@example(("b1_ws.txt", b"segments:\n  - {keys: [w], seconds: 1" + b"0" * 400 + b"}\n"), "universal", 1, "loop")
 def test_mutated_trajectory_files(case, mode, frames, repeat):
     name, data = case
     check_trajectory(write(name, data), mode, frames, repeat)
