@@ -5,9 +5,9 @@ the store's per-chunk allocations come as fast as they can) in a fresh process; 
 log as medians of 100-chunk blocks after a 20-chunk warm-up (``engine.bench_memory.rss_blocks``); every
 block stays within 1 % of the first.
 
-Without the allocator pinning (glibc's dynamic mmap threshold) the same session creeps by several per
-cent within these chunks — 0.63 to 0.69 GiB over 300 chunks on the development machine; the original
-report: +38 % by chunk 1000. To see it fail that way: ``WORLDPAGER_MALLOC=default pytest
+Without the allocator pinning (glibc's dynamic mmap threshold) the same session creeps: its block
+medians were 667, 716, 764, 829 and 979 MiB on the development machine (+47 %; the original report:
++38 % by chunk 1000). To see it fail that way: ``WORLDPAGER_MALLOC=default pytest
 tests/memory/test_rss_flat.py`` (the switch is inherited by the session's process).
 """
 from __future__ import annotations
