@@ -8,6 +8,9 @@ retrained model of another size needs no code change.
 """
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import torch
 
 from engine.arena.config import ArenaModelConfig
@@ -23,8 +26,18 @@ def _weights(cfg):
     return cfg.arena_weights if cfg.arena_weights is not None else packaged_weights_path()
 
 
-def _config(cfg) -> ArenaModelConfig:
-    return config_of(_weights(cfg))
+def _facts(cfg) -> tuple[ArenaModelConfig, dict, int]:
+    """(config, metadata, parameter count) of the session's weights file, read once per file version:
+    the spec is asked for several times during set-up."""
+    path = _weights(cfg)
+    stamp = path.stat().st_mtime_ns if path.is_file() else None
+    return _facts_of(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _facts_of(path: str, stamp: int | None) -> tuple[ArenaModelConfig, dict, int]:
+    m = config_of(Path(path))
+    return m, read_metadata(Path(path)), sum(p.numel() for p in _meta_model(m).parameters())
 
 
 def spec(cfg):
@@ -36,9 +49,7 @@ def spec(cfg):
     if cfg.checkpoint is not None:
         raise ConfigError(f"--checkpoint {cfg.checkpoint} is for MG2 models; the arena model reads "
                           "--arena-weights (give --model mg2-universal to run MG2)")
-    m = _config(cfg)
-    meta = read_metadata(_weights(cfg))
-    params = sum(p.numel() for p in _meta_model(m).parameters())
+    m, meta, params = _facts(cfg)
     banner = (f"worldpager: arena model (our own world model, {params / 1e6:.1f} M parameters, "
               f"{meta.get('train_steps', '?')} training steps) in arena {cfg.arena_seed}: "
               f"{m.height}x{m.width} frames shown at {m.video_size[0]}x{m.video_size[1]}")
@@ -62,9 +73,9 @@ def build(cfg, image, trajectory, device, dtype):
 
 
 def header_facts(cfg) -> dict:
-    m = _config(cfg)
+    m, _, params = _facts(cfg)
     layout = m.kv_layout()
-    return {"model": "arena", "arena_seed": cfg.arena_seed, "params": sum(p.numel() for p in _meta_model(m).parameters()),
+    return {"model": "arena", "arena_seed": cfg.arena_seed, "params": params,
             "layers": m.layers, "copy_layers": 1, "heads": m.heads, "head_dim": m.head_dim, "dim": m.dim,
             "frame": [m.height, m.width], "video": list(m.video_size), "fps": m.fps,
             "frames_per_chunk": m.frames_per_chunk, "tokens_per_chunk": m.tokens_per_chunk,
