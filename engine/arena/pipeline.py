@@ -115,8 +115,10 @@ class ArenaPipeline:
                 out += [prev + (frame - prev) * (j / t) for j in range(1, t + 1)]
             self._last_frame = frame
         video = ((torch.stack(out).clamp_(-1, 1) + 1) * 127.5).round_().to(torch.uint8)   # [T, 3, h, w]
-        video = video.permute(0, 2, 3, 1)                                          # [T, h, w, 3]
-        return video.repeat_interleave(up, dim=1).repeat_interleave(up, dim=2).contiguous()
+        video = video.permute(0, 2, 3, 1).numpy()                                  # [T, h, w, 3]
+        # numpy's repeat copies whole pixels, then whole rows (measured: 0.6 ms for 12 frames, 4-16 ms
+        # with torch's repeat_interleave on these strides)
+        return torch.from_numpy(np.repeat(np.repeat(video, up, axis=2), up, axis=1))
 
     def rotate_time(self, layer: int, keys: torch.Tensor, delta_frames: float) -> torch.Tensor:
         if layer >= self.cfg.layers:                                               # the copy layer

@@ -119,6 +119,7 @@ class Prefetcher:
         self.thread.start()
 
     def _run(self, r, cfg, step):
+        torch.set_num_threads(1)   # per thread: the model's OpenMP team keeps both cores to itself
         try:
             while not self._stop.is_set() and step < r.steps:
                 self.q.put(batch_for(r, cfg, step))
