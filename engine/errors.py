@@ -28,3 +28,14 @@ class OutputError(WorldPagerError):
 
 class HorizonError(WorldPagerError):
     """A position lies past the model's native rotary table and the position mode forbids it."""
+
+
+class SavePointError(InputError):
+    """A save-point file is damaged or unreadable; ``reason`` says what is wrong, the message names the file."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"save point {path}: {reason}")
+        self.path, self.reason = path, reason
+
+    def __reduce__(self):   # pickles (a background worker's failure) rebuild from path and reason
+        return type(self), (self.path, self.reason)
