@@ -11,7 +11,8 @@ Owns what the session, the memory and the retrieval may know about a model, and 
   set-up happens in the model's constructor (start image, trajectory); the loop then calls
   ``prepare_context`` once and, per chunk, ``denoise`` (which writes the chunk's clean K/V into the
   context's current region), ``decode`` (video frames), and, for ``rerotate``, ``rotate_time`` on the
-  keys of a memory slot.
+  keys of a memory slot. ``state_tensors`` / ``load_state_tensors`` carry the model's running state
+  across a save point.
 
 Nothing in ``memory/``, ``retrieval/`` or the session names a particular model: they take a
 ``KVLayout``, a ``VideoGrid`` and a ``WorldModel``.
@@ -57,3 +58,11 @@ class WorldModel(Protocol):
 
     def rotate_time(self, layer: int, keys: torch.Tensor, delta_frames: float) -> torch.Tensor:
         """Keys ``[B, T, H, D]`` of ``layer`` as if stored ``delta_frames`` latent frames later."""
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The model's own running state between chunks (noise RNG, decoder caches; not the attention
+        context's, which the context saves itself) as named CPU tensors (``engine.model.state_tensors``)."""
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Continue from ``state_tensors()`` of an earlier run: the next ``denoise`` and ``decode`` give
+        what that run's would have given."""

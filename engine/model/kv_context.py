@@ -26,6 +26,7 @@ from typing import Protocol
 import torch
 
 from engine.layout import KVLayout
+from engine.model.state_tensors import as_int, cpu_copy, integer, nest, sub
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,22 @@ class LayerKV:
         assert 0 <= tokens <= self.layout.memory_tokens
         self.memory_valid = tokens
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The local window's valid K/V at full precision (between chunks, after ``commit``); the
+        memory region is the memory's to restore, the current region is scratch."""
+        k, v = self.window()
+        return {"window_valid": integer(self.window_valid), "window_k": cpu_copy(k), "window_v": cpu_copy(v)}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        n = as_int(tensors["window_valid"])
+        if not 0 <= n <= self.layout.window_tokens or tensors["window_k"].shape[1] != n:
+            raise ValueError(f"window of {n} tokens does not fit this layout ({self.layout.window_tokens})")
+        self.window_valid = n
+        k, v = self.window()
+        k.copy_(tensors["window_k"])
+        v.copy_(tensors["window_v"])
+        self.memory_valid = 0
+
     def commit(self) -> None:
         """The current chunk joins the window; the oldest window tokens fall out.
 
@@ -118,6 +135,10 @@ class ModelLayerState(Protocol):
     """A model's own per-layer state kept in the context; it rolls forward when the chunk commits."""
 
     def commit(self) -> None: ...
+
+    def state_tensors(self) -> dict[str, torch.Tensor]: ...
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], device, dtype) -> None: ...
 
 
 @dataclass
@@ -146,6 +167,26 @@ class AttentionContext:
     def current_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer (k, v) views [B, chunk tokens, H, D] of the current chunk (valid until the next forward)."""
         return [state.self_kv.current() for state in self.layers]
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Every layer's window K/V and model state, and the count of committed chunks (see
+        ``engine.model.state_tensors``); taken between chunks."""
+        out = {"chunks_committed": integer(self.chunks_committed)}
+        for index, state in enumerate(self.layers):
+            out.update(nest(f"layer{index}", state.self_kv.state_tensors()))
+            if state.extra is not None:
+                out.update(nest(f"layer{index}.extra", state.extra.state_tensors()))
+        return out
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Put back what ``state_tensors`` took (the model's ``prepare_context`` has attached its
+        per-layer state already)."""
+        self.chunks_committed = as_int(tensors["chunks_committed"])
+        for index, state in enumerate(self.layers):
+            part = sub(f"layer{index}", tensors)
+            state.self_kv.load_state_tensors(part)
+            if state.extra is not None:
+                state.extra.load_state_tensors(sub("extra", part), state.self_kv.k.device, state.self_kv.k.dtype)
 
     def commit(self) -> None:
         """After the clean pass: every layer's current chunk (and the model's own state) becomes history."""

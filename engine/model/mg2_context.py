@@ -15,6 +15,7 @@ import torch
 
 from engine.config import DiTConfig
 from engine.model.kv_context import AttentionContext, LayerState
+from engine.model.state_tensors import cpu_copy, nest, optional, sub
 
 
 class RollingKV:
@@ -43,6 +44,14 @@ class RollingKV:
             return k_cur, v_cur
         return torch.cat([self.k, k_cur], dim=1), torch.cat([self.v, v_cur], dim=1)
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {} if self.k is None else {"k": cpu_copy(self.k), "v": cpu_copy(self.v)}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], device, dtype) -> None:
+        self.k = optional(tensors, "k", device, dtype)
+        self.v = optional(tensors, "v", device, dtype)
+        self._pending = None
+
     def commit(self) -> None:
         assert self._pending is not None, "commit without a forward"
         k_cur, v_cur = self._pending
@@ -62,6 +71,19 @@ class MG2LayerState:
     mouse: RollingKV | None = None
     cross_k: torch.Tensor | None = None   # [B, clip tokens, H, D]
     cross_v: torch.Tensor | None = None
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The action windows (the cross K/V come from the start image again)."""
+        out = {}
+        for name, rolling in (("keyboard", self.keyboard), ("mouse", self.mouse)):
+            if rolling is not None:
+                out.update(nest(name, rolling.state_tensors()))
+        return out
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], device, dtype) -> None:
+        for name, rolling in (("keyboard", self.keyboard), ("mouse", self.mouse)):
+            if rolling is not None:
+                rolling.load_state_tensors(sub(name, tensors), device, dtype)
 
     def commit(self) -> None:
         for rolling in (self.keyboard, self.mouse):

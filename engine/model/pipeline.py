@@ -23,6 +23,7 @@ from engine.model.facts import horizon_chunk
 from engine.model.kv_context import AttentionContext
 from engine.model.load import MG2Models
 from engine.model.scheduler import FlowMatchSampler
+from engine.model.state_tensors import generator_state, nest, set_generator_state, sub
 from engine.model.vae import StartImageEncoder, StreamingDecoder
 
 
@@ -79,6 +80,16 @@ class MG2Pipeline:
     def decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:
         """Video frames [T, 3, H, W] in [-1, 1] (9 for the first chunk, 12 after)."""
         return self.decoder.decode_chunk(latents).clamp_(-1, 1)[0]
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Noise RNG, the start-image encoder's stream and the VAE decoder's causal cache."""
+        return {"rng": generator_state(self.rng), **nest("encoder", self.encoder.state_tensors()),
+                **nest("decoder", self.decoder.state_tensors())}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        set_generator_state(self.rng, tensors["rng"])
+        self.encoder.load_state_tensors(sub("encoder", tensors))
+        self.decoder.load_state_tensors(sub("decoder", tensors))
 
     def _inputs(self, chunk: int) -> ChunkInputs:
         m = self.cfg

@@ -70,6 +70,12 @@ class SyntheticPipeline:
         self._busy(self.chunk_s - (time.perf_counter() - start))
         return torch.empty(0)
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {}    # every chunk is a function of its index
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        pass
+
     def _busy(self, seconds: float) -> None:
         if seconds <= 0:
             return

@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from engine.config import VAEConfig
 from engine.errors import CheckpointError, ConfigError, InputError
+from engine.model.state_tensors import as_int, integer, nest, optional, sub
 from engine.model.vae_blocks import CausalConv3d, Decoder3d, Encoder3d, StreamState
 
 
@@ -113,6 +114,15 @@ class StreamingDecoder:
         self.state = self.vae.decoder.new_state()
         self.latents_seen = 0
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The causal state after the frames decoded so far (a save point's share of the decoder)."""
+        return {"latents_seen": integer(self.latents_seen), **nest("stream", self.state.state_tensors())}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.reset()
+        self.latents_seen = as_int(tensors["latents_seen"])
+        self.state.load_state_tensors(sub("stream", tensors), self.vae.device, self.vae.dtype)
+
     def frames_for(self, num_latents: int) -> int:
         """Frames the next ``decode_chunk`` call of ``num_latents`` latents will return."""
         return frames_for(self.vae.config, num_latents, first=self.latents_seen == 0)
@@ -167,6 +177,33 @@ class StartImageEncoder:
         self.encoder_calls = 0       # real encoder passes made (for tests and logs)
         self._previous: EncodedLatent | None = None
         self._fixed: EncodedLatent | None = None
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Position, causal state (until memoised) and the last / fixed-point steps."""
+        out = {"position": integer(self.position), "encoder_calls": integer(self.encoder_calls)}
+        if self.state is not None:
+            out.update(nest("stream", self.state.state_tensors()))
+        for name, step in (("previous", self._previous), ("fixed", self._fixed)):
+            if step is not None:
+                out.update({f"{name}.{field}": getattr(step, field).detach().cpu().contiguous()
+                            for field in ("encoder_out", "mu_raw", "latent")})
+        return out
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        vae = self.vae
+        self.position = as_int(tensors["position"])
+        self.encoder_calls = as_int(tensors["encoder_calls"])
+        steps = {}
+        for name in ("previous", "fixed"):
+            part = sub(name, tensors)
+            steps[name] = EncodedLatent(*(optional(part, f, vae.device, vae.dtype)
+                                          for f in ("encoder_out", "mu_raw", "latent"))) if part else None
+        self._previous, self._fixed = steps["previous"], steps["fixed"]
+        if self._fixed is None:
+            self.state = vae.encoder.new_state()
+            self.state.load_state_tensors(sub("stream", tensors), vae.device, vae.dtype)
+        else:
+            self.state = None
 
     @property
     def converged(self) -> bool:

@@ -28,6 +28,19 @@ class StreamState:
     def __init__(self, num_slots: int):
         self.slots: list[torch.Tensor | None] = [None] * num_slots
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The started slots as CPU copies, named by slot index (``engine.model.state_tensors``)."""
+        return {str(i): s.detach().to("cpu", copy=True).contiguous()
+                for i, s in enumerate(self.slots) if s is not None}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], device, dtype) -> None:
+        self.slots = [None] * len(self.slots)
+        for name, t in tensors.items():
+            index = int(name)
+            if not 0 <= index < len(self.slots):
+                raise ValueError(f"stream state slot {index} out of range (stack has {len(self.slots)})")
+            self.slots[index] = t.to(device=device, dtype=dtype)
+
     def snapshot(self) -> list[torch.Tensor | None]:
         # Steps replace entries instead of mutating them, so references are enough.
         return list(self.slots)
