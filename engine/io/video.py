@@ -1,15 +1,28 @@
 """Streaming MP4 output: the one place that turns decoded frames into an H.264 file.
 
-Owns the container and codec settings (libx264, yuv420p, fragmented MP4), the conversion of the frame
-layouts the engine produces into RGB uint8, and the check that an output path is writable. Knows nothing
-about chunks, models or memory tiers: the session hands it frames and it appends them.
+Owns what a write guarantees (kill safety, resuming a file after a kill with
+:meth:`VideoWriter.reopen`), the conversion of the frame layouts the engine produces into RGB uint8,
+and the check that an output path is writable; the bytes themselves (x264 settings, the fragmented
+MP4 layout) belong to :mod:`engine.io.mp4_segments`. Knows nothing about chunks, models or memory
+tiers: the session hands it frames and it appends them.
 
-Kill safety: the file is a *fragmented* MP4 (``frag_keyframe+empty_moov+default_base_moof``) with a
-keyframe every ``fps`` frames, and packets are flushed to the OS as they are muxed. Each keyframe closes
-a self-contained fragment, so a process killed mid-run leaves a playable file that lacks only the open
-fragment plus the encoder's lookahead (roughly one to two seconds of video). The encoder runs on one
-thread, in the caller's: the packets of a frame are muxed before ``write`` returns or are held only by
-the lookahead, and the same frames give the same bytes.
+Every :meth:`VideoWriter.write` is a closed segment: a fresh x264 encoder (one thread, no B-frames,
+no scene-cut detection, a keyframe every ``fps`` frames) encodes the frames handed in and is flushed
+before the call returns. Hence:
+
+* the first frame of every write is an IDR frame, and decode order is presentation order;
+* when ``write`` returns, every frame handed in is in the file (given to the OS; a killed process
+  loses nothing already written, where one long-running encoder lost its last one to two seconds);
+* a segment's coded frames depend only on its frames, and a fragment's bytes only on those and its
+  position, so the same frames give the same file on any run, resumed or not (same settings, same
+  x264 build).
+
+Measured cost, 320x192 at 16 fps, 9 + 40 x 12 frames of a smooth moving gradient, preset veryfast,
+crf 18, on 2 busy cores: a fresh encoder adds about 0.3 ms of CPU per write (15.0 vs 14.8 ms for a
+12-frame write; opening one alone takes 0.6 ms), and the whole writer uses less CPU than one encoder
+with B-frames did (0.62 vs 0.83 s). The file is 2.6 % larger (356.1 vs 347.1 kB): an IDR frame per
+write, no B-frames, and a fragment header per write; x264's SEI banner is dropped from every segment
+(see :mod:`engine.io.mp4_segments`).
 
 Frame layouts accepted by :meth:`VideoWriter.write` (numpy array or torch tensor):
 
@@ -33,6 +46,8 @@ import numpy as np
 import torch
 
 from engine.errors import ConfigError, InputError, OutputError
+from engine.io.mp4_segments import (
+    EncoderSettings, Sample, encode_segment, fragments, mp4_header, read_groups)
 
 Frames = Union[np.ndarray, torch.Tensor]
 
@@ -41,16 +56,15 @@ X264_PRESETS = (
     "ultrafast", "superfast", "veryfast", "faster", "fast",
     "medium", "slow", "slower", "veryslow", "placebo",
 )
-FRAGMENTED_MOVFLAGS = "frag_keyframe+empty_moov+default_base_moof"
 
 
 class VideoWriter:
-    """Append RGB frames to a fragmented H.264 MP4 as they are produced.
+    """Append RGB frames to a fragmented H.264 MP4, each :meth:`write` a self-contained segment.
 
     Args:
         path: output file (``.mp4``); its directory must exist and be writable.
         width, height: frame size of the frames passed to :meth:`write`.
-        fps: frames per second (also the keyframe interval, so one fragment per second).
+        fps: frames per second (also the keyframe interval inside a long write).
         crf: x264 constant rate factor, 0 (lossless) to 51; 18 is visually near-lossless.
         preset: x264 speed preset, e.g. ``"veryfast"``.
 
@@ -67,43 +81,63 @@ class VideoWriter:
         # yuv420p subsamples chroma 2x2, so libx264 rejects odd sizes: round up and edge-pad.
         self.encoded_width = self.width + self.width % 2
         self.encoded_height = self.height + self.height % 2
+        self._settings = EncoderSettings(self.encoded_width, self.encoded_height, self.fps, crf, preset)
         self._frames_written = 0
+        self._fragments_written = 0
         self._closed = False
         _check_writable(self.path)
-        self._container, self._stream = self._open(crf, preset)
+        self._header, self._extradata, timescale = mp4_header(self._settings)
+        assert timescale % self.fps == 0, f"track timescale {timescale} is not a multiple of {self.fps} fps"
+        self._sample_duration = timescale // self.fps
+        try:
+            self._file = open(self.path, "wb")
+        except OSError as exc:
+            raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
+        # The header now, so even a run killed before its first frame leaves a valid (empty) file.
+        self._append_bytes(self._header)
 
-    def _open(self, crf: int, preset: str) -> tuple[av.container.OutputContainer, av.VideoStream]:
+    @classmethod
+    def reopen(cls, path: Union[str, os.PathLike], keep_frames: int, width: int, height: int, fps: int,
+               crf: int = 18, preset: str = "veryfast") -> "VideoWriter":
+        """Resume a file this class wrote: keep its first ``keep_frames`` frames and append after them.
+
+        The kept frames are copied as they are coded (no re-encoding) into a temporary file beside
+        ``path``, which is synced and then renamed over ``path``; a temporary left by a killed earlier
+        call is replaced. ``keep_frames`` must be where a write began: the file must hold a keyframe
+        there, or end there. Resuming where a write began, with the settings the file was written
+        with, gives the bytes an uninterrupted run would have written. (Keyframes also fall every
+        ``fps`` frames inside a long write; resuming at one of those gives a valid file, not those bytes.)
+
+        Raises:
+            InputError: ``path`` is missing or unreadable, holds fewer than ``keep_frames`` frames, has
+                no keyframe at ``keep_frames``, or was not written by this class with the same size, fps
+                and preset.
+            OutputError: the directory cannot be written.
+        """
+        assert keep_frames >= 0, f"keep_frames must be >= 0, got {keep_frames}"
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"cannot resume video {path}: file not found")
+        temporary = path.with_name(f".{path.name}.reopen")
+        temporary.unlink(missing_ok=True)
+        writer = cls(temporary, width, height, fps, crf, preset)
         try:
-            container = av.open(str(self.path), mode="w", format="mp4", container_options={
-                "movflags": FRAGMENTED_MOVFLAGS,
-                # Hand every finished fragment to the OS at once; otherwise it can sit in
-                # FFmpeg's IO buffer and die with the process.
-                "flush_packets": "1",
-            })
-        except (OSError, av.error.FFmpegError) as exc:
-            raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
-        stream = container.add_stream("libx264", rate=self.fps)
-        stream.width, stream.height = self.encoded_width, self.encoded_height
-        stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": str(crf), "preset": preset}
-        # A keyframe per second bounds what a kill can lose: fragments end at keyframes.
-        stream.codec_context.gop_size = self.fps
-        # One encoder thread: encode() then returns its packets in step with the frames handed in
-        # (nothing encodes in the background), the output is the same for the same frames on any
-        # machine, and x264's threads do not compete with a CPU model's (measured with the arena
-        # model on 2 cores: a chunk 79.6 -> 68.0 ms; at these frame sizes one thread is ample).
-        stream.codec_context.thread_count = 1
-        try:
-            # Writes ftyp+moov now, so even a run killed before its first frame leaves a valid file.
-            container.start_encoding()
-        except (OSError, av.error.FFmpegError) as exc:
-            container.close()
-            raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
-        return container, stream
+            _check_same_header(path, writer._header)
+            for group in read_groups(path, keep_frames):
+                writer._append_samples(group)
+            writer._sync()
+            os.replace(temporary, path)
+            _sync_directory(path.parent)
+        except BaseException:
+            writer.close()
+            temporary.unlink(missing_ok=True)
+            raise
+        writer.path = path  # the open file is now the one at ``path``
+        return writer
 
     @property
     def frames_written(self) -> int:
-        """Frames handed to the encoder so far (all of them are in the file after :meth:`close`)."""
+        """Frames in the file so far (all of them on disk once :meth:`write` returns)."""
         return self._frames_written
 
     def write(self, frames: Frames) -> None:
@@ -112,27 +146,37 @@ class VideoWriter:
         rgb = _pad_even(to_uint8_rgb(frames))  # [T, H', W', 3] uint8
         assert rgb.shape[1:3] == (self.encoded_height, self.encoded_width), (
             f"frames are {tuple(rgb.shape[1:3])}, writer was opened for {(self.height, self.width)}")
-        for image in rgb:
-            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
-            frame.pts = self._frames_written
-            self._mux(self._stream.encode(frame))
-            self._frames_written += 1
+        if len(rgb):
+            self._append_samples(encode_segment(self._settings, rgb, self._extradata))
 
     def close(self) -> None:
-        """Flush the encoder's delayed frames and finish the file. Safe to call twice."""
+        """Close the file (everything written is already in it). Safe to call twice."""
         if self._closed:
             return
         self._closed = True
         try:
-            self._mux(self._stream.encode(None))
-        finally:
-            self._container.close()
+            self._file.close()
+        except OSError as exc:
+            raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
 
-    def _mux(self, packets: list[av.Packet]) -> None:
+    def _append_samples(self, samples: list[Sample]) -> None:
+        data, count = fragments(samples, self._fragments_written + 1, self._frames_written,
+                                self._sample_duration)
+        self._append_bytes(data)
+        self._fragments_written += count
+        self._frames_written += len(samples)
+
+    def _append_bytes(self, data: bytes) -> None:
         try:
-            for packet in packets:
-                self._container.mux(packet)
-        except (OSError, av.error.FFmpegError) as exc:
+            self._file.write(data)
+            self._file.flush()  # to the OS: a killed process loses nothing written
+        except OSError as exc:
+            raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
+
+    def _sync(self) -> None:
+        try:
+            os.fsync(self._file.fileno())
+        except OSError as exc:
             raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
 
     def __enter__(self) -> "VideoWriter":
@@ -140,6 +184,29 @@ class VideoWriter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _check_same_header(path: Path, header: bytes) -> None:
+    try:
+        with open(path, "rb") as old:
+            same = old.read(len(header)) == header
+    except OSError as exc:
+        raise InputError(f"cannot resume video {path}: {_reason(exc)}") from None
+    if not same:
+        raise InputError(f"cannot resume video {path}: not written by this writer with this run's "
+                         f"frame size, fps and x264 preset")
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def to_uint8_rgb(frames: Frames) -> np.ndarray:

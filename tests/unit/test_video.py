@@ -100,13 +100,13 @@ def test_close_is_idempotent_and_empty_file_is_valid(tmp_path):
 
 
 def test_open_file_is_readable_before_close(tmp_path):
-    """A copy taken mid-run (what a kill would leave) already holds the finished fragments."""
+    """A copy taken mid-run (what a kill would leave) holds every frame written so far."""
     out, snapshot = tmp_path / "live.mp4", tmp_path / "snapshot.mp4"
     writer = VideoWriter(out, W, H, FPS)
     writer.write(_ramp(6 * FPS))
     shutil.copyfile(out, snapshot)
     writer.close()
-    assert 0 < count_frames(snapshot) < 6 * FPS
+    assert count_frames(snapshot) == 6 * FPS
     assert count_frames(out) == 6 * FPS
 
 
@@ -137,8 +137,8 @@ def test_sigkilled_writer_leaves_playable_file(tmp_path):
         child.stdout.close()
         child.stderr.close()
     assert child.returncode == -signal.SIGKILL
-    # 48 frames went in; the open fragment and the encoder lookahead are lost, the rest must play.
-    assert FPS <= count_frames(out) < 48
+    # 48 frames went in, each write was flushed before it returned: all of them must play.
+    assert count_frames(out) == 48
 
 
 def test_missing_directory_is_output_error(tmp_path):
