@@ -344,6 +344,7 @@ class SessionConfig:
     kv_scale: float = 1.0              # synthetic model only: KV bytes relative to MG2 (via layers)
     arena_seed: int = DEFAULT_ARENA_SEED  # arena model only: which procedural world
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
+    save_every: int | None = None      # save point every N chunks; None = about every 30 s of wall time; 0 = none
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
@@ -360,6 +361,8 @@ class SessionConfig:
         """Range checks of values whose type is right but whose value is not; returns self."""
         checks = [
             (self.chunks >= 1, f"chunks must be at least 1, got {self.chunks}"),
+            (self.save_every is None or self.save_every >= 0,
+             f"--save-every (save_every) must be a number of chunks >= 0, got {self.save_every}"),
             (self.repeat in ("loop", "pingpong"), f"repeat must be loop or pingpong, got {self.repeat!r}"),
             (self.positions in POSITION_MODES, f"positions must be one of {', '.join(POSITION_MODES)}, got {self.positions!r}"),
             (self.memory.store in STORE_MODES, f"store must be one of {', '.join(STORE_MODES)}, got {self.memory.store!r}"),

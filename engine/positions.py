@@ -39,6 +39,7 @@ class Rerotation:
     horizon: int | None                        # first chunk past the native positions; None = none
     position: dict[int, float] = field(default_factory=dict)   # slot -> first-frame position encoded
     pending: dict[int, int] = field(default_factory=dict)      # slot -> chunk that just entered
+    moves: dict[int, list[float]] = field(default_factory=dict)  # slot -> rotations since it entered
 
     @classmethod
     def for_session(cls, cfg: SessionConfig, model: WorldModel) -> "Rerotation | None":
@@ -53,6 +54,7 @@ class Rerotation:
         """A chunk's keys were just copied into ``slot`` at their stored (absolute) position."""
         self.position[slot] = float(chunk * self.layout.frames_per_chunk)
         self.pending[slot] = chunk
+        self.moves[slot] = []
 
     def target(self, chunk: int) -> float:
         f = self.layout.frames_per_chunk
@@ -73,9 +75,26 @@ class Rerotation:
             too_far = chunk * f - self.position[slot] > limit
             if slot in entered or too_far:
                 self._rotate(ctx, slot, target - self.position[slot])
+                self.moves.setdefault(slot, []).append(target - self.position[slot])
                 self.position[slot] = target
                 rotated += 1
         return rotated
+
+    def state_facts(self) -> dict:
+        """Where each slot's keys stand (a save point's share; JSON)."""
+        return {"position": {str(s): p for s, p in self.position.items()},
+                "pending": {str(s): c for s, c in self.pending.items()},
+                "moves": {str(s): list(m) for s, m in self.moves.items()}}
+
+    def replay(self, ctx, slot: int, facts: dict) -> None:
+        """After a slot was refilled with its chunk's stored keys: the same rotations again, in order."""
+        for delta in facts["moves"].get(str(slot), []):
+            self._rotate(ctx, slot, delta)
+
+    def load_facts(self, facts: dict) -> None:
+        self.position = {int(s): float(p) for s, p in facts["position"].items()}
+        self.pending = {int(s): int(c) for s, c in facts["pending"].items()}
+        self.moves = {int(s): [float(d) for d in m] for s, m in facts["moves"].items()}
 
     def _rotate(self, ctx, slot: int, delta: float) -> None:
         tokens = self.layout.tokens_per_chunk

@@ -43,7 +43,9 @@ from engine.overlay import config_to_json, write_resolved_config
 from engine.positions import Rerotation
 from engine.preflight import Budget, check_memory, check_output_paths, device_budget, host_budget
 from engine.retrieval.retriever import PREDICTORS, Retriever
+from engine.savepoint import SavePoint
 from engine.session_memory import SessionMemory
+from engine.session_save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.telemetry import SessionLog, available_memory, process_rss
 
 @dataclass
@@ -79,7 +81,10 @@ class Session:
     """One generation session: constructing it validates the inputs; ``run()`` loads and generates."""
 
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None,
-                 on_output: Callable[[int, torch.Tensor], None] | None = None):
+                 on_output: Callable[[int, torch.Tensor], None] | None = None,
+                 resume_from: SavePoint | None = None):
+        """``resume_from``: continue the run that wrote this save point (``engine.session_resume``):
+        its MP4 and log are continued, not created."""
         # First, before anything sizable is allocated: fixed malloc thresholds keep RSS flat (DESIGN §3).
         self.allocator = pin_allocator()
         self.cfg = cfg
@@ -103,17 +108,28 @@ class Session:
         height, width = spec.frame_size
         # Opened now, before the (slow) load, so a bad output path fails first; the factory checks
         # that the built model's frame size and grid are the ones promised here.
-        self.writer = VideoWriter(cfg.out, width, height, spec.grid.fps, preset=spec.encoder_preset)
-        self._created.append(cfg.out)
+        self.resume_from = resume_from
         self.log: SessionLog | None = None
-        try:
-            self.log = SessionLog(cfg.log_path)
-            self._created.append(cfg.log_path)
-            write_resolved_config(cfg, cfg.config_path)
-            self._created.append(cfg.config_path)
-        except BaseException:
-            self._discard_outputs()
-            raise
+        if resume_from is not None:
+            frames = resume_from.facts["frames_total"]
+            self.writer = VideoWriter.reopen(cfg.out, frames, width, height, spec.grid.fps,
+                                             preset=spec.encoder_preset)
+            try:
+                self.log = SessionLog(cfg.log_path, continue_before=resume_from.chunk)
+            except BaseException:
+                self.writer.close()
+                raise
+        else:
+            self.writer = VideoWriter(cfg.out, width, height, spec.grid.fps, preset=spec.encoder_preset)
+            self._created.append(cfg.out)
+            try:
+                self.log = SessionLog(cfg.log_path)
+                self._created.append(cfg.log_path)
+                write_resolved_config(cfg, cfg.config_path)
+                self._created.append(cfg.config_path)
+            except BaseException:
+                self._discard_outputs()
+                raise
         self.model: WorldModel | None = None
 
     def request_stop(self) -> None:
@@ -151,8 +167,14 @@ class Session:
             retriever = Retriever(model.camera_poses(), model.grid,
                                   predictor=PREDICTORS[self.cfg.memory.predictor]())
             memory = SessionMemory(self.cfg, model.layout, ctx, retriever, self.device, self.dtype,
-                                   rerotation=Rerotation.for_session(self.cfg, model))
-            self._header(memory.host_baseline_bytes)
+                                   rerotation=Rerotation.for_session(self.cfg, model),
+                                   resume_before=None if self.resume_from is None else self.resume_from.chunk)
+            if self.resume_from is None:
+                self._header(memory.host_baseline_bytes)
+            else:
+                self._header_written = True
+                self.log.record("resume", chunk=self.resume_from.chunk,
+                                frames_total=self.resume_from.facts["frames_total"], started=time.time())
             chunks, frames = self._loop(ctx, memory)
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks else "done"
         except BaseException as exc:
@@ -187,14 +209,53 @@ class Session:
         mem = self.cfg.memory
         return 0 if mem.store == "window" else mem.retrieve_k + (1 if mem.sink else 0)
 
+    def _log_savepoints(self, written) -> None:
+        for w in written:
+            fields = {"chunk": w.chunk, "bytes": w.bytes, "write_ms": round(w.write_ms, 2),
+                      "wait_ms": round(w.wait_ms, 2)}
+            self.log.record("savepoint", **fields, **({"path": str(w.path)} if w.path else {"error": w.error}))
+
+    def _saver(self, memory: SessionMemory) -> SavePointWriter | None:
+        """The save-point writer, or None (``--save-every 0``, or a memory that no drive holds: noted)."""
+        if self.cfg.save_every == 0:
+            return None
+        why_not = memory.savepoints_possible
+        if why_not is not None:
+            self.log.record("note", text=f"no save points: {why_not}")
+            return None
+        return SavePointWriter(savepoint_dir(self.cfg.out), durable=memory.durable)
+
     @torch.no_grad()
     def _loop(self, ctx: AttentionContext, memory: SessionMemory) -> tuple[int, int]:
         model = self.model
         model.prepare_context(ctx)
-        frames_total = 0
-        for chunk in range(self.cfg.chunks):
+        start, frames_total, log_chunks = 0, 0, 0
+        if self.resume_from is not None:
+            restore(self.resume_from, model, ctx, memory)
+            start = self.resume_from.chunk
+            frames_total = self.resume_from.facts["frames_total"]
+            log_chunks = self.resume_from.facts["log_chunks"]
+        saver = self._saver(memory)
+        schedule = SaveSchedule(self.cfg.save_every)
+        try:
+            return self._chunks(ctx, memory, start, frames_total, log_chunks, saver, schedule)
+        finally:
+            if saver is not None:
+                self._log_savepoints(saver.close())
+
+    def _chunks(self, ctx, memory, start, frames_total, log_chunks, saver, schedule) -> tuple[int, int]:
+        model = self.model
+        for chunk in range(start, self.cfg.chunks):
             if self._stop.is_set():
+                # Stopped on request (Ctrl-C, SIGTERM): a save point here loses nothing on resume.
+                if saver is not None and chunk > start and not saver.busy:
+                    saver.submit(capture(chunk, frames_total, log_chunks, self.cfg, model, ctx, memory))
                 return chunk, frames_total
+            if saver is not None:
+                self._log_savepoints(saver.finished())
+                if chunk > start and schedule.due(chunk) and not saver.busy:
+                    saver.submit(capture(chunk, frames_total, log_chunks, self.cfg, model, ctx, memory))
+                    schedule.saved()
             t0 = time.perf_counter()
             # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
             mem = memory.prepare(chunk)
@@ -219,5 +280,6 @@ class Session:
                       "decode_ms": (time.perf_counter() - t3) * 1e3, **mem, **tiers,
                       "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device)}
             self.log.chunk(record)
+            log_chunks += 1
             self.on_chunk(record)
         return self.cfg.chunks, frames_total

@@ -77,8 +77,10 @@ class SessionMemory:
 
     def __init__(self, cfg: SessionConfig, layout: KVLayout, ctx: AttentionContext, retriever,
                  device: torch.device, dtype: torch.dtype, *, rerotation: Rerotation | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, resume_before: int | None = None):
         self.mode = cfg.memory.store
+        self._staged: list[int] = []       # the set staged for the next chunk (a save point keeps it)
+        self._wait_staged = False
         self.layout, self.ctx, self.retriever, self.clock = layout, ctx, retriever, clock
         self.k = cfg.memory.retrieve_k if self.mode != "window" else 0
         self.slots = MemorySlots(self.k, cfg.memory.sink and self.mode != "window")
@@ -98,7 +100,75 @@ class SessionMemory:
         self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes, device, dtype),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
                              k_slots=max(self.k, 1), dtype=dtype,
-                             sync_writeback=cfg.memory.writeback == "sync")
+                             sync_writeback=cfg.memory.writeback == "sync", resume_before=resume_before)
+
+    # ---- save points (engine.session_save) ----------------------------------------------------------
+
+    @property
+    def savepoints_possible(self) -> str | None:
+        """None when a save point can hold this memory; else why not (one line)."""
+        if self.store is None:
+            return None
+        if isinstance(self.store, ResidentStore) or self.store.disk is None:
+            return (f"--store {self.mode} without --spill keeps the memory's chunks only in memory: "
+                    "a save point needs them on a drive")
+        return None
+
+    def durable(self, chunk: int, timeout: float) -> bool:
+        """Every chunk a run resumed at ``chunk`` may retrieve is on the drive (blocks the caller)."""
+        return self.store is None or self.store.persist_through(chunk, timeout)
+
+    def state_facts(self) -> dict:
+        facts = {"mode": self.mode, "slots": list(self.slots.chunk_in), "staged": list(self._staged)}
+        if self.rerotation is not None:
+            facts["rerotation"] = self.rerotation.state_facts()
+        return facts
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The sink's copy (kept at full precision, never in the store); nothing else is needed:
+        the other slots are refilled from the drive."""
+        sink = self.slots.sink_slot
+        if self.store is None or sink is None or self.slots.chunk_in[sink] is None:
+            return {}
+        out = {}
+        for layer, (k, v) in enumerate(context_slot_views(self.ctx, sink)):
+            out[f"sink.{layer}.k"], out[f"sink.{layer}.v"] = k.detach().cpu().clone(), v.detach().cpu().clone()
+        return out
+
+    def load_state(self, facts: dict, tensors: dict[str, torch.Tensor], chunk: int) -> None:
+        """Refill the memory slots as they were before ``chunk`` (stored keys, then the same rotations),
+        and stage the set that was being staged for ``chunk``."""
+        if self.store is None:
+            return
+        if facts["mode"] != self.mode or len(facts["slots"]) != self.slots.total:
+            raise ValueError(f"save point of a {facts['mode']} memory with {len(facts['slots'])} slots; "
+                             f"this session has {self.mode} with {self.slots.total}")
+        chunk_in = [None if c is None else int(c) for c in facts["slots"]]
+        sink = self.slots.sink_slot
+        wanted = [c for j, c in enumerate(chunk_in) if c is not None and j != sink]
+        loaded = self.store.load_now(wanted).kv if wanted else {}
+        missing = [c for c in wanted if c not in loaded]
+        if missing:
+            raise ValueError(f"chunks {missing} of the memory are not on the drive")
+        for j, c in enumerate(chunk_in):
+            if c is None:
+                continue
+            views = context_slot_views(self.ctx, j)
+            sources = [(tensors[f"sink.{layer}.k"], tensors[f"sink.{layer}.v"]) for layer in range(len(views))] \
+                if j == sink else loaded[c]
+            for (k_dst, v_dst), (k, v) in zip(views, sources, strict=True):
+                k_dst.copy_(k)
+                v_dst.copy_(v)
+            if self.rerotation is not None:
+                self.rerotation.replay(self.ctx, j, facts["rerotation"])
+        self.slots.chunk_in = chunk_in
+        if self.rerotation is not None:
+            self.rerotation.load_facts(facts["rerotation"])
+        self._staged = [int(c) for c in facts["staged"]]
+        if self.mode in ("prefetch", "dram-only") and self._staged:
+            self.store.stage(self._staged)
+            self._wait_staged = True
+        self.ctx_valid()
 
     @staticmethod
     def _device_budget(cfg: SessionConfig, device: torch.device) -> int | None:
@@ -171,12 +241,16 @@ class SessionMemory:
                 self.rerotation.entered(slot, 0)
 
     def _prepare_prefetch(self, chunk: int, desired: list[int], record: dict) -> None:
-        staged = self.store.take_staged(timeout=0)
+        # Right after a resume the set staged before the save point is waited for once: the run
+        # that made the save point had it in time (a miss would have been logged there).
+        staged = self.store.take_staged(timeout=None if self._wait_staged else 0)
+        self._wait_staged = False
         self._apply(self.slots.plan(desired, set(staged.hits)), staged.kv, record)
         nxt = self.retriever.predict_select(chunk + 1, self.candidates(chunk + 1), self.k)
         to_stage = [c for c in nxt if c not in self.slots.resident()]
         self.store.stage(to_stage)
         record["staged"] = to_stage
+        self._staged = to_stage
 
     def _prepare_on_demand(self, chunk: int, desired: list[int], record: dict) -> None:
         missing = [c for c in desired if c not in self.slots.resident()]

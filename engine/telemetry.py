@@ -91,16 +91,42 @@ class RunningSummary:
 class SessionLog:
     """Append-only JSON Lines writer for one session."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, continue_before: int | None = None):
+        """A new log, or (``continue_before`` = c) the log of a run resumed at chunk c: its header and
+        the records of chunks before c are kept (rewritten atomically), the rest dropped, and new
+        records are appended after them."""
         self.path = Path(path)
+        self.summary = RunningSummary()
+        kept = [] if continue_before is None else self._kept_records(continue_before)
         try:
-            self._file = open(self.path, "w", encoding="utf-8")
+            if continue_before is not None:
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept), encoding="utf-8")
+                os.replace(tmp, self.path)
+            self._file = open(self.path, "a" if continue_before is not None else "w", encoding="utf-8")
         except OSError as exc:
             raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}; "
                               f"choose another --log") from None
-        self.summary = RunningSummary()
+        for record in kept:
+            if record.get("type") == "chunk":
+                self.summary.add(record)
         self._start = time.time()
         self.closed = False
+
+    def _kept_records(self, chunk: int) -> list[dict]:
+        from engine.errors import InputError
+        try:
+            records = read_log(self.path)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot continue log {self.path}: {exc}") from None
+        if not records or records[0].get("type") != "header":
+            raise InputError(f"log {self.path} does not start with a header: cannot continue it")
+        return [r for r in records if r.get("type") == "header"
+                or (r.get("type") in ("chunk", "savepoint", "resume") and r.get("chunk", chunk) < chunk)]
+
+    def record(self, kind: str, **fields: Any) -> None:
+        """A line of another type (``savepoint``, ``resume``)."""
+        self._write({"type": kind, **fields})
 
     def _write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")

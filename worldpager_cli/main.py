@@ -117,11 +117,12 @@ def memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_
 @click.option("--arena-weights", type=click.Path(path_type=Path), help="Arena model: weights file. Default: the packaged ones.")
 @click.option("--seed", type=int, help="Seed of the noise. Default: 0.")
 @click.option("--device", help="auto, cpu, cuda or cuda:N. Default: auto.")
+@click.option("--save-every", type=int, help="Save point every N chunks (0: none). Default: about every 30 s of wall time.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @memory_options
 def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minutes, checkpoint, model_name,
-             arena_seed, arena_weights, seed, device, quiet, store, spill, host_mem, pool_slots, device_mem, kv_bits,
-             drive_bw, retrieve_k, sink, positions, chunk_ms, kv_scale) -> None:
+             arena_seed, arena_weights, seed, device, save_every, quiet, store, spill, host_mem, pool_slots, device_mem,
+             kv_bits, drive_bw, retrieve_k, sink, positions, chunk_ms, kv_scale) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     from engine.model.registry import model_spec
     from engine.session import Session   # keeps `worldpager --help` fast
@@ -131,7 +132,7 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
                   repeat=repeat, checkpoint=checkpoint, model=model_name, seed=seed, device=device,
                   positions=positions, chunk_ms=chunk_ms, kv_scale=kv_scale,
                   arena_seed=None if arena_seed is None else parse_arena_seed(arena_seed),
-                  arena_weights=arena_weights)
+                  arena_weights=arena_weights, save_every=save_every)
     mem = memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink)
     if mem:
         flags["memory"] = mem
@@ -152,6 +153,35 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
         f"int{cfg.memory.kv_bits} KV, k={cfg.memory.retrieve_k}; log {cfg.log_path}")
     with _abort_on_signals():   # nothing generated yet: stop at once, leaving no empty outputs
         session.load()
+    _run_and_report(session, progress, grid, say)
+
+
+@cli.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def resume(out, quiet) -> None:
+    """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
+    from engine.model.registry import model_spec
+    from engine.session import Session
+    from engine.session_resume import resume_point
+    from worldpager_cli.progress import make_progress
+
+    cfg, sp, notes = resume_point(out)
+    say = (lambda text: None) if quiet else click.echo
+    for note in notes:
+        click.echo(f"worldpager: {note}", err=True)
+    grid = model_spec(cfg).grid
+    progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
+    with _abort_on_signals():
+        session = Session(cfg, on_chunk=progress.update, resume_from=sp)
+        session.load()
+    progress.skip(sp.chunk, sp.facts["frames_total"])
+    say(f"worldpager: resuming {out} at chunk {sp.chunk} of {cfg.chunks} (frame {sp.facts['frames_total']}); "
+        f"log {cfg.log_path}")
+    _run_and_report(session, progress, grid, say)
+
+
+def _run_and_report(session, progress, grid, say) -> None:
     with progress, _stop_on_signals(session):
         result = session.run()
     summary = (f"{result.frames} frames ({result.frames / grid.fps:.1f} s of video) to {result.out} in "

@@ -15,9 +15,14 @@ class BarProgress:
     def __init__(self, total: int, frames_total: int):
         self.total, self.frames_total = total, frames_total
         self.bar: tqdm | None = None
+        self.initial = 0
+
+    def skip(self, chunks: int, frames: int) -> None:
+        """A resumed run starts with ``chunks`` already made."""
+        self.initial = chunks
 
     def __enter__(self):
-        self.bar = tqdm(total=self.total, unit="chunk", dynamic_ncols=True)
+        self.bar = tqdm(total=self.total, initial=self.initial, unit="chunk", dynamic_ncols=True)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -34,6 +39,9 @@ class LineProgress:
     def __init__(self, total: int, frames_total: int):
         self.total, self.frames_total = total, frames_total
         self.every = max(1, total // 20)
+
+    def skip(self, chunks: int, frames: int) -> None:
+        pass
 
     def __enter__(self):
         return self

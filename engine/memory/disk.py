@@ -332,6 +332,14 @@ class DiskTier:
 
     # ---- index ----------------------------------------------------------------------------------
 
+    def forget_from(self, chunk: ChunkId) -> None:
+        """Drop chunks ``chunk`` and later from the index (a run resumed at ``chunk`` makes them
+        again; their old blocks stay in the file, unreferenced)."""
+        with self._lock:
+            for c in [c for c in self._index if c >= chunk]:
+                del self._index[c]
+            self._unsaved += 1
+
     def flush_index(self) -> None:
         """Make every block written so far durable and findable after a crash."""
         with self._index_lock:

@@ -75,7 +75,7 @@ class KVStore:
                  k_slots: int = 3, n_banks: int = 1, dtype: torch.dtype | None = None,
                  readers: int = 2, resume: bool = False, low_water: int = 3,
                  put_timeout_s: float = 120.0, disk_options: dict | None = None,
-                 sync_writeback: bool = False):
+                 sync_writeback: bool = False, resume_before: ChunkId | None = None):
         assert (host_bytes is None) != (n_slots is None), "give exactly one of host_bytes, n_slots"
         self.layout, self.fmt, self.k_slots, self.n_banks = layout, fmt, k_slots, n_banks
         self.device = torch.device(device)
@@ -84,6 +84,8 @@ class KVStore:
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.put_timeout_s = put_timeout_s
         self.sync_writeback = sync_writeback   # baseline: put waits for the write-back it triggers
+        self._resume_before = resume_before    # resumed at this chunk: later chunks are made again
+        resume = resume or resume_before is not None
         if n_slots is None:
             n_slots = pool_slots(host_bytes, process_baseline_bytes(), fmt.slot_bytes)
         self.pool = HostPool(n_slots, fmt.slot_bytes)
@@ -101,6 +103,8 @@ class KVStore:
         self.manager = PlacementManager(n_slots, has_disk=self.disk is not None,
                                         low_water=low_water, slot_bytes=self.fmt.slot_bytes)
         if self.disk is not None and resume:
+            if self._resume_before is not None:
+                self.disk.forget_from(self._resume_before)
             self.manager.register_on_disk(self.disk.chunks())
         self._cond = threading.Condition()
         self._errors: deque[TransferResult] = deque(maxlen=256)
@@ -231,6 +235,23 @@ class KVStore:
                 self._disk_error = result.error   # stop writing; puts fail once the pool is full
             self._retry_deferred()
             self._cond.notify_all()
+
+    def persist_through(self, chunk: ChunkId, timeout: float) -> bool:
+        """Block (the caller's thread, e.g. a save point's) until every chunk before ``chunk`` is on
+        the drive and the drive's index is durable; False on a timeout, a write error or no drive."""
+        if self.disk is None:
+            return False
+        need = set(range(chunk))
+        with self._cond:
+            self._persist_all = True
+            self._kick_writeback()
+            done = self._cond.wait_for(
+                lambda: self._disk_error is not None or need <= self.manager.disk_chunks(), timeout)
+            self._persist_all = False
+            if not done or self._disk_error is not None:
+                return False
+        self.disk.flush_index()
+        return True
 
     # ---- staging --------------------------------------------------------------------------------
 

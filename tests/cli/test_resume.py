@@ -1,0 +1,151 @@
+"""Save points and ``worldpager resume``: a run killed with SIGKILL at any moment, resumed, gives the same
+video frame for frame as a run never interrupted.
+
+Each case generates a reference run, then the same run in a subprocess killed with SIGKILL once its log
+shows a given point (a chunk record: the next chunk's denoise is under way; a save-point record: one
+was just made durable, write-back of later chunks running), then ``worldpager resume``. The resumed MP4
+decodes to exactly the reference's frames, its log has every chunk once, a ``resume`` record and a
+``done`` summary, and at most the chunks since the save point were made again. The memory goes through
+the disk tier (a spill directory, a small host pool), so retrieved chunks come back from the drive after
+the resume. Also: killed before the first save point -> a one-line error; a damaged newest save point
+-> the one before it; a finished run -> a one-line error; a run resumed twice.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from engine.session_save import savepoint_dir
+from engine.telemetry import read_log
+from tests_support import WORLDPAGER
+
+CHUNKS = 12
+ARENA = ["--model", "arena", "--pool-slots", "4", "--save-every", "2"]
+MICRO = ["--model", "micro", "--pool-slots", "4", "--save-every", "2"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _generate(tmp: Path, name: str, args: list[str], chunks: int = CHUNKS) -> subprocess.Popen:
+    return subprocess.Popen(WORLDPAGER + ["generate", *args, "--chunks", str(chunks), "--quiet",
+                                          "--out", str(tmp / f"{name}.mp4"), "--spill", str(tmp / f"{name}.spill")],
+                            cwd=tmp, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _resume(out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(WORLDPAGER + ["resume", str(out), "--quiet"], cwd=out.parent, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _frames(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def _kill_when(proc: subprocess.Popen, log: Path, seen, timeout: float = 120) -> None:
+    """SIGKILL ``proc`` as soon as a record of its log satisfies ``seen``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if log.exists() and any(seen(r) for r in read_log(log)):
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    raise AssertionError(f"{log} never showed the kill point")
+
+
+def _chunk_at_least(n):
+    return lambda r: r.get("type") == "chunk" and r["chunk"] >= n
+
+
+def _savepoint_at_least(n):
+    return lambda r: r.get("type") == "savepoint" and r["chunk"] >= n and "path" in r
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reference")
+    out = {}
+    for name, args in (("arena", ARENA), ("micro", MICRO)):
+        proc = _generate(tmp, name, args)
+        assert proc.wait(timeout=600) == 0, proc.communicate()
+        out[name] = _frames(tmp / f"{name}.mp4")
+    return out
+
+
+def _check_resumed(tmp: Path, name: str, reference_frames) -> dict:
+    out = tmp / f"{name}.mp4"
+    done = _resume(out)
+    assert done.returncode == 0, done.stderr
+    frames = _frames(out)
+    assert len(frames) == len(reference_frames)
+    assert all(np.array_equal(a, b) for a, b in zip(frames, reference_frames)), "resumed frames differ"
+    records = read_log(out.with_suffix(".log.jsonl"))
+    chunks = [r["chunk"] for r in records if r["type"] == "chunk"]
+    assert chunks == list(range(CHUNKS))
+    assert records[0]["type"] == "header" and records[-1]["type"] == "summary"
+    assert records[-1]["status"] == "done" and records[-1]["chunks"] == CHUNKS
+    return next(r for r in records if r["type"] == "resume")
+
+
+@pytest.mark.parametrize("model, point, seen", [
+    ("arena", "denoise of chunk 4", _chunk_at_least(3)),
+    ("arena", "just after save point 6", _savepoint_at_least(6)),
+    ("arena", "denoise of chunk 10", _chunk_at_least(9)),
+    ("micro", "denoise of chunk 6", _chunk_at_least(5)),
+])
+def test_killed_and_resumed_equals_uninterrupted(tmp_path, reference, model, point, seen):
+    proc = _generate(tmp_path, model, ARENA if model == "arena" else MICRO)
+    log = tmp_path / f"{model}.log.jsonl"
+    _kill_when(proc, log, seen)
+    last_chunk = max(r["chunk"] for r in read_log(log) if r["type"] == "chunk")
+    resume = _check_resumed(tmp_path, model, reference[model])
+    assert 0 < resume["chunk"] <= last_chunk + 1
+    assert last_chunk + 1 - resume["chunk"] <= 2 + 1, "more chunks redone than since the save point"
+
+
+def test_killed_twice(tmp_path, reference):
+    proc = _generate(tmp_path, "arena", ARENA)
+    log = tmp_path / "arena.log.jsonl"
+    _kill_when(proc, log, _chunk_at_least(4))
+    second = subprocess.Popen(WORLDPAGER + ["resume", str(tmp_path / "arena.mp4"), "--quiet"], cwd=tmp_path,
+                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _kill_when(second, log, _chunk_at_least(8))
+    _check_resumed(tmp_path, "arena", reference["arena"])
+
+
+def test_damaged_newest_save_point_falls_back(tmp_path, reference):
+    proc = _generate(tmp_path, "arena", ARENA)
+    log = tmp_path / "arena.log.jsonl"
+    _kill_when(proc, log, _savepoint_at_least(8))
+    newest = sorted(savepoint_dir(tmp_path / "arena.mp4").glob("savepoint-*.wps"))[-1]
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    resume = _check_resumed(tmp_path, "arena", reference["arena"])
+    assert resume["chunk"] < 8
+
+
+def test_nothing_to_resume_is_a_one_line_error(tmp_path):
+    proc = _generate(tmp_path, "arena", ARENA)
+    _kill_when(proc, tmp_path / "arena.log.jsonl", _chunk_at_least(0))
+    done = _resume(tmp_path / "arena.mp4")
+    if (savepoint_dir(tmp_path / "arena.mp4")).exists() and any(savepoint_dir(tmp_path / "arena.mp4").iterdir()):
+        pytest.skip("the run reached its first save point before the kill")
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no save point" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_a_finished_run_is_not_resumed(tmp_path):
+    proc = _generate(tmp_path, "arena", ARENA, chunks=3)
+    assert proc.wait(timeout=300) == 0
+    done = _resume(tmp_path / "arena.mp4")
+    assert done.returncode == 1 and "finished" in done.stderr and "Traceback" not in done.stderr
