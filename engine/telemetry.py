@@ -2,7 +2,9 @@
 
 Owns the log's schema, its writer and its reader. Line 1 is ``{"type": "header", ...}`` with the
 resolved config, the model facts and the writer (``pid``, ``host``); then one ``{"type": "chunk", ...}``
-record per chunk; the last line is ``{"type": "summary", ...}`` with totals and percentiles. Every line
+record per chunk; the last line is ``{"type": "summary", ...}`` with totals and percentiles. Between
+them: ``savepoint`` records (a save point made durable: chunk, bytes, write and wait ms), ``note``s,
+and, in a resumed run's log, a ``resume`` record naming the chunk it went on from and its writer. Every line
 is flushed when written, so ``worldpager tail`` (and ``tail -f``) sees it at once, and a killed run
 loses at most the summary.
 
@@ -121,11 +123,18 @@ class SessionLog:
             raise InputError(f"cannot continue log {self.path}: {exc}") from None
         if not records or records[0].get("type") != "header":
             raise InputError(f"log {self.path} does not start with a header: cannot continue it")
+        def before(r: dict) -> bool:   # a save point at c was made before chunk c began
+            c = r.get("chunk")
+            if not isinstance(c, int):
+                return False
+            return c <= chunk if r["type"] == "savepoint" else c < chunk
         return [r for r in records if r.get("type") == "header"
-                or (r.get("type") in ("chunk", "savepoint", "resume") and r.get("chunk", chunk) < chunk)]
+                or (r.get("type") in ("chunk", "savepoint", "resume") and before(r))]
 
     def record(self, kind: str, **fields: Any) -> None:
-        """A line of another type (``savepoint``, ``resume``)."""
+        """A line of another type (``savepoint``, ``note``; ``resume`` also names its writer)."""
+        if kind == "resume":
+            fields = {"pid": os.getpid(), "host": socket.gethostname(), **fields}
         self._write({"type": kind, **fields})
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -299,7 +308,7 @@ class LogFollower:
         problem = check_record(record)
         if problem is not None:
             raise InputError(f"{where} is damaged: {problem}")
-        if record["type"] == "header":
+        if record["type"] in ("header", "resume"):   # a resumed run writes on from another process
             self.writer = {k: record.get(k) for k in ("pid", "host", "started")}
         return record
 

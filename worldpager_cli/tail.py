@@ -83,6 +83,13 @@ def tail(log: Path, follow: bool, idle_timeout: float | None) -> None:
             click.echo(chunk_line(record, fps))
         elif kind == "summary":
             click.echo(summary_line(record))
+        elif kind == "resume":
+            click.echo(f"resumed at chunk {record.get('chunk')} (frame {record.get('frames_total')})")
+        elif kind == "savepoint" and isinstance(record.get("bytes"), int):
+            click.echo(f"save point before chunk {record.get('chunk')}: "
+                       + (f"{record['bytes'] / 2**20:.1f} MiB" if "path" in record else f"failed: {record.get('error')}"))
+        elif kind == "note":
+            click.echo(f"note: {record.get('text')}")
     if follower.ended != "summary":
         click.echo(unfinished_line(follower, idle_timeout), err=True)
         raise SystemExit(EXIT_UNFINISHED)

@@ -149,3 +149,18 @@ def test_a_finished_run_is_not_resumed(tmp_path):
     assert proc.wait(timeout=300) == 0
     done = _resume(tmp_path / "arena.mp4")
     assert done.returncode == 1 and "finished" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_stop_on_sigterm_saves_so_nothing_is_redone(tmp_path, reference):
+    args = [a if a != "2" else "100" for a in ARENA]           # no save point but the one at the stop
+    proc = _generate(tmp_path, "arena", args)
+    log = tmp_path / "arena.log.jsonl"
+    deadline = time.time() + 120
+    while not (log.exists() and any(_chunk_at_least(4)(r) for r in read_log(log))):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 130
+    made = sum(r["type"] == "chunk" for r in read_log(log))
+    resume = _check_resumed(tmp_path, "arena", reference["arena"])
+    assert resume["chunk"] == made

@@ -5,8 +5,9 @@ whose message is one line naming the file — never another exception type, neve
 packaged files (``trajectories/``, ``presets/``, a session log) with bytes, lines, numbers and value
 types mutated, documents generated from each format's own keys, and random bytes.
 
-Hangs: every example runs under Hypothesis's deadline and a wall-clock guard (``SIGALRM``) that stops it
-with an exception no parser catches. Examples are derandomised (the same inputs on every run, no
+Hangs: every example runs under a wall-clock guard (``SIGALRM``, far above any parse's time) that stops
+it with an exception no parser catches; there is no per-example deadline (a loaded machine made the
+5 s one fail on an ordinary preset). Examples are derandomised (the same inputs on every run, no
 example database); ``WORLDPAGER_FUZZ_EXAMPLES=N`` runs N random examples per test instead, to look
 further. Every crash fuzzing has found is kept as an ``@example`` regression.
 """
@@ -19,7 +20,6 @@ import re
 import shutil
 import signal
 import tempfile
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +46,7 @@ _RANDOM_EXAMPLES = int(os.environ.get("WORLDPAGER_FUZZ_EXAMPLES", "0"))
 def fuzz(examples: int):
     """Settings of one fuzz test: ``examples`` derandomised examples (or the environment's random ones)."""
     return settings(max_examples=_RANDOM_EXAMPLES or examples, derandomize=not _RANDOM_EXAMPLES,
-                    database=None, deadline=timedelta(seconds=5), print_blob=True,
+                    database=None, deadline=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
 
