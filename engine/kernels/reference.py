@@ -23,10 +23,13 @@ Error bound (per element, fp32 output, |x| ≤ 65504): ``|x - dq(q(x))| ≤ scal
 + qmax·|scale - (mx - mn)/qmax| + a few fp32 ulps`` — the last two terms are the fp16 rounding of the
 group's metadata, which the clamp can turn into error at the ends of the range.
 
-Public functions write into caller-given tensors; nothing here allocates outputs. Their [T, C] working
-tensors (fp32 differences, unpacked codes) are per-thread buffers kept between calls (``_work``): the
-quantiser runs for every layer of every chunk, and a fresh multi-MiB temporary each time is host memory
-churn (page faults once the allocator maps large blocks, DESIGN §3) that this reuse removes.
+Public functions write into caller-given tensors; nothing here allocates outputs. Their working tensors
+(fp32 differences, unpacked codes, group min/max, scales and zeros widened to fp32) are per-thread
+buffers kept between calls (``_work``), and scale/zero are computed straight into the caller's fp16
+tensors: the quantiser runs for every layer of every chunk, and fresh temporaries each time are host
+memory churn (page faults when the allocator maps them, heap fragmentation when it does not, DESIGN §3)
+that this reuse removes. ``key_scale_zero``, ``value_scale_zero`` and ``scale_zero_from_range`` return new
+tensors (tests, one-offs).
 """
 from __future__ import annotations
 
@@ -102,15 +105,35 @@ def unpack_codes(packed: torch.Tensor, bits: int, out: torch.Tensor | None = Non
 # ---------------------------------------------------------------------------------------------
 # Scales and codes.
 
-def scale_zero_from_range(mn: torch.Tensor, mx: torch.Tensor, bits: int
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 group min/max → fp16 (scale, zero) exactly as the contract states."""
-    qmax = float(2 ** bits - 1)
+def _f32(t: torch.Tensor, name: str) -> torch.Tensor:
+    """``t`` as fp32: itself when it already is, else widened (exactly) into working buffer ``name``.
+
+    Not ``t.float()``: a mixed-dtype CPU op widens its inputs into fresh temporaries on every call."""
+    if t.dtype == torch.float32:
+        return t
+    return _work(name, tuple(t.shape), torch.float32, t.device).copy_(t)
+
+
+def scale_zero_into(mn: torch.Tensor, mx: torch.Tensor, bits: int, scale: torch.Tensor,
+                    zero: torch.Tensor) -> None:
+    """fp32 group min/max → fp16 ``scale``/``zero`` exactly as the contract states (``mn``/``mx`` are
+    overwritten: they are the caller's working buffers)."""
+    qmax = _work("qmax", tuple(mn.shape), torch.float32, mn.device).fill_(float(2 ** bits - 1))
     # Divide by a full tensor, not a Python scalar: CUDA turns scalar division into a multiply by the
     # reciprocal, which is not the IEEE quotient the Triton kernels compute.
-    scale = torch.div(mx - mn, torch.full_like(mn, qmax)).clamp_(max=FP16_MAX).to(torch.float16)
-    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
-    zero = mn.clamp(-FP16_MAX, FP16_MAX).to(torch.float16)
+    rng = torch.sub(mx, mn, out=mx).div_(qmax).clamp_(max=FP16_MAX)
+    scale.copy_(rng)   # the one rounding to fp16, as .to(torch.float16)
+    is_zero = torch.eq(scale, 0, out=_work("is0", tuple(scale.shape), torch.bool, scale.device))
+    scale.masked_fill_(is_zero, 1.0)
+    zero.copy_(mn.clamp_(-FP16_MAX, FP16_MAX))
+
+
+def scale_zero_from_range(mn: torch.Tensor, mx: torch.Tensor, bits: int
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 group min/max → new fp16 (scale, zero) (tests, one-offs; ``mn``/``mx`` are left as they are)."""
+    scale = torch.empty(mn.shape, dtype=torch.float16, device=mn.device)
+    zero = torch.empty_like(scale)
+    scale_zero_into(mn.clone(), mx.clone(), bits, scale, zero)
     return scale, zero
 
 
@@ -118,8 +141,9 @@ def encode(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
            out: torch.Tensor | None = None) -> torch.Tensor:
     """Unpacked uint8 codes of ``x`` given broadcastable fp16 ``scale``/``zero`` (into ``out``, shaped
     like ``x``, when given)."""
-    y = torch.sub(x.float(), zero.float(), out=_work("encode", tuple(x.shape), torch.float32, x.device))
-    y.div_(scale.float())
+    y = _work("encode", tuple(x.shape), torch.float32, x.device)
+    torch.sub(_f32(x, "widen"), _f32(zero, "zero32"), out=y)
+    y.div_(_f32(scale, "scale32"))
     # Clamp before rounding: equal to rounding then clamping (integers are fixed points), and it keeps
     # out-of-range values finite before the uint8 cast.
     y.clamp_(0, 2 ** bits - 1).round_()   # torch.round: half to even
@@ -133,11 +157,22 @@ def _check_rows(x: torch.Tensor) -> None:
         f"want a [T, C] row matrix with unit channel stride, got {tuple(x.shape)} strides {x.stride()}")
 
 
+def _range_into(x: torch.Tensor, dim: int, scale: torch.Tensor, zero: torch.Tensor, bits: int) -> None:
+    """Per-group fp16 scale/zero of ``x`` reduced over ``dim`` (min/max in this thread's buffers)."""
+    shape = tuple(scale.shape)
+    mn = _work("min", shape, torch.float32, x.device)
+    mx = _work("max", shape, torch.float32, x.device)
+    torch.aminmax(_f32(x, "widen"), dim=dim, out=(mn, mx))
+    scale_zero_into(mn, mx, bits, scale, zero)
+
+
 def key_scale_zero(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-channel fp16 scale/zero ``[C]`` of a ``[T, C]`` key matrix."""
     _check_rows(x)
-    mn, mx = torch.aminmax(x.float(), dim=0)
-    return scale_zero_from_range(mn, mx, bits)
+    scale = torch.empty(x.shape[1], dtype=torch.float16, device=x.device)  # [C]
+    zero = torch.empty_like(scale)
+    _range_into(x, 0, scale, zero, bits)
+    return scale, zero
 
 
 def value_scale_zero(x: torch.Tensor, bits: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,8 +180,10 @@ def value_scale_zero(x: torch.Tensor, bits: int, group: int) -> tuple[torch.Tens
     _check_rows(x)
     t, c = x.shape
     assert c % group == 0, f"{c} channels do not split into groups of {group}"
-    mn, mx = torch.aminmax(x.float().reshape(t, c // group, group), dim=-1)
-    return scale_zero_from_range(mn, mx, bits)
+    scale = torch.empty((t, c // group), dtype=torch.float16, device=x.device)  # [T, NG]
+    zero = torch.empty_like(scale)
+    _range_into(x.reshape(t, c // group, group), -1, scale, zero, bits)
+    return scale, zero
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,23 +192,21 @@ def value_scale_zero(x: torch.Tensor, bits: int, group: int) -> tuple[torch.Tens
 def quantize_keys(x: torch.Tensor, bits: int, codes: torch.Tensor, scale: torch.Tensor,
                   zero: torch.Tensor) -> None:
     """``x [T, C]`` → ``codes uint8 [T, C*bits/8]``, ``scale``/``zero`` fp16 ``[C]``."""
-    s, z = key_scale_zero(x, bits)
-    scale.copy_(s)
-    zero.copy_(z)
-    q = encode(x, s, z, bits, out=_work("codes", tuple(x.shape), torch.uint8, x.device))  # [T, C]
+    _check_rows(x)
+    _range_into(x, 0, scale, zero, bits)
+    q = encode(x, scale, zero, bits, out=_work("codes", tuple(x.shape), torch.uint8, x.device))  # [T, C]
     pack_codes(q, bits, out=codes)
 
 
 def quantize_values(x: torch.Tensor, bits: int, group: int, codes: torch.Tensor,
                     scale: torch.Tensor, zero: torch.Tensor) -> None:
     """``x [T, C]`` → ``codes uint8 [T, C*bits/8]``, ``scale``/``zero`` fp16 ``[T, C/group]``."""
+    _check_rows(x)
     t, c = x.shape
-    s, z = value_scale_zero(x, bits, group)
-    scale.copy_(s)
-    zero.copy_(z)
     grouped = x.reshape(t, c // group, group)  # [T, NG, G]
+    _range_into(grouped, -1, scale, zero, bits)
     q = _work("codes", (t, c // group, group), torch.uint8, x.device)
-    encode(grouped, s.unsqueeze(-1), z.unsqueeze(-1), bits, out=q)
+    encode(grouped, scale.unsqueeze(-1), zero.unsqueeze(-1), bits, out=q)
     pack_codes(q.view(t, c), bits, out=codes)
 
 
@@ -180,10 +215,11 @@ def _decode_into(codes3: torch.Tensor, scale3: torch.Tensor, zero3: torch.Tensor
     """``out3 = codes3 * scale3 + zero3`` in fp32, rounded once to ``out3.dtype``.
 
     The codes are widened by a copy into the fp32 result itself (exact): a uint8 x fp32 product would
-    make the CPU widen them into a temporary of its own on every call."""
+    make the CPU widen them into a temporary of its own on every call; the fp16 scale/zero are widened
+    into this thread's buffers for the same reason."""
     acc = out3 if out3.dtype == torch.float32 else _work("decode", tuple(out3.shape), torch.float32, out3.device)
     acc.copy_(codes3)
-    acc.mul_(scale3.float()).add_(zero3.float())  # exact product, so mul-then-add == fma
+    acc.mul_(_f32(scale3, "scale32")).add_(_f32(zero3, "zero32"))  # exact product, so mul-then-add == fma
     if acc is not out3:
         out3.copy_(acc)   # the one rounding to bf16/fp16
 

@@ -1,18 +1,28 @@
 """Pin the C allocator's thresholds so that host memory stays constant from the first chunks.
 
 Contract. ``pin_allocator()`` sets glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` to
-``THRESHOLD_BYTES`` (128 KiB) through ``mallopt``, once per process, and returns an ``AllocatorPin``
+``THRESHOLD_BYTES`` (480 KiB) through ``mallopt``, once per process, and returns an ``AllocatorPin``
 saying whether it applied and why not. Elsewhere (musl, macOS, Windows) it does nothing and says so.
 
-Why. glibc starts with a *dynamic* mmap threshold: each time a block served by ``mmap`` is freed, the
-threshold rises to that block's size (up to 32 MiB). After the first chunk, the per-chunk working
-buffers of a few MiB (the quantiser's scratch, the video frames, the attention's temporaries) are
-therefore carved out of the heaps (one arena per thread) instead of being mapped and unmapped, and the
-freed holes between longer-lived blocks keep those heaps' pages resident: measured, a 3000-chunk
-synthetic session grew from 0.77 GiB over its first 250 chunks to 1.06 GiB by chunk 1000 (+38 %), then
-stayed flat. That is fragmentation, not a leak; the same run with the thresholds fixed at 128 KiB
-(``MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=131072``) stays within 0.3 %. Setting either
-threshold explicitly also turns the dynamic adjustment off, which is what keeps it fixed.
+Why fixed. glibc starts with a *dynamic* mmap threshold: each time a block served by ``mmap`` is freed,
+the threshold rises to that block's size (up to 32 MiB). After the first chunk, per-chunk working
+buffers of a few MiB are then carved out of the heaps (one arena per thread) instead of being mapped and
+unmapped, and the freed holes between longer-lived blocks keep those heaps' pages resident: measured, a
+3000-chunk synthetic session grew from 0.77 GiB over its first 250 chunks to 1.06 GiB by chunk 1000
+(+38 %), then stayed flat. That is fragmentation, not a leak. Setting either threshold explicitly
+turns the dynamic adjustment off, which is what keeps it fixed.
+
+Why 480 KiB. The threshold trades speed against flatness. Below it, every temporary is mapped, page
+faulted and unmapped per operation: at 128 KiB a CPU model pays that on most of its activations (the
+arena model's forward, 150 chunks on 2 shared cores: 61-65 ms a chunk at 128 KiB, 43 ms at 480 KiB,
+41 ms at 4 MiB). Above it, a temporary made per chunk comes from the heap and fragments it. The store
+itself makes none (quantiser, disk I/O and staging write into buffers made once:
+``tests/memory/test_hot_path_buffers.py``), but a synthetic session still makes its frames per chunk
+outside the store: the model's decode (fp32 [12, 3, 44, 80], 495 KiB) and the video writer's conversion
+of them (five more of 495 KiB). ``bench memory`` (520 chunks, KV scale 0.034, 16 pool slots), drift of
+the 100-chunk RSS medians: 256 KiB 0.30 %, 480 KiB 0.45-0.60 %, 512 KiB 1.9-5.9 %, 1 MiB 8.3 %,
+2 MiB 9.8 %, 4 MiB 2.6-3.5 %. With the frames path making its buffers once (tried by patching it),
+4 MiB measured 0.44 %: that is the threshold to move to then.
 
 ``WORLDPAGER_MALLOC=default`` leaves the allocator as the C library configured it (no ``mallopt``
 call): the switch exists to show the growth above, e.g. in ``tests/memory/test_rss_flat.py``.
@@ -26,7 +36,7 @@ from dataclasses import asdict, dataclass
 
 from engine.errors import ConfigError
 
-THRESHOLD_BYTES = 128 * 1024
+THRESHOLD_BYTES = 480 * 1024   # just under the synthetic session's 495 KiB per-chunk frames (see above)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3    # from glibc's <malloc.h>
 ENV_VAR = "WORLDPAGER_MALLOC"                  # "pinned" (default) or "default"
 

@@ -10,7 +10,8 @@ tensor (a host-pool slot) with ``os.pwritev`` / ``os.preadv`` on a memoryview of
 Integrity. Each block's crc32 is kept in the index and checked on every read; a mismatch (or a short
 read) raises ``CorruptBlockError``, so a bad block becomes a failed read, never data. For a block of
 more than one piece the crc runs on a helper thread while the drive moves the bytes (on reads it
-follows the pieces as they land), so it costs no I/O time unless the CPU is the slower. The index
+follows the pieces as they land), so it costs no I/O time unless the CPU is the slower; each I/O thread
+makes its helper once and keeps it (no thread start per block). The index
 (JSON: chunk -> offset, length, crc, format) is written atomically — data fdatasync'ed first, then a
 temp file, fdatasync, rename, directory fsync — every ``index_every`` writes and on ``close()``, so a
 session can be resumed after a crash with ``resume=True`` (blocks written after the last index write
@@ -61,43 +62,63 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class _CrcHelper:
+    """A daemon thread that checksums pieces for one I/O thread; made on that thread's first multi-piece
+    block and kept, so that a block costs no thread start (one per reader and writer thread)."""
+
+    _local = threading.local()
+
+    def __init__(self) -> None:
+        self.pieces: queue.SimpleQueue = queue.SimpleQueue()   # memoryview pieces, None ends a block
+        self.results: queue.SimpleQueue = queue.SimpleQueue()  # (crc, error) per block
+        threading.Thread(target=self._run, name="wp-crc", daemon=True).start()
+
+    @classmethod
+    def for_this_thread(cls) -> "_CrcHelper":
+        helper = getattr(cls._local, "helper", None)
+        if helper is None:
+            helper = cls._local.helper = cls()
+        return helper
+
+    def _run(self) -> None:
+        crc, error = 0, None
+        while True:
+            piece = self.pieces.get()
+            if piece is None:
+                self.results.put((crc, error))
+                crc, error = 0, None
+            elif error is None:
+                try:
+                    crc = zlib.crc32(piece, crc)
+                except Exception as exc:   # handed to the caller with the block's result, never lost
+                    error = exc
+
+
 class _Crc:
-    """crc32 of a buffer fed piece by piece; ``threaded``: computed on its own thread meanwhile.
+    """crc32 of a buffer fed piece by piece; ``threaded``: computed on this thread's helper meanwhile.
 
     zlib.crc32 and os.preadv/pwritev all release the GIL, so the checksum and the drive run at once.
     """
 
     def __init__(self, threaded: bool) -> None:
         self._crc = 0
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        if threaded:
-            self._pieces: queue.SimpleQueue = queue.SimpleQueue()
-            self._thread = threading.Thread(target=self._run, name="wp-crc", daemon=True)
-            self._thread.start()
+        self._helper = _CrcHelper.for_this_thread() if threaded else None
 
     def feed(self, piece: memoryview) -> None:
-        if self._thread is None:
+        if self._helper is None:
             self._crc = zlib.crc32(piece, self._crc)
         else:
-            self._pieces.put(piece)
+            self._helper.pieces.put(piece)
 
     def result(self) -> int:
         """Wait for every fed piece; the crc32 of them all, in feeding order."""
-        if self._thread is not None:
-            self._pieces.put(None)
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            raise self._error
+        if self._helper is not None:
+            self._helper.pieces.put(None)
+            self._crc, error = self._helper.results.get()
+            self._helper = None
+            if error is not None:
+                raise error
         return self._crc
-
-    def _run(self) -> None:
-        try:
-            while (piece := self._pieces.get()) is not None:
-                self._crc = zlib.crc32(piece, self._crc)
-        except Exception as exc:   # handed to the caller by result(), never lost with the thread
-            self._error = exc
 
 
 class DiskTier:

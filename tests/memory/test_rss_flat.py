@@ -1,14 +1,18 @@
 """Host memory is constant from the first chunks (DESIGN §3): a long session's RSS does not creep.
 
 A synthetic session (real KV bytes at 1 MG2 layer, a 16-chunk pool, the disk tier, no device time, so
-the store's per-chunk allocations come as fast as they can) in a fresh process; per-chunk RSS from its
-log as medians of 100-chunk blocks after a 20-chunk warm-up (``engine.bench_memory.rss_blocks``); every
-block stays within 1 % of the first.
+chunks, and whatever each allocates, come as fast as they can) in a fresh process; per-chunk RSS from
+its log as medians of 100-chunk blocks after a 20-chunk warm-up (``engine.bench_memory.rss_blocks``);
+every block stays within 1 % of the first. With the allocator pinned at 480 KiB the medians were 632.7,
+633.2, 633.3, 635.6 and 635.6 MiB on the development machine (+0.45 %; the step after chunk 340 is the
+keys' first re-rotation past the model's horizon).
 
 Without the allocator pinning (glibc's dynamic mmap threshold) the same session creeps: its block
 medians were 667, 716, 764, 829 and 979 MiB on the development machine (+47 %; the original report:
 +38 % by chunk 1000). To see it fail that way: ``WORLDPAGER_MALLOC=default pytest
-tests/memory/test_rss_flat.py`` (the switch is inherited by the session's process).
+tests/memory/test_rss_flat.py`` (the switch is inherited by the session's process). Pinned too high,
+it creeps as well (4 MiB: 637, 640, 645, 653 and 653 MiB, +2.6 %), because the frames that the session
+makes per chunk then come from the heap (``engine.memory.allocator``).
 """
 from __future__ import annotations
 
