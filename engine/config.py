@@ -345,6 +345,7 @@ class SessionConfig:
     arena_seed: int = DEFAULT_ARENA_SEED  # arena model only: which procedural world
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
     save_every: int | None = None      # save point every N chunks; None = about every 30 s of wall time; 0 = none
+    keep_savepoints: int = 2           # newest save points kept (each is a chunk a run can be resumed or forked at)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
@@ -363,6 +364,8 @@ class SessionConfig:
             (self.chunks >= 1, f"chunks must be at least 1, got {self.chunks}"),
             (self.save_every is None or self.save_every >= 0,
              f"--save-every (save_every) must be a number of chunks >= 0, got {self.save_every}"),
+            (self.keep_savepoints >= 1,
+             f"--keep-savepoints (keep_savepoints) must be at least 1, got {self.keep_savepoints}"),
             (self.repeat in ("loop", "pingpong"), f"repeat must be loop or pingpong, got {self.repeat!r}"),
             (self.positions in POSITION_MODES, f"positions must be one of {', '.join(POSITION_MODES)}, got {self.positions!r}"),
             (self.memory.store in STORE_MODES, f"store must be one of {', '.join(STORE_MODES)}, got {self.memory.store!r}"),

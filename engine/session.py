@@ -44,6 +44,7 @@ from engine.positions import Rerotation
 from engine.preflight import Budget, check_memory, check_output_paths, device_budget, host_budget
 from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.savepoint import SavePoint
+from engine.session_fork import Fork, base_layers
 from engine.session_memory import SessionMemory
 from engine.session_save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.telemetry import SessionLog, available_memory, process_rss
@@ -82,9 +83,10 @@ class Session:
 
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None,
                  on_output: Callable[[int, torch.Tensor], None] | None = None,
-                 resume_from: SavePoint | None = None):
+                 resume_from: SavePoint | None = None, fork_of: Fork | None = None):
         """``resume_from``: continue the run that wrote this save point (``engine.session_resume``):
-        its MP4 and log are continued, not created."""
+        its MP4 and log are continued, not created. With ``fork_of``, ``resume_from`` is the parent's
+        save point and the MP4 and log are the branch's copies of the parent's (``engine.session_fork``)."""
         # First, before anything sizable is allocated: fixed malloc thresholds keep RSS flat (DESIGN §3).
         self.allocator = pin_allocator()
         self.cfg = cfg
@@ -109,6 +111,7 @@ class Session:
         # Opened now, before the (slow) load, so a bad output path fails first; the factory checks
         # that the built model's frame size and grid are the ones promised here.
         self.resume_from = resume_from
+        self.fork_of = fork_of
         self.log: SessionLog | None = None
         if resume_from is not None:
             frames = resume_from.facts["frames_total"]
@@ -166,11 +169,16 @@ class Session:
                                    device=self.device)
             retriever = Retriever(model.camera_poses(), model.grid,
                                   predictor=PREDICTORS[self.cfg.memory.predictor]())
+            reopened = self.resume_from is not None and self.fork_of is None   # its own spill directory
             memory = SessionMemory(self.cfg, model.layout, ctx, retriever, self.device, self.dtype,
                                    rerotation=Rerotation.for_session(self.cfg, model),
-                                   resume_before=None if self.resume_from is None else self.resume_from.chunk)
+                                   resume_before=self.resume_from.chunk if reopened else None,
+                                   base_layers=base_layers(self.resume_from, self.fork_of))
             if self.resume_from is None:
                 self._header(memory.host_baseline_bytes)
+            elif self.fork_of is not None:
+                self._header_written = True
+                self.log.record("fork", **self.fork_of.record(), started=time.time())
             else:
                 self._header_written = True
                 self.log.record("resume", chunk=self.resume_from.chunk,
@@ -223,7 +231,7 @@ class Session:
         if why_not is not None:
             self.log.record("note", text=f"no save points: {why_not}")
             return None
-        return SavePointWriter(savepoint_dir(self.cfg.out), durable=memory.durable)
+        return SavePointWriter(savepoint_dir(self.cfg.out), durable=memory.durable, keep=self.cfg.keep_savepoints)
 
     @torch.no_grad()
     def _loop(self, ctx: AttentionContext, memory: SessionMemory) -> tuple[int, int]:

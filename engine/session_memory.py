@@ -77,7 +77,10 @@ class SessionMemory:
 
     def __init__(self, cfg: SessionConfig, layout: KVLayout, ctx: AttentionContext, retriever,
                  device: torch.device, dtype: torch.dtype, *, rerotation: Rerotation | None = None,
-                 clock: Callable[[], float] = time.perf_counter, resume_before: int | None = None):
+                 clock: Callable[[], float] = time.perf_counter, resume_before: int | None = None,
+                 base_layers: list[tuple[str, int]] = ()):
+        """``base_layers``: a forked run's read-only spill directories and the chunk each serves below
+        (``engine.session_fork``); they go into every save point, so that a resumed branch finds them."""
         self.mode = cfg.memory.store
         self._staged: list[int] = []       # the set staged for the next chunk (a save point keeps it)
         self._wait_staged = False
@@ -89,6 +92,7 @@ class SessionMemory:
         self._last_counters: dict = {}
         self.rerotation = rerotation
         self.host_baseline_bytes: int | None = None   # process RSS the host pool was sized from
+        self.base_layers = [(str(d), int(before)) for d, before in base_layers]
         if self.mode == "window":
             return
         if self.mode == "device-only":
@@ -100,7 +104,8 @@ class SessionMemory:
         self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes, device, dtype),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
                              k_slots=max(self.k, 1), dtype=dtype,
-                             sync_writeback=cfg.memory.writeback == "sync", resume_before=resume_before)
+                             sync_writeback=cfg.memory.writeback == "sync", resume_before=resume_before,
+                             base_layers=self.base_layers)
 
     # ---- save points (engine.session_save) ----------------------------------------------------------
 
@@ -122,6 +127,8 @@ class SessionMemory:
         facts = {"mode": self.mode, "slots": list(self.slots.chunk_in), "staged": list(self._staged)}
         if self.rerotation is not None:
             facts["rerotation"] = self.rerotation.state_facts()
+        if self.base_layers:
+            facts["base"] = [{"spill": d, "before": before} for d, before in self.base_layers]
         return facts
 
     def state_tensors(self) -> dict[str, torch.Tensor]:

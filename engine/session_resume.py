@@ -21,17 +21,17 @@ from engine.session_save import config_digest, savepoint_dir
 from engine.telemetry import read_log
 
 
-def run_config(out: Path) -> SessionConfig:
-    """The resolved config of the run that writes ``out``."""
+def run_config(out: Path, doing: str = "resume") -> SessionConfig:
+    """The resolved config of the run that writes ``out`` (``doing``: what the errors say cannot be done)."""
     path = Path(out).with_suffix(".config.json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"cannot resume {out}: its config {path} is missing (was it made by worldpager generate?)") from None
+        raise InputError(f"cannot {doing} {out}: its config {path} is missing (was it made by worldpager generate?)") from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot resume {out}: unreadable config {path} ({exc})") from None
+        raise InputError(f"cannot {doing} {out}: unreadable config {path} ({exc})") from None
     if not isinstance(data, dict):
-        raise InputError(f"cannot resume {out}: {path} is not a config")
+        raise InputError(f"cannot {doing} {out}: {path} is not a config")
     data["out"] = str(out)
     return resolve_session_config(None, data)
 

@@ -17,7 +17,8 @@ Owns the session's side of crash survival (the file format is ``engine.savepoint
   One save point is in flight at a time; a boundary reached while one is still being written is skipped.
 * **Back.** ``restore`` puts everything back into a freshly built model, context and memory.
 
-Save points live in ``<out>.save/`` (two kept): they belong to the video they continue.
+Save points live in ``<out>.save/`` (the newest ``keep_savepoints``, default two, are kept): they belong
+to the video they continue, and a run can be resumed or forked (``engine.session_fork``) at any of them.
 """
 from __future__ import annotations
 
@@ -43,9 +44,10 @@ def savepoint_dir(out: Path) -> Path:
 
 
 def config_digest(cfg: SessionConfig) -> str:
-    """What must not change between a run and its resumption (the output paths may)."""
+    """What must not change between a run and its resumption (the output paths and how many save
+    points are kept may)."""
     data = config_to_json(cfg)
-    for name in ("out", "log"):
+    for name in ("out", "log", "keep_savepoints"):
         data.pop(name, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -4,7 +4,8 @@ Owns the log's schema, its writer and its reader. Line 1 is ``{"type": "header",
 resolved config, the model facts and the writer (``pid``, ``host``); then one ``{"type": "chunk", ...}``
 record per chunk; the last line is ``{"type": "summary", ...}`` with totals and percentiles. Between
 them: ``savepoint`` records (a save point made durable: chunk, bytes, write and wait ms), ``note``s,
-and, in a resumed run's log, a ``resume`` record naming the chunk it went on from and its writer. Every line
+and, in a resumed run's log, a ``resume`` record naming the chunk it went on from and its writer (in a
+branch's log, which starts as a copy of its parent's, a ``fork`` record: parent, chunk, writer). Every line
 is flushed when written, so ``worldpager tail`` (and ``tail -f``) sees it at once, and a killed run
 loses at most the summary.
 
@@ -129,11 +130,11 @@ class SessionLog:
                 return False
             return c <= chunk if r["type"] == "savepoint" else c < chunk
         return [r for r in records if r.get("type") == "header"
-                or (r.get("type") in ("chunk", "savepoint", "resume") and before(r))]
+                or (r.get("type") in ("chunk", "savepoint", "resume", "fork") and before(r))]
 
     def record(self, kind: str, **fields: Any) -> None:
-        """A line of another type (``savepoint``, ``note``; ``resume`` also names its writer)."""
-        if kind == "resume":
+        """A line of another type (``savepoint``, ``note``; ``resume`` and ``fork`` also name their writer)."""
+        if kind in ("resume", "fork"):
             fields = {"pid": os.getpid(), "host": socket.gethostname(), **fields}
         self._write({"type": kind, **fields})
 
@@ -308,7 +309,7 @@ class LogFollower:
         problem = check_record(record)
         if problem is not None:
             raise InputError(f"{where} is damaged: {problem}")
-        if record["type"] in ("header", "resume"):   # a resumed run writes on from another process
+        if record["type"] in ("header", "resume", "fork"):   # a resumed run or a branch writes on from another process
             self.writer = {k: record.get(k) for k in ("pid", "host", "started")}
         return record
 

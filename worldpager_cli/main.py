@@ -118,10 +118,11 @@ def memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_
 @click.option("--seed", type=int, help="Seed of the noise. Default: 0.")
 @click.option("--device", help="auto, cpu, cuda or cuda:N. Default: auto.")
 @click.option("--save-every", type=int, help="Save point every N chunks (0: none). Default: about every 30 s of wall time.")
+@click.option("--keep-savepoints", type=int, help="Newest save points kept (where the run can be resumed or forked). Default: 2.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @memory_options
 def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minutes, checkpoint, model_name,
-             arena_seed, arena_weights, seed, device, save_every, quiet, store, spill, host_mem, pool_slots, device_mem,
+             arena_seed, arena_weights, seed, device, save_every, keep_savepoints, quiet, store, spill, host_mem, pool_slots, device_mem,
              kv_bits, drive_bw, retrieve_k, sink, positions, chunk_ms, kv_scale) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     from engine.model.registry import model_spec
@@ -132,7 +133,7 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
                   repeat=repeat, checkpoint=checkpoint, model=model_name, seed=seed, device=device,
                   positions=positions, chunk_ms=chunk_ms, kv_scale=kv_scale,
                   arena_seed=None if arena_seed is None else parse_arena_seed(arena_seed),
-                  arena_weights=arena_weights, save_every=save_every)
+                  arena_weights=arena_weights, save_every=save_every, keep_savepoints=keep_savepoints)
     mem = memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink)
     if mem:
         flags["memory"] = mem
@@ -178,6 +179,41 @@ def resume(out, quiet) -> None:
     progress.skip(sp.chunk, sp.facts["frames_total"])
     say(f"worldpager: resuming {out} at chunk {sp.chunk} of {cfg.chunks} (frame {sp.facts['frames_total']}); "
         f"log {cfg.log_path}")
+    _run_and_report(session, progress, grid, say)
+
+
+@cli.command()
+@click.argument("parent", type=click.Path(path_type=Path))
+@click.option("--at", "at", type=int, help="The parent's save point (a chunk) to start from. Default: its newest.")
+@click.option("--trajectory", type=click.Path(path_type=Path), required=True, help="Where the branch goes from there (any trajectory file).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="The branch's MP4.")
+@click.option("--chunks", type=int, help="The branch's length in chunks. Default: the parent's.")
+@click.option("--spill", type=click.Path(path_type=Path), help="The branch's own spill directory. Default: OUT.mp4.spill beside it.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def fork(parent, at, trajectory, out, chunks, spill, quiet) -> None:
+    """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
+    from engine.model.registry import model_spec
+    from engine.session import Session
+    from engine.session_fork import prepare_fork
+    from worldpager_cli.progress import make_progress
+
+    if chunks is not None and chunks < 1:
+        raise ConfigError(f"--chunks must be at least 1, got {chunks}")
+    branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill)
+    cfg, sp = branch.cfg, branch.savepoint
+    say = (lambda text: None) if quiet else click.echo
+    grid = model_spec(cfg).grid
+    progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
+    try:
+        with _abort_on_signals():
+            session = Session(cfg, on_chunk=progress.update, resume_from=sp, fork_of=branch)
+            session.load()
+    except BaseException:
+        branch.discard()
+        raise
+    progress.skip(sp.chunk, sp.facts["frames_total"])
+    say(f"worldpager: forking {parent} at chunk {sp.chunk} (frame {sp.facts['frames_total']}) into {out}, "
+        f"{cfg.chunks} chunks; log {cfg.log_path}")
     _run_and_report(session, progress, grid, say)
 
 

@@ -85,6 +85,9 @@ def tail(log: Path, follow: bool, idle_timeout: float | None) -> None:
             click.echo(summary_line(record))
         elif kind == "resume":
             click.echo(f"resumed at chunk {record.get('chunk')} (frame {record.get('frames_total')})")
+        elif kind == "fork":
+            click.echo(f"forked from {record.get('parent')} at chunk {record.get('chunk')} "
+                       f"(frame {record.get('frames_total')})")
         elif kind == "savepoint" and isinstance(record.get("bytes"), int):
             click.echo(f"save point before chunk {record.get('chunk')}: "
                        + (f"{record['bytes'] / 2**20:.1f} MiB" if "path" in record else f"failed: {record.get('error')}"))

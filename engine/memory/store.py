@@ -21,6 +21,11 @@ Contract.
   ``close()``           drains write-back (all dirty blocks with ``persist_all``), writes the index,
                         releases the spill lock. Also a context manager.
 
+Bases (a forked run). ``base_layers`` = [(spill directory, before), ...], oldest first: chunks below
+``before`` of each are read from it read-only (``BaseTier``: no lock, no write) and count as on disk;
+a chunk is read from the own spill directory if there, else from the newest base that holds it. New
+chunks are only ever written to the own spill directory.
+
 Threads. One lock guards the manager and the staging state; the caller's thread only takes it for
 bookkeeping. Disk reads run on reader threads, write-back on one writer thread that yields to reads,
 dequantisation on one stage thread (the only writer of staging banks, so banks need no locks). Every
@@ -39,6 +44,7 @@ import torch
 
 from engine.layout import KVLayout
 from engine.memory.disk import DiskTier
+from engine.memory.disk_base import BaseTier
 from engine.memory.host_pool import HostPool, pool_slots, process_baseline_bytes
 from engine.memory.manager import PlacementManager
 from engine.memory.transfer import (CudaCopier, DriveIO, DriveThrottle, HostCopier, Job, Worker,
@@ -75,7 +81,8 @@ class KVStore:
                  k_slots: int = 3, n_banks: int = 1, dtype: torch.dtype | None = None,
                  readers: int = 2, resume: bool = False, low_water: int = 3,
                  put_timeout_s: float = 120.0, disk_options: dict | None = None,
-                 sync_writeback: bool = False, resume_before: ChunkId | None = None):
+                 sync_writeback: bool = False, resume_before: ChunkId | None = None,
+                 base_layers: list[tuple[object, ChunkId]] = ()):
         assert (host_bytes is None) != (n_slots is None), "give exactly one of host_bytes, n_slots"
         self.layout, self.fmt, self.k_slots, self.n_banks = layout, fmt, k_slots, n_banks
         self.device = torch.device(device)
@@ -92,9 +99,15 @@ class KVStore:
         self.disk = None if spill_dir is None else DiskTier(
             spill_dir, fmt.slot_bytes, format_tag=_format_tag(fmt), resume=resume,
             **(disk_options or {}))
+        self.bases: list[BaseTier] = []
         try:
+            assert self.disk is not None or not base_layers, "base layers need a spill directory of our own"
+            for directory, before in base_layers:
+                self.bases.append(BaseTier(directory, fmt.slot_bytes, before=before, format_tag=_format_tag(fmt)))
             self._start(n_slots, low_water, resume, drive_bw, readers)
         except Exception:
+            for base in self.bases:
+                base.close()
             if self.disk is not None:
                 self.disk.close()   # release the spill lock
             raise
@@ -106,6 +119,9 @@ class KVStore:
             if self._resume_before is not None:
                 self.disk.forget_from(self._resume_before)
             self.manager.register_on_disk(self.disk.chunks())
+        if self.bases:
+            own = set(self.disk.chunks()) if resume else set()
+            self.manager.register_on_disk(sorted({c for b in self.bases for c in b.chunks()} - own))
         self._cond = threading.Condition()
         self._errors: deque[TransferResult] = deque(maxlen=256)
         self._c = dict.fromkeys(("puts", "put_s", "put_wait_s", "host_write_bytes",
@@ -289,8 +305,14 @@ class KVStore:
         if spec.src is Tier.HOST:
             self.stager.submit(self._dequant_job(st, j, spec))
             return
-        run = partial(self.disk.read, chunk, self.pool.slot(spec.slot), self.throttle.read)
+        run = partial(self._tier_of(chunk).read, chunk, self.pool.slot(spec.slot), self.throttle.read)
         self.io.submit_read(Job("load", chunk, run, partial(self._disk_read_done, st, j, spec)))
+
+    def _tier_of(self, chunk: ChunkId) -> DiskTier:
+        """Where ``chunk``'s block is: the own spill directory, else the newest base holding it."""
+        if chunk in self.disk:
+            return self.disk
+        return next((base for base in reversed(self.bases) if chunk in base), self.disk)
 
     def _live(self, st: _Staging) -> bool:
         return self._staging is st and st.taken is None
@@ -446,6 +468,8 @@ class KVStore:
             if self.disk is not None:
                 self.disk.close()
         finally:
+            for base in self.bases:
+                base.close()
             self.pool.close()
 
     def __enter__(self) -> "KVStore":

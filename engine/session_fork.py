@@ -1,0 +1,187 @@
+"""Forking a generation session: ``worldpager fork PARENT.mp4 --at CHUNK --trajectory OTHER --out BRANCH.mp4``.
+
+Owns what a branch needs before the session starts, and nothing of the chunk loop:
+
+* **Where.** ``--at`` must be one of the parent's save points (``<parent>.save/``; omitted: the newest
+  intact one), checked against the parent's config like a resume (``engine.session_resume``).
+* **Config.** The parent's resolved config with the branch's output, log (beside it), spill directory
+  (``--spill``, default ``<branch>.spill/``), length and trajectory; written as ``<branch>.config.json``.
+* **Trajectory.** ``<branch>.trajectory.yaml``: the parent's actions for the video frames before the save
+  point, then OTHER's (``engine.io.trajectory_splice``), so the camera goes on from where the parent was
+  and the branch is an ordinary run of its own config (it can be resumed, and forked again).
+* **Outputs.** The parent's MP4 and log are copied to the branch's paths; the session cuts the copy back
+  to the save point's frames and continues it, keeps the log's records before the save point and adds a
+  ``fork`` record (``Session(..., resume_from=save point, fork_of=Fork)``). Stale save points of an
+  earlier branch at the same path are removed.
+* **Memory.** The branch reads the parent's stored chunks before the save point from the parent's spill
+  directory read-only (``BaseTier``: no lock, no write) and writes its own to its own directory. The
+  layers are recorded in the branch's save points (``base_layers``), so a resumed branch reads them too;
+  a branch of a branch reads its parent's layers before its parent's own chunks.
+
+Nothing is written before every check has passed; ``Fork.discard()`` removes what was written when the
+session cannot start.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.config import SessionConfig
+from engine.errors import InputError, OutputError
+from engine.io.trajectory import load_trajectory, packaged_trajectory
+from engine.io.trajectory_splice import splice_yaml
+from engine.memory.disk import INDEX_NAME
+from engine.overlay import write_resolved_config
+from engine.savepoint import SavePoint, latest_savepoint, read_savepoint, savepoint_name, savepoint_paths
+from engine.session_resume import run_config
+from engine.session_save import config_digest, savepoint_dir
+
+
+@dataclass
+class Fork:
+    """A prepared branch: its config, the parent's save point it starts from, what it reads and wrote."""
+
+    parent: Path
+    cfg: SessionConfig
+    savepoint: SavePoint
+    base_layers: list[tuple[str, int]]       # read-only spill directories, oldest first: (path, before)
+    trajectory: str                          # one line: where the branch's actions come from
+    created: list[Path] = field(default_factory=list)
+
+    def record(self) -> dict:
+        """The fields of the branch log's ``fork`` record."""
+        return {"parent": str(self.parent), "chunk": self.savepoint.chunk,
+                "frames_total": self.savepoint.facts["frames_total"], "trajectory": self.trajectory,
+                "base": [{"spill": d, "before": b} for d, b in self.base_layers]}
+
+    def discard(self) -> None:
+        """Remove the branch's files (the session could not start); the parent's are never touched."""
+        for path in reversed(self.created):
+            path.unlink(missing_ok=True)
+        self.created.clear()
+
+
+def base_layers(resume_from: SavePoint | None, fork_of: Fork | None) -> list[tuple[str, int]]:
+    """The read-only spill layers of a session: a new branch's, or those a resumed branch recorded."""
+    if fork_of is not None:
+        return fork_of.base_layers
+    if resume_from is None:
+        return []
+    return [(layer["spill"], int(layer["before"])) for layer in resume_from.facts.get("memory", {}).get("base", [])]
+
+
+def fork_savepoint(parent: Path, at: int | None) -> tuple[SessionConfig, SavePoint]:
+    """The parent's config and its save point at ``at`` (None: the newest intact one)."""
+    cfg = run_config(parent, doing="fork")
+    for path, what in ((parent, "video"), (cfg.log_path, "log")):
+        if not path.is_file():
+            raise InputError(f"cannot fork {parent}: its {what} {path} is missing")
+    directory = savepoint_dir(parent)
+    chunks = sorted(int(p.name[len("savepoint-"):-len(".wps")]) for p in savepoint_paths(directory))
+    if at is None:
+        sp, _ = latest_savepoint(directory)
+        if sp is None:
+            raise InputError(f"cannot fork {parent}: no intact save point in {directory}")
+    elif at not in chunks:
+        have = ", ".join(map(str, chunks)) if chunks else "none"
+        raise InputError(f"cannot fork {parent} at chunk {at}: no save point there; its save points are at "
+                         f"chunks: {have} (in {directory}; generate --keep-savepoints N keeps more)")
+    else:
+        sp = read_savepoint(directory / savepoint_name(at))
+    if sp.facts.get("config_digest") != config_digest(cfg):
+        raise InputError(f"cannot fork {parent}: save point {sp.chunk} was made with another config than "
+                         f"{parent.with_suffix('.config.json')}")
+    return cfg, sp
+
+
+def branch_config(parent_cfg: SessionConfig, out: Path, trajectory: Path, chunks: int | None,
+                  spill: Path | None) -> SessionConfig:
+    memory = parent_cfg.memory
+    if memory.spill is not None:
+        own = Path(spill) if spill else out.absolute().with_name(out.name + ".spill")
+        memory = dataclasses.replace(memory, spill=own)
+    return dataclasses.replace(parent_cfg, out=out, log=None, trajectory=trajectory, memory=memory,
+                               chunks=parent_cfg.chunks if chunks is None else chunks).validate()
+
+
+def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: int | None = None,
+                 spill: Path | None = None) -> Fork:
+    """Check everything, then write the branch's config, trajectory, MP4 and log copies."""
+    from engine.model.registry import model_spec
+
+    parent, out = Path(parent), Path(out)
+    parent_cfg, sp = fork_savepoint(parent, at)
+    # absolute: the branch may be resumed (and its trajectory read) from another directory
+    cfg = branch_config(parent_cfg, out, out.absolute().with_suffix(".trajectory.yaml"), chunks, spill)
+    if cfg.chunks <= sp.chunk:
+        raise InputError(f"cannot fork {parent} at chunk {sp.chunk} into a run of {cfg.chunks} chunks: "
+                         f"give --chunks above {sp.chunk}")
+    layers = base_layers(sp, None)
+    if parent_cfg.memory.spill is not None:
+        layers = layers + [(str(Path(parent_cfg.memory.spill).resolve()), sp.chunk)]
+    _check_branch_paths(parent, parent_cfg, cfg, layers)
+    spec = model_spec(parent_cfg)
+    frames = sp.facts["frames_total"]
+    first = load_trajectory(parent_cfg.trajectory or packaged_trajectory(spec.default_trajectory),
+                            spec.action_mode, frames=spec.grid.frames_total(parent_cfg.chunks),
+                            repeat=parent_cfg.repeat, calibration=parent_cfg.calibration)
+    second = load_trajectory(other, spec.action_mode, frames=spec.grid.frames_total(cfg.chunks) - frames,
+                             repeat=parent_cfg.repeat, calibration=parent_cfg.calibration)
+    text = splice_yaml(first, frames, second,
+                       comment=f"The trajectory of {out.name}, a fork of {parent} at chunk {sp.chunk}: the\n"
+                               f"parent's actions for video frames [0, {frames}), then those of {other}.")
+    fork = Fork(parent, cfg, sp, layers, f"{first.source} frames [0, {frames}), then {second.describe()}")
+    try:
+        _write(fork, text, parent_cfg.log_path)
+    except OSError as exc:
+        fork.discard()
+        raise OutputError(f"cannot write the branch {out}: {exc.strerror or exc}") from None
+    except BaseException:
+        fork.discard()
+        raise
+    return fork
+
+
+def _check_branch_paths(parent: Path, parent_cfg: SessionConfig, cfg: SessionConfig, layers) -> None:
+    def same(a, b) -> bool:
+        return Path(a).resolve() == Path(b).resolve()
+
+    pairs = ((cfg.out, parent), (cfg.log_path, parent_cfg.log_path), (cfg.config_path, parent_cfg.config_path),
+             (savepoint_dir(cfg.out), savepoint_dir(parent)))
+    for mine, theirs in pairs:
+        if same(mine, theirs):
+            raise OutputError(f"--out {cfg.out}: the branch would overwrite the parent's {theirs}; "
+                              f"give the branch another name")
+    for directory, _ in layers:
+        if not (Path(directory) / INDEX_NAME).is_file():
+            raise InputError(f"cannot fork {parent}: its memory's spill directory {directory} holds no stored "
+                             f"chunks (a relative --spill of the parent is taken from the current directory)")
+    if cfg.memory.spill is not None and any(same(cfg.memory.spill, d) for d, _ in layers):
+        raise OutputError(f"--spill {cfg.memory.spill} is a spill directory the branch reads from; "
+                          f"the branch writes its own chunks elsewhere")
+    if not cfg.out.parent.is_dir():
+        raise OutputError(f"--out {cfg.out}: directory {cfg.out.parent} does not exist")
+
+
+def _write(fork: Fork, trajectory_text: str, parent_log: Path) -> None:
+    cfg = fork.cfg
+    for stale in savepoint_paths(savepoint_dir(cfg.out)):   # an earlier branch's: never resumed into this one
+        stale.unlink()
+    fork.created.append(cfg.trajectory)
+    Path(cfg.trajectory).write_text(trajectory_text, encoding="utf-8")
+    fork.created.append(cfg.config_path)
+    write_resolved_config(cfg, cfg.config_path)
+    fork.created.append(cfg.out)
+    _copy(fork.parent, cfg.out)
+    fork.created.append(cfg.log_path)
+    _copy(parent_log, cfg.log_path)
+
+
+def _copy(source: Path, target: Path) -> None:
+    """``target`` := ``source``, via a temporary file and a rename (a copy never seen half-made)."""
+    tmp = target.with_name(f".{target.name}.fork")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
