@@ -23,6 +23,7 @@ hand.
 """
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from typing import Callable
 import torch
 
 from engine.config import SessionConfig
+from engine.errors import OutputError
+from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory, load_trajectory, packaged_trajectory
 from engine.io.video import VideoWriter
@@ -112,6 +115,7 @@ class Session:
         # that the built model's frame size and grid are the ones promised here.
         self.resume_from = resume_from
         self.fork_of = fork_of
+        self._saved_through = 0 if resume_from is None else resume_from.chunk   # newest durable save point
         self.log: SessionLog | None = None
         if resume_from is not None:
             frames = resume_from.facts["frames_total"]
@@ -217,8 +221,27 @@ class Session:
         mem = self.cfg.memory
         return 0 if mem.store == "window" else mem.retrieve_k + (1 if mem.sink else 0)
 
+    def _drive_stopped(self, failure: BaseException, done: int, memory: SessionMemory) -> OutputError:
+        """The one-line error of a drive that stopped taking the memory's chunks after ``done`` chunks."""
+        spill = self.cfg.memory.spill
+        left = self.cfg.chunks - done
+        need = left * memory.chunk_bytes()
+        try:
+            free = f"{shutil.disk_usage(spill).free / 2**20:.0f} MiB free"
+        except OSError:
+            free = "free space unknown"
+        again = (f"`worldpager resume {self.cfg.out}` goes on from the save point before chunk {self._saved_through}"
+                 if self._saved_through else "no save point was made yet: the run must start over")
+        what = ("is full" if isinstance(failure, DiskFullError)
+                else f"failed ({str(failure).splitlines()[0] if str(failure) else type(failure).__name__})")
+        return OutputError(f"the spill drive {what}: {spill} ({free}); the {left} chunks left need about "
+                           f"{need / 2**20:.0f} MiB more ({memory.chunk_bytes() / 2**10:.0f} KiB a chunk); "
+                           f"free space, then {again}")
+
     def _log_savepoints(self, written) -> None:
         for w in written:
+            if w.path is not None:
+                self._saved_through = max(self._saved_through, w.chunk)
             fields = {"chunk": w.chunk, "bytes": w.bytes, "write_ms": round(w.write_ms, 2),
                       "wait_ms": round(w.wait_ms, 2)}
             self.log.record("savepoint", **fields, **({"path": str(w.path)} if w.path else {"error": w.error}))
@@ -274,6 +297,8 @@ class Session:
             self.on_output(chunk, latents)
             # 6. store the chunk's KV, then roll the window
             tiers = memory.store_chunk(chunk)
+            if (failure := memory.drive_failure()) is not None:
+                raise self._drive_stopped(failure, chunk + 1, memory)
             mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot
             ctx.commit()
             t3 = time.perf_counter()

@@ -119,6 +119,15 @@ class SessionMemory:
                     "a save point needs them on a drive")
         return None
 
+    def drive_failure(self) -> BaseException | None:
+        """Why the memory's drive stopped taking chunks (a full drive, an I/O error), or None."""
+        store = self.store
+        return None if store is None or isinstance(store, ResidentStore) else store.disk_error
+
+    def chunk_bytes(self) -> int:
+        """Bytes one stored chunk takes on the drive."""
+        return 0 if self.store is None or isinstance(self.store, ResidentStore) else self.store.fmt.slot_bytes
+
     def durable(self, chunk: int, timeout: float) -> bool:
         """Every chunk a run resumed at ``chunk`` may retrieve is on the drive (blocks the caller)."""
         return self.store is None or self.store.persist_through(chunk, timeout)

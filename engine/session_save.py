@@ -144,4 +144,5 @@ class SavePointWriter:
                 self._done.put(Written(sp.chunk, None, 0, 0.0, (time.perf_counter() - t0) * 1e3,
                                        f"{type(exc).__name__}: {exc}"))
             finally:
+                sp = None              # do not hold the captured window until the next save point
                 self._busy.clear()

@@ -47,11 +47,16 @@ ALIGN = 4096
 MiB = 1 << 20
 LOCK_NAME, DATA_NAME, INDEX_NAME = "worldpager.lock", "blocks.dat", "index.json"
 INDEX_VERSION = 1
+RESERVE_BYTES = 1 * MiB   # left free on the drive for the index
 Pace = Callable[[int], None]
 
 
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
+
+
+def _round_down(n: int, to: int) -> int:
+    return max(0, n // to * to)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -337,8 +342,24 @@ class DiskTier:
         new_size = _round_up(needed, self.extent_bytes)
         if self.max_bytes is not None:
             new_size = min(new_size, self.max_bytes)
+        # Never take the drive's last RESERVE_BYTES: the index (and whatever else lives there) must
+        # still be rewritable when the blocks have filled it. Near the end, grow by the block only.
+        free = self._free_bytes()
+        if free is not None:
+            if needed - self._size > free - RESERVE_BYTES:
+                raise self._full(needed - self._next)
+            new_size = min(new_size, self._size + _round_down(free - RESERVE_BYTES, ALIGN))
         try:
-            os.posix_fallocate(self._fd, self._size, new_size - self._size)
+            try:
+                os.posix_fallocate(self._fd, self._size, new_size - self._size)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or new_size <= needed:
+                    raise
+                # A failed fallocate may keep what it got past the end of the file: give it back,
+                # then take only what this block needs.
+                os.ftruncate(self._fd, self._size)
+                new_size = _round_up(needed, ALIGN)
+                os.posix_fallocate(self._fd, self._size, new_size - self._size)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise self._full(needed - self._next) from None
@@ -346,6 +367,13 @@ class DiskTier:
                 raise
             os.ftruncate(self._fd, new_size)   # no fallocate here: a sparse file, ENOSPC at write
         self._size = new_size
+
+    def _free_bytes(self) -> int | None:
+        try:
+            st = os.statvfs(self.dir)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
 
     def _full(self, length: int) -> DiskFullError:
         return DiskFullError(f"spill directory {self.dir} is full: no room for another "
@@ -374,10 +402,17 @@ class DiskTier:
         doc = {"version": INDEX_VERSION, "slot_bytes": self.slot_bytes,
                "format": self.format_tag, "blocks": blocks}
         tmp = self.dir / (INDEX_NAME + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f)
-            f.flush()
-            os.fdatasync(f.fileno())
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+                f.flush()
+                os.fdatasync(f.fileno())
+        except OSError as exc:   # the previous index stays whole: it is only ever replaced by rename
+            tmp.unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(f"spill directory {self.dir} is full: no room to rewrite its "
+                                    f"{INDEX_NAME}") from None
+            raise
         os.replace(tmp, self.dir / INDEX_NAME)
         _fsync_dir(self.dir)
 
@@ -402,6 +437,10 @@ class DiskTier:
             return
         try:
             self.flush_index()
+        except (OSError, DiskFullError) as exc:
+            # A full drive: the index written last (at the last save point, or every few blocks)
+            # stays; blocks written since are not findable, and a resume makes them again.
+            log.warning("%s: index not rewritten at close (%s)", self.dir, exc)
         finally:
             for fd in [self._fd, *self._retired_fds]:
                 os.close(fd)

@@ -252,6 +252,11 @@ class KVStore:
             self._retry_deferred()
             self._cond.notify_all()
 
+    @property
+    def disk_error(self) -> BaseException | None:
+        """The write-back failure that stopped writing to the drive (None while it writes)."""
+        return self._disk_error
+
     def persist_through(self, chunk: ChunkId, timeout: float) -> bool:
         """Block (the caller's thread, e.g. a save point's) until every chunk before ``chunk`` is on
         the drive and the drive's index is durable; False on a timeout, a write error or no drive."""
