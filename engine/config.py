@@ -319,6 +319,7 @@ class MemoryConfig:
     spill: Path | None = None                # disk tier directory; None = no disk tier
     drive_bw: str | None = None              # emulated drive bandwidth, GB/s: "0.25" or "r=0.5,w=0.5"
     writeback: str = "background"            # background | sync (a baseline: the loop waits for it)
+    io_deadline_s: float = 30.0              # a synchronous read or a write-back late by this much fails
 
 
 @dataclass(frozen=True)
@@ -371,6 +372,8 @@ class SessionConfig:
             (self.memory.store in STORE_MODES, f"store must be one of {', '.join(STORE_MODES)}, got {self.memory.store!r}"),
             (self.memory.kv_bits in (2, 4, 8, 16), f"kv_bits must be 2, 4, 8 or 16, got {self.memory.kv_bits}"),
             (self.memory.retrieve_k >= 0, f"retrieve_k must be >= 0, got {self.memory.retrieve_k}"),
+            (math.isfinite(self.memory.io_deadline_s) and self.memory.io_deadline_s > 0,
+             f"--io-deadline (memory.io_deadline_s) must be a positive number of seconds, got {self.memory.io_deadline_s}"),
             (self.memory.writeback in ("background", "sync"),
              f"writeback must be background or sync, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),

@@ -179,7 +179,7 @@ class Session:
                                    resume_before=self.resume_from.chunk if reopened else None,
                                    base_layers=base_layers(self.resume_from, self.fork_of))
             if self.resume_from is None:
-                self._header(memory.host_baseline_bytes)
+                self._header(memory.host_baseline_bytes, self._savepoint_plan(memory))
             elif self.fork_of is not None:
                 self._header_written = True
                 self.log.record("fork", **self.fork_of.record(), started=time.time())
@@ -197,14 +197,25 @@ class Session:
         return SessionResult(self.cfg.out, self.cfg.log_path, chunks, frames,
                              time.perf_counter() - start, status)
 
-    def _header(self, host_baseline_bytes: int | None) -> None:
+    def _savepoint_plan(self, memory: SessionMemory) -> str:
+        """What the header says about save points."""
+        if self.cfg.save_every == 0:
+            return "none (--save-every 0)"
+        why_not = memory.savepoints_possible
+        if why_not is not None:
+            return f"none: {why_not}"
+        every = "about every 30 s" if self.cfg.save_every is None else f"every {self.cfg.save_every} chunks"
+        return f"{every} to {savepoint_dir(self.cfg.out)}"
+
+    def _header(self, host_baseline_bytes: int | None, savepoints: str | None = None) -> None:
         """The log's first line; written once the pool exists, so that it can say what the pool was
         sized from (``host_baseline_bytes``: RSS just before the pool; None without one)."""
         model = self.model
         self.log.header(config_to_json(self.cfg), model_header_facts(self.cfg), device=str(self.device),
                         dtype=str(self.dtype).removeprefix("torch."), weights=model.weights,
                         trajectory=self.trajectory.describe(), notes=list(getattr(model, "notes", [])),
-                        allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes)
+                        allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes,
+                        savepoints=savepoints)
         self._header_written = True
 
     def _close(self, memory: SessionMemory | None, status: str, **extra) -> None:
@@ -232,11 +243,13 @@ class Session:
             free = "free space unknown"
         again = (f"`worldpager resume {self.cfg.out}` goes on from the save point before chunk {self._saved_through}"
                  if self._saved_through else "no save point was made yet: the run must start over")
-        what = ("is full" if isinstance(failure, DiskFullError)
-                else f"failed ({str(failure).splitlines()[0] if str(failure) else type(failure).__name__})")
-        return OutputError(f"the spill drive {what}: {spill} ({free}); the {left} chunks left need about "
-                           f"{need / 2**20:.0f} MiB more ({memory.chunk_bytes() / 2**10:.0f} KiB a chunk); "
-                           f"free space, then {again}")
+        if isinstance(failure, DiskFullError):
+            return OutputError(f"the spill drive is full: {spill} ({free}); the {left} chunks left need about "
+                               f"{need / 2**20:.0f} MiB more ({memory.chunk_bytes() / 2**10:.0f} KiB a chunk); "
+                               f"free space, then {again}")
+        reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
+        return OutputError(f"the spill drive failed: {reason}; check or replace the drive under {spill}, "
+                           f"then {again}")
 
     def _log_savepoints(self, written) -> None:
         for w in written:
@@ -250,9 +263,7 @@ class Session:
         """The save-point writer, or None (``--save-every 0``, or a memory that no drive holds: noted)."""
         if self.cfg.save_every == 0:
             return None
-        why_not = memory.savepoints_possible
-        if why_not is not None:
-            self.log.record("note", text=f"no save points: {why_not}")
+        if memory.savepoints_possible is not None:   # the header says why
             return None
         return SavePointWriter(savepoint_dir(self.cfg.out), durable=memory.durable, keep=self.cfg.keep_savepoints)
 

@@ -83,6 +83,8 @@ class SessionMemory:
         (``engine.session_fork``); they go into every save point, so that a resumed branch finds them."""
         self.mode = cfg.memory.store
         self._staged: list[int] = []       # the set staged for the next chunk (a save point keeps it)
+        self.io_deadline_s = cfg.memory.io_deadline_s
+        self._stuck = False
         self._wait_staged = False
         self.layout, self.ctx, self.retriever, self.clock = layout, ctx, retriever, clock
         self.k = cfg.memory.retrieve_k if self.mode != "window" else 0
@@ -120,9 +122,16 @@ class SessionMemory:
         return None
 
     def drive_failure(self) -> BaseException | None:
-        """Why the memory's drive stopped taking chunks (a full drive, an I/O error), or None."""
+        """Why the memory's drive stopped taking chunks (a full drive, an I/O error, a write that has
+        not finished within the I/O deadline), or None."""
         store = self.store
-        return None if store is None or isinstance(store, ResidentStore) else store.disk_error
+        if store is None or isinstance(store, ResidentStore):
+            return None
+        if store.disk_error is None and store.disk is not None and store.oldest_write_s() > self.io_deadline_s:
+            self._stuck = True
+            return TimeoutError(f"a write to {store.disk.dir} has not finished in {self.io_deadline_s:g} s "
+                                "(--io-deadline): the drive is stuck or far too slow")
+        return store.disk_error
 
     def chunk_bytes(self) -> int:
         """Bytes one stored chunk takes on the drive."""
@@ -162,7 +171,7 @@ class SessionMemory:
         chunk_in = [None if c is None else int(c) for c in facts["slots"]]
         sink = self.slots.sink_slot
         wanted = [c for j, c in enumerate(chunk_in) if c is not None and j != sink]
-        loaded = self.store.load_now(wanted).kv if wanted else {}
+        loaded = self.store.load_now(wanted, timeout=self.io_deadline_s).kv if wanted else {}
         missing = [c for c in wanted if c not in loaded]
         if missing:
             raise ValueError(f"chunks {missing} of the memory are not on the drive")
@@ -287,7 +296,7 @@ class SessionMemory:
         if isinstance(self.store, ResidentStore):
             return {c: self.store.kv[c] for c in ids if c in self.store.kv}
         t0 = self.clock()
-        got = self.store.load_now(ids)
+        got = self.store.load_now(ids, timeout=self.io_deadline_s)
         record["stall_ms"] += (self.clock() - t0) * 1e3
         return got.kv
 
@@ -351,4 +360,5 @@ class SessionMemory:
 
     def close(self) -> None:
         if self.store is not None:
-            self.store.close()
+            # A stuck drive would hold the close for as long as its write hangs: give up at once.
+            self.store.close(timeout=1.0) if self._stuck else self.store.close()

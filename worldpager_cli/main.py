@@ -119,10 +119,11 @@ def memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_
 @click.option("--device", help="auto, cpu, cuda or cuda:N. Default: auto.")
 @click.option("--save-every", type=int, help="Save point every N chunks (0: none). Default: about every 30 s of wall time.")
 @click.option("--keep-savepoints", type=int, help="Newest save points kept (where the run can be resumed or forked). Default: 2.")
+@click.option("--io-deadline", type=float, help="Seconds a synchronous read or a write-back may take before the drive counts as stuck. Default: 30.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @memory_options
 def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minutes, checkpoint, model_name,
-             arena_seed, arena_weights, seed, device, save_every, keep_savepoints, quiet, store, spill, host_mem, pool_slots, device_mem,
+             arena_seed, arena_weights, seed, device, save_every, keep_savepoints, io_deadline, quiet, store, spill, host_mem, pool_slots, device_mem,
              kv_bits, drive_bw, retrieve_k, sink, positions, chunk_ms, kv_scale) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     from engine.model.registry import model_spec
@@ -135,6 +136,8 @@ def generate(preset, image, trajectory, repeat, out, log, chunks, seconds, minut
                   arena_seed=None if arena_seed is None else parse_arena_seed(arena_seed),
                   arena_weights=arena_weights, save_every=save_every, keep_savepoints=keep_savepoints)
     mem = memory_flags(store, spill, host_mem, pool_slots, device_mem, kv_bits, drive_bw, retrieve_k, sink)
+    if io_deadline is not None:
+        mem["io_deadline_s"] = io_deadline
     if mem:
         flags["memory"] = mem
     if checkpoint is not None and model_name is None and preset is None:

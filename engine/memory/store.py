@@ -134,6 +134,7 @@ class KVStore:
         self._staging: _Staging | None = None
         self._gen = 0
         self._persist_all = False
+        self._write_started: dict[ChunkId, float] = {}   # write-backs in flight: when submitted
         self._closed = False
         self._banks = self._alloc_banks()
         self._stage_bytes = self._banks[0, 0].numel() * self._banks.element_size()
@@ -235,12 +236,14 @@ class KVStore:
         if self.disk is None or self._disk_error is not None:
             return
         for spec in self.manager.prepare_writeback(everything=self._persist_all):
+            self._write_started[spec.chunk] = time.monotonic()
             run = partial(self.disk.write, spec.chunk, self.pool.slot(spec.slot), self._write_pace)
             self.io.submit_write(Job("writeback", spec.chunk, run,
                                      partial(self._writeback_done, spec.chunk)))
 
     def _writeback_done(self, chunk: ChunkId, result: TransferResult) -> None:
         with self._cond:
+            self._write_started.pop(chunk, None)
             self.manager.complete_writeback(chunk, result.ok)
             if result.ok:
                 self._c["disk_write_bytes"] += result.nbytes
@@ -411,10 +414,17 @@ class KVStore:
             self._c["misses"] += len(misses)
             return st.taken
 
-    def load_now(self, chunk_ids) -> StagedSet:
-        """Synchronous load of ``chunk_ids`` (waits for the drive): the on-demand / sync modes."""
+    def load_now(self, chunk_ids, timeout: float | None = None) -> StagedSet:
+        """Synchronous load of ``chunk_ids`` (waits for the drive, at most ``timeout`` s: what has not
+        arrived by then is a miss): the on-demand / sync modes."""
         self.stage(chunk_ids)
-        return self.take_staged(timeout=None)
+        return self.take_staged(timeout=timeout)
+
+    def oldest_write_s(self) -> float:
+        """Seconds the oldest write-back still in flight has been queued or running (0 when none)."""
+        with self._cond:
+            started = min(self._write_started.values(), default=None)
+        return 0.0 if started is None else time.monotonic() - started
 
     # ---- reporting ------------------------------------------------------------------------------
 

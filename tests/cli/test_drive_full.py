@@ -1,4 +1,4 @@
-"""A spill drive that fills up: the run stops with one line saying how much room it needs, the MP4 plays,
+"""A spill drive that fills up or gets stuck: the run stops with one line saying how much room it needs, the MP4 plays,
 the log has its summary, and after space is freed ``worldpager resume`` finishes the same video as a
 run that never ran out.
 
@@ -84,3 +84,19 @@ def test_full_drive_stops_with_the_room_needed_then_resumes(tmp_path, small_driv
     assert resumed.returncode == 0, resumed.stderr
     ours, theirs = _frames(out), _frames(tmp_path / "reference.mp4")
     assert len(ours) == len(theirs) and all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+
+
+def test_a_stuck_drive_ends_the_run_at_the_deadline(tmp_path):
+    """A drive whose writes crawl (an emulated 20 kB/s) past ``--io-deadline``: the run stops with one line
+    naming the deadline and the save point to resume from, instead of waiting on the drive."""
+    out = tmp_path / "stuck.mp4"
+    stuck = subprocess.run(WORLDPAGER + ["generate", *ARGS, "--out", str(out), "--spill", str(tmp_path / "spill"),
+                                         "--drive-bw", "w=0.00002", "--io-deadline", "2"],
+                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert stuck.returncode == 1, stuck.stderr
+    lines = [line for line in stuck.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("worldpager: error: the spill drive failed") and "Traceback" not in stuck.stderr
+    assert "has not finished in 2 s" in lines[-1] and "worldpager resume" in lines[-1], lines[-1]
+    records = read_log(out.with_suffix(".log.jsonl"))
+    assert records[-1]["type"] == "summary" and records[-1]["status"] == "failed"
+    assert len(_frames(out)) == sum(r["frames"] for r in records if r["type"] == "chunk")
