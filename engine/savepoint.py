@@ -1,6 +1,6 @@
 """The save-point file: a generation session's state, made durable so that a crash loses at most N chunks.
 
-Owns the file format and the save-point directory, not what goes in it (``engine.model.state_tensors``
+Owns the file format and the save-point directory, not what goes in it (``engine.state_tensors``
 and the session decide that). Contract:
 
 * ``write_savepoint(directory, sp, keep)`` makes ``savepoint-{chunk:08d}.wps`` durable — temporary file
@@ -39,6 +39,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from engine.durable import fsync_directory
 from engine.errors import OutputError, SavePointError
 
 MAGIC_PREFIX = b"WPSAVE"
@@ -110,15 +111,7 @@ def _write_durably(directory: Path, final: Path, data: bytes) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    _fsync_directory(directory)   # the rename itself must survive a power loss
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(directory)   # the rename itself must survive a power loss
 
 
 def _prune(directory: Path, keep: int) -> None:

@@ -271,33 +271,31 @@ class Session:
     def _loop(self, ctx: AttentionContext, memory: SessionMemory) -> tuple[int, int]:
         model = self.model
         model.prepare_context(ctx)
-        start, frames_total, log_chunks = 0, 0, 0
+        start, frames_total = 0, 0
         if self.resume_from is not None:
             restore(self.resume_from, model, ctx, memory)
             start = self.resume_from.chunk
             frames_total = self.resume_from.facts["frames_total"]
-            log_chunks = self.resume_from.facts["log_chunks"]
         saver = self._saver(memory)
         schedule = SaveSchedule(self.cfg.save_every)
         try:
-            return self._chunks(ctx, memory, start, frames_total, log_chunks, saver, schedule)
+            return self._chunks(ctx, memory, start, frames_total, saver, schedule)
         finally:
             if saver is not None:
                 self._log_savepoints(saver.close())
 
-    def _chunks(self, ctx, memory, start, frames_total, log_chunks, saver, schedule) -> tuple[int, int]:
+    def _chunks(self, ctx, memory, start, frames_total, saver, schedule) -> tuple[int, int]:
         model = self.model
         for chunk in range(start, self.cfg.chunks):
-            if self._stop.is_set():
-                # Stopped on request (Ctrl-C, SIGTERM): a save point here loses nothing on resume.
-                if saver is not None and chunk > start and not saver.busy:
-                    saver.submit(capture(chunk, frames_total, log_chunks, self.cfg, model, ctx, memory))
-                return chunk, frames_total
+            stopping = self._stop.is_set()
             if saver is not None:
                 self._log_savepoints(saver.finished())
-                if chunk > start and schedule.due(chunk) and not saver.busy:
-                    saver.submit(capture(chunk, frames_total, log_chunks, self.cfg, model, ctx, memory))
+                # Stopped on request (Ctrl-C, SIGTERM): a save point here loses nothing on resume.
+                if chunk > start and (stopping or schedule.due(chunk)) and not saver.busy:
+                    saver.submit(capture(chunk, frames_total, self.cfg, model, ctx, memory))
                     schedule.saved()
+            if stopping:
+                return chunk, frames_total
             t0 = time.perf_counter()
             # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
             mem = memory.prepare(chunk)
@@ -324,6 +322,5 @@ class Session:
                       "decode_ms": (time.perf_counter() - t3) * 1e3, **mem, **tiers,
                       "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device)}
             self.log.chunk(record)
-            log_chunks += 1
             self.on_chunk(record)
         return self.cfg.chunks, frames_total

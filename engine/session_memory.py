@@ -37,6 +37,7 @@ from engine.memory.slots import MemorySlots, SlotPlan
 from engine.memory.store import KVStore
 from engine.memory.types import KV, CapacityError
 from engine.model.kv_context import AttentionContext
+from engine.state_tensors import cpu_copy
 from engine.positions import Rerotation
 from engine.preflight import staging_chunks
 
@@ -157,12 +158,12 @@ class SessionMemory:
             return {}
         out = {}
         for layer, (k, v) in enumerate(context_slot_views(self.ctx, sink)):
-            out[f"sink.{layer}.k"], out[f"sink.{layer}.v"] = k.detach().cpu().clone(), v.detach().cpu().clone()
+            out[f"sink.{layer}.k"], out[f"sink.{layer}.v"] = cpu_copy(k), cpu_copy(v)
         return out
 
-    def load_state(self, facts: dict, tensors: dict[str, torch.Tensor], chunk: int) -> None:
-        """Refill the memory slots as they were before ``chunk`` (stored keys, then the same rotations),
-        and stage the set that was being staged for ``chunk``."""
+    def load_state(self, facts: dict, tensors: dict[str, torch.Tensor]) -> None:
+        """Refill the memory slots as they were at the save point (stored keys, then the same
+        rotations), and stage the set that was being staged for the next chunk."""
         if self.store is None:
             return
         if facts["mode"] != self.mode or len(facts["slots"]) != self.slots.total:

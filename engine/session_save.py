@@ -9,7 +9,7 @@ Owns the session's side of crash survival (the file format is ``engine.savepoint
 * **What.** ``capture`` takes, between chunks c−1 and c: the model's running state and the attention
   context's (the local window at full precision, MG2's action windows), the memory's state
   (``SessionMemory.state_tensors``: which chunk sits in which memory slot and how its keys were moved,
-  the set staged for c), and facts (chunk, frames and log records written, the config digest).
+  the set staged for c), and facts (chunk, frames written, the config digest).
 * **Durable before it counts.** Capturing copies to host memory on the loop's thread (small for the
   window); ``SavePointWriter`` writes on a background thread once the memory's chunks that a resumed
   run may retrieve are on the drive (``SessionMemory.durable``) — temporary file, fsync, rename,
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import SessionConfig
-from engine.model.state_tensors import nest, sub
+from engine.state_tensors import nest, sub
 from engine.overlay import config_to_json
 from engine.savepoint import SavePoint, write_savepoint
 
@@ -69,10 +69,10 @@ class SaveSchedule:
         self.last = self.clock()
 
 
-def capture(chunk: int, frames_total: int, log_chunks: int, cfg: SessionConfig, model, ctx, memory) -> SavePoint:
+def capture(chunk: int, frames_total: int, cfg: SessionConfig, model, ctx, memory) -> SavePoint:
     tensors = {**nest("model", model.state_tensors()), **nest("ctx", ctx.state_tensors()),
                **nest("memory", memory.state_tensors())}
-    facts = {"chunk": chunk, "frames_total": frames_total, "log_chunks": log_chunks,
+    facts = {"chunk": chunk, "frames_total": frames_total,
              "config_digest": config_digest(cfg), "memory": memory.state_facts(), "model": model.name}
     return SavePoint(chunk=chunk, facts=facts, tensors=tensors)
 
@@ -80,7 +80,7 @@ def capture(chunk: int, frames_total: int, log_chunks: int, cfg: SessionConfig, 
 def restore(sp: SavePoint, model, ctx, memory) -> None:
     model.load_state_tensors(sub("model", sp.tensors))
     ctx.load_state_tensors(sub("ctx", sp.tensors))
-    memory.load_state(sp.facts["memory"], sub("memory", sp.tensors), sp.chunk)
+    memory.load_state(sp.facts["memory"], sub("memory", sp.tensors))
 
 
 @dataclass

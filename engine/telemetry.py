@@ -117,7 +117,6 @@ class SessionLog:
         self.closed = False
 
     def _kept_records(self, chunk: int) -> list[dict]:
-        from engine.errors import InputError
         try:
             records = read_log(self.path)
         except (OSError, ValueError) as exc:

@@ -1,6 +1,8 @@
 """Helpers shared by several test modules (importable because tests/ is on sys.path via conftest)."""
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
 import time
@@ -56,3 +58,32 @@ def wait_for_chunks(log: Path, n: int, proc: subprocess.Popen, timeout: float = 
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     raise AssertionError("session did not start")
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: float, error: type[BaseException] = TimeoutError, doing: str = "running"):
+    """Raise ``error`` in the main thread if the block is still running after ``seconds`` (SIGALRM)."""
+    def fire(signum, frame):
+        raise error(f"still {doing} after {seconds} s")
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def sigkill_when_ready(code: str, *args: str, cwd: Path, env: dict) -> int:
+    """Run ``python -c code args`` until it prints ``ready``, SIGKILL it, and return its exit status."""
+    child = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    try:
+        line = child.stdout.readline()
+        assert line.strip() == "ready", child.stderr.read()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+        child.stderr.close()
+    return child.returncode

@@ -45,6 +45,7 @@ import av
 import numpy as np
 import torch
 
+from engine.durable import fsync_directory
 from engine.errors import ConfigError, InputError, OutputError
 from engine.io.mp4_segments import (
     EncoderSettings, Sample, encode_segment, fragments, mp4_header, read_groups)
@@ -127,7 +128,7 @@ class VideoWriter:
                 writer._append_samples(group)
             writer._sync()
             os.replace(temporary, path)
-            _sync_directory(path.parent)
+            fsync_directory(path.parent, required=False)
         except BaseException:
             writer.close()
             temporary.unlink(missing_ok=True)
@@ -195,18 +196,6 @@ def _check_same_header(path: Path, header: bytes) -> None:
     if not same:
         raise InputError(f"cannot resume video {path}: not written by this writer with this run's "
                          f"frame size, fps and x264 preset")
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def to_uint8_rgb(frames: Frames) -> np.ndarray:

@@ -38,6 +38,7 @@ from typing import Callable
 
 import torch
 
+from engine.durable import fsync_directory
 from engine.errors import ConfigError, OutputError
 from engine.memory.types import ChunkId, CorruptBlockError, DiskFullError, SpillLockedError
 
@@ -57,14 +58,6 @@ def _round_up(n: int, to: int) -> int:
 
 def _round_down(n: int, to: int) -> int:
     return max(0, n // to * to)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _CrcHelper:
@@ -414,7 +407,7 @@ class DiskTier:
                                     f"{INDEX_NAME}") from None
             raise
         os.replace(tmp, self.dir / INDEX_NAME)
-        _fsync_dir(self.dir)
+        fsync_directory(self.dir)
 
     def _load_index(self) -> None:
         path = self.dir / INDEX_NAME

@@ -61,7 +61,7 @@ class WorldModel(Protocol):
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The model's own running state between chunks (noise RNG, decoder caches; not the attention
-        context's, which the context saves itself) as named CPU tensors (``engine.model.state_tensors``)."""
+        context's, which the context saves itself) as named CPU tensors (``engine.state_tensors``)."""
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Continue from ``state_tensors()`` of an earlier run: the next ``denoise`` and ``decode`` give

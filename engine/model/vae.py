@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from engine.config import VAEConfig
 from engine.errors import CheckpointError, ConfigError, InputError
-from engine.model.state_tensors import as_int, integer, nest, optional, sub
+from engine.state_tensors import as_int, integer, nest, optional, sub
 from engine.model.vae_blocks import CausalConv3d, Decoder3d, Encoder3d, StreamState
 
 

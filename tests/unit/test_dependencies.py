@@ -37,7 +37,7 @@ FORBIDDEN = {   # package -> what no module inside it may import
 }
 SESSION_MAY_USE = {"engine.model.interface", "engine.model.kv_context", "engine.model.registry"}
 TORCH_FREE = ("engine.memory.manager", "engine.retrieval.select", "engine.planner", "engine.geometry",
-              "engine.kv_format", "engine.layout")
+              "engine.kv_format", "engine.layout", "engine.durable")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,10 @@ further. Every crash fuzzing has found is kept as an ``@example`` regression.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from engine.errors import WorldPagerError
 from engine.io.trajectory import load_trajectory
 from engine.overlay import resolve_session_config
 from engine.telemetry import LogFollower
+from tests_support import hang_guard as _hang_guard
 from worldpager_cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,17 +56,8 @@ class ParserHang(BaseException):
     """Raised by the guard's alarm; a BaseException, so that no parser's ``except Exception`` hides it."""
 
 
-@contextlib.contextmanager
 def hang_guard(seconds: float = GUARD_S):
-    def fire(signum, frame):
-        raise ParserHang(f"still parsing after {seconds} s")
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    return _hang_guard(seconds, ParserHang, doing="parsing")
 
 
 def one_line_error(exc: WorldPagerError, path: Path) -> str:

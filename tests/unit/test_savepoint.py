@@ -7,7 +7,6 @@ rename runs in a child process.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import random
@@ -26,6 +25,7 @@ import torch
 from engine.errors import InputError, OutputError, SavePointError
 from engine.savepoint import (HEADER, SavePoint, latest_savepoint, read_savepoint, savepoint_name,
                               savepoint_paths, write_savepoint)
+from tests_support import hang_guard as _hang_guard
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,17 +75,9 @@ def error_of(path: Path) -> str:
     return one_line(info.value, path)
 
 
-@contextlib.contextmanager
+
 def hang_guard(seconds: float = 5):
-    def fire(signum, frame):
-        raise TimeoutError(f"still reading after {seconds} s")
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    return _hang_guard(seconds, doing="reading")
 
 
 # ---- round trip and layout ------------------------------------------------------------------------
@@ -144,7 +136,7 @@ def test_kill_between_temporary_write_and_rename(tmp_path):
     write_savepoint(tmp_path, mixed_savepoint(10))
     child = textwrap.dedent(f"""
         import os, signal, sys
-        sys.path.insert(0, {str(REPO)!r})
+        sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
         import engine.savepoint as s
         from tests.unit.test_savepoint import mixed_savepoint
         s.os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)

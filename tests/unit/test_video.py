@@ -4,8 +4,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import av
@@ -15,6 +13,7 @@ import torch
 
 from engine.errors import ConfigError, InputError, OutputError
 from engine.io.video import VideoWriter, count_frames, to_uint8_rgb
+from tests_support import sigkill_when_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 H, W, FPS = 48, 64, 8
@@ -126,17 +125,7 @@ time.sleep(60)
 def test_sigkilled_writer_leaves_playable_file(tmp_path):
     out = tmp_path / "killed.mp4"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", _KILL_CHILD, str(out)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT)
-    try:
-        line = child.stdout.readline()
-        assert line.strip() == "ready", child.stderr.read()
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-        child.stdout.close()
-        child.stderr.close()
-    assert child.returncode == -signal.SIGKILL
+    assert sigkill_when_ready(_KILL_CHILD, str(out), cwd=REPO_ROOT, env=env) == -signal.SIGKILL
     # 48 frames went in, each write was flushed before it returned: all of them must play.
     assert count_frames(out) == 48
 

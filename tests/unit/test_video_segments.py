@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import av
@@ -15,6 +13,7 @@ import pytest
 from engine.errors import InputError
 from engine.io.mp4_segments import annexb_to_length_prefixed
 from engine.io.video import VideoWriter, count_frames
+from tests_support import sigkill_when_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 H, W, FPS = 48, 64, 8
@@ -103,18 +102,8 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
     _write_uninterrupted(reference, [a, b, c])
     np.savez(kept_chunks, a=a, b=b)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(resumed), str(kept_chunks)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                             cwd=REPO_ROOT)
-    try:
-        line = child.stdout.readline()
-        assert line.strip() == "ready", child.stderr.read()
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-        child.stdout.close()
-        child.stderr.close()
-    assert child.returncode == -signal.SIGKILL
+    assert sigkill_when_ready(_KILLED_WRITER, str(resumed), str(kept_chunks), cwd=REPO_ROOT, env=env) \
+        == -signal.SIGKILL
 
     with VideoWriter.reopen(resumed, len(a) + len(b), W, H, FPS) as writer:
         writer.write(c)
