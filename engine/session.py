@@ -41,7 +41,7 @@ from engine.io.video import VideoWriter
 from engine.memory.allocator import pin_allocator
 from engine.model.interface import WorldModel
 from engine.model.kv_context import AttentionContext
-from engine.model.registry import ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
+from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.overlay import config_to_json, write_resolved_config
 from engine.positions import Rerotation
 from engine.preflight import Budget, check_memory, check_output_paths, device_budget, host_budget
@@ -86,13 +86,17 @@ class Session:
 
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None,
                  on_output: Callable[[int, torch.Tensor], None] | None = None,
-                 resume_from: SavePoint | None = None, fork_of: Fork | None = None):
+                 resume_from: SavePoint | None = None, fork_of: Fork | None = None,
+                 models: ModelCache | None = None):
         """``resume_from``: continue the run that wrote this save point (``engine.session_resume``):
         its MP4 and log are continued, not created. With ``fork_of``, ``resume_from`` is the parent's
-        save point and the MP4 and log are the branch's copies of the parent's (``engine.session_fork``)."""
+        save point and the MP4 and log are the branch's copies of the parent's (``engine.session_fork``).
+        ``models``: networks loaded by earlier sessions of this process, reused when they are the ones
+        this session needs (a batch worker's; ``engine.model.model_cache``)."""
         # First, before anything sizable is allocated: fixed malloc thresholds keep RSS flat (DESIGN §3).
         self.allocator = pin_allocator()
         self.cfg = cfg
+        self.models = models
         self.spec: ModelSpec = model_spec(cfg)
         self.on_chunk = on_chunk or (lambda record: None)
         self.on_output = on_output or (lambda chunk, latents: None)   # the model's output, before decoding
@@ -146,7 +150,8 @@ class Session:
     def load(self) -> None:
         """Build the model (loading its weights); on failure the empty outputs are removed."""
         try:
-            self.model = build_world_model(self.cfg, self.image, self.trajectory, self.device, self.dtype)
+            self.model = build_world_model(self.cfg, self.image, self.trajectory, self.device, self.dtype,
+                                           self.models)
         except BaseException:
             self._discard_outputs()
             raise

@@ -65,9 +65,11 @@ def _meta_model(m: ArenaModelConfig):
         return ArenaDiT(m)
 
 
-def build(cfg, image, trajectory, device, dtype):
+def build(cfg, image, trajectory, device, dtype, cache):
+    from engine.model.registry import weights_stamp
+
     path = _weights(cfg)
-    model = load_model(path, device, dtype)
+    model = cache.get(("arena", weights_stamp(path), str(device), dtype), lambda: load_model(path, device, dtype))
     return ArenaPipeline(model, Arena.generate(cfg.arena_seed), trajectory, cfg.seed, cfg.positions, device, dtype,
                          weights=str(path))
 

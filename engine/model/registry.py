@@ -6,9 +6,10 @@ Owns, per model family, three functions of the session config:
   weights: the start image's size, the trajectory's action space, the video grid and the decoded frame
   size (so inputs are validated and the MP4 opened before the slow load). The built model must agree
   with its spec (``build_world_model`` checks).
-* ``build_world_model(cfg, image, trajectory, device, dtype) -> WorldModel`` — the model of one session
-  (MG2: weights from ``cfg.checkpoint`` or the built-in seeded ones, as ``engine.model.load`` reads
-  them; synthetic: no weights).
+* ``build_world_model(cfg, image, trajectory, device, dtype, cache) -> WorldModel`` — the model of one
+  session (MG2: weights from ``cfg.checkpoint`` or the built-in seeded ones, as ``engine.model.load``
+  reads them; synthetic: no weights). The networks come from ``cache`` (``engine.model.model_cache``)
+  when an earlier session of the same worker loaded them; everything per-session is built anew.
 * ``model_header_facts(cfg) -> dict`` — the shape facts the session log's header records.
 * ``model_kv_layout(cfg) -> KVLayout`` — the KV of one chunk, known before the model is built (so the
   session can size its memory, and refuse settings that cannot fit, before any output exists); the
@@ -19,6 +20,7 @@ The session, the memory and the retrieval use only what these return and the ``W
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -31,10 +33,11 @@ from engine.layout import KVLayout, VideoGrid
 from engine.model.facts import horizon_chunk, model_facts
 from engine.model.interface import WorldModel
 from engine.model.load import load_models
+from engine.model.model_cache import ModelCache
 from engine.model.pipeline import MG2Pipeline
 from engine.model.synthetic import FRAME_DOWNSCALE, SyntheticPipeline
 
-Builder = Callable[[SessionConfig, torch.Tensor, Trajectory, torch.device, torch.dtype], WorldModel]
+Builder = Callable[[SessionConfig, torch.Tensor, Trajectory, torch.device, torch.dtype, ModelCache], WorldModel]
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,10 @@ def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
                      DEFAULT_TRAJECTORIES[m.mode], True, banner)
 
 
-def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype) -> WorldModel:
+def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype, cache: ModelCache) -> WorldModel:
     m = session_model_config(cfg)
-    models = load_models(m, cfg.checkpoint, device, dtype)
+    key = ("mg2", m, weights_stamp(cfg.checkpoint), str(device), dtype)
+    models = cache.get(key, lambda: load_models(m, cfg.checkpoint, device, dtype))
     return MG2Pipeline(models, m, image, trajectory, cfg.seed, cfg.positions, device, dtype)
 
 
@@ -100,7 +104,7 @@ def _synthetic_spec(cfg: SessionConfig) -> ModelSpec:
                      DEFAULT_TRAJECTORIES[m.mode], True, banner)
 
 
-def _synthetic_build(cfg: SessionConfig, image, trajectory, device, dtype) -> WorldModel:
+def _synthetic_build(cfg: SessionConfig, image, trajectory, device, dtype, cache: ModelCache) -> WorldModel:
     return SyntheticPipeline(session_model_config(cfg), trajectory.poses, cfg.chunk_ms, device, dtype,
                              cfg.seed)
 
@@ -141,11 +145,21 @@ def model_kv_layout(cfg: SessionConfig) -> KVLayout:
     return family(cfg).layout(cfg)
 
 
+def weights_stamp(path: Path | None) -> tuple | None:
+    """What identifies a weights file or checkpoint directory's version in a ``ModelCache`` key."""
+    if path is None:
+        return None
+    path = Path(path).expanduser().resolve()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return str(path), tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.exists())
+
+
 def build_world_model(cfg: SessionConfig, image: torch.Tensor, trajectory: Trajectory,
-                      device: torch.device, dtype: torch.dtype) -> WorldModel:
-    """The session's model, built (and its weights loaded) for ``image`` and ``trajectory``."""
+                      device: torch.device, dtype: torch.dtype, cache: ModelCache | None = None) -> WorldModel:
+    """The session's model, built for ``image`` and ``trajectory``; its weights are loaded, or taken
+    from ``cache`` when a session before it loaded the same ones."""
     spec = model_spec(cfg)
-    model = family(cfg).build(cfg, image, trajectory, device, dtype)
+    model = family(cfg).build(cfg, image, trajectory, device, dtype, cache if cache is not None else ModelCache())
     assert isinstance(model, WorldModel), f"{type(model).__name__} does not implement WorldModel"
     assert (model.grid, tuple(model.frame_size)) == (spec.grid, spec.frame_size), (
         f"{spec.name}: built model's grid/frame size differ from its spec")

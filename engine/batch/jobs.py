@@ -1,0 +1,251 @@
+"""Reading a batch's jobs: a JSONL, CSV or YAML job list, or a glob of trajectory files.
+
+Owns the job-list formats and the options a job may set — the ``generate`` flags, spelled as in the
+CLI without the dashes (``host-mem`` and ``host_mem`` both work), plus ``name`` — and their types.
+Every problem is a one-line ``InputError`` naming the file and the line (a malformed line, an option
+that does not exist or has a value of the wrong type, a duplicate name); nothing here touches an
+output. Relative input paths are taken from the current directory, as ``generate`` takes them.
+
+* JSONL (``.jsonl``, ``.ndjson``, ``.json``): one JSON object a line; blank lines and ``#`` lines skipped.
+* CSV (``.csv``): a header row of option names, then one job a row; an empty cell is not given.
+* YAML (``.yaml``, ``.yml``): a list of mappings, or a mapping whose ``jobs`` key holds one.
+* A glob (``'trajectories/*.yaml'``, quoted): one job per matching trajectory file, named by its stem.
+
+Shared options (the ``batch`` command's flags) apply to every job; a job's own value wins.
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from engine.errors import InputError
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("not an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    raise ValueError("not an integer")
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError("not a number") from None
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError("not true or false")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (dict, list)) or value is None:
+        raise ValueError("not a text value")
+    return str(value)
+
+
+def _path(value: Any) -> str:
+    text = _text(value)
+    if not text.strip():
+        raise ValueError("an empty path")
+    return text
+
+
+PATH_OPTIONS = ("image", "trajectory", "out", "log", "checkpoint", "arena_weights", "spill", "preset")
+OPTION_TYPES: dict[str, Callable[[Any], Any]] = {
+    "name": _text, "preset": _text, "image": _path, "trajectory": _path, "repeat": _text, "out": _path,
+    "log": _path, "chunks": _integer, "seconds": _number, "minutes": _number, "checkpoint": _path,
+    "model": _text, "arena_seed": _integer, "arena_weights": _path, "seed": _integer,
+    "save_every": _integer, "keep_savepoints": _integer, "io_deadline": _number, "store": _text,
+    "spill": _path, "host_mem": _number, "pool_slots": _integer, "device_mem": _number, "kv_bits": _integer,
+    "drive_bw": _text, "retrieve_k": _integer, "sink": _flag, "positions": _text, "chunk_ms": _number,
+    "kv_scale": _number,
+}
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job: its name, the generate options it sets (typed; paths as given) and where it was read."""
+
+    name: str
+    options: dict[str, Any] = field(hash=False)
+    where: str                       # "FILE line N", for messages
+
+
+def option_key(raw: str) -> str:
+    return str(raw).strip().lstrip("-").replace("-", "_")
+
+
+def typed_options(raw: dict, where: str) -> dict[str, Any]:
+    """``raw``'s options with normalised names and checked types (``where`` prefixes every error)."""
+    options: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = option_key(key)
+        if name == "device":
+            raise InputError(f"{where}: a job cannot choose its device; the batch's --devices / --workers do")
+        if name not in OPTION_TYPES:
+            raise InputError(f"{where}: unknown job option {str(key)!r} (known: {', '.join(sorted(OPTION_TYPES))})")
+        if value is None or value == "":
+            continue
+        try:
+            options[name] = OPTION_TYPES[name](value)
+        except ValueError as exc:
+            raise InputError(f"{where}: option {name!r}: {value!r} is {exc}") from None
+    return options
+
+
+# ---- the formats --------------------------------------------------------------------------------
+
+def _jsonl_rows(path: Path, text: str) -> list[tuple[int, dict]]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path} line {number}: a job is a JSON object of options, got {type(row).__name__}")
+        rows.append((number, row))
+    return rows
+
+
+def _csv_rows(path: Path, text: str) -> list[tuple[int, dict]]:
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader)
+    except StopIteration:
+        return []
+    except csv.Error as exc:
+        raise InputError(f"{path} line 1: not CSV ({exc})") from None
+    rows = []
+    try:
+        for cells in reader:
+            number = reader.line_num
+            if not any(c.strip() for c in cells):
+                continue
+            if len(cells) != len(header):
+                raise InputError(f"{path} line {number}: {len(cells)} cells, the header has {len(header)}")
+            rows.append((number, dict(zip(header, cells))))
+    except csv.Error as exc:
+        raise InputError(f"{path} line {reader.line_num}: not CSV ({exc})") from None
+    return rows
+
+
+def _yaml_rows(path: Path, text: str) -> list[tuple[int, dict]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if isinstance(data, dict) and "jobs" in data:
+        node = next(v for k, v in node.value if k.value == "jobs")
+        data = data["jobs"]
+    if not isinstance(data, list):
+        raise InputError(f"{path}: not a job list (a YAML list of jobs, or a mapping with a 'jobs' list); "
+                         "is it a trajectory? give trajectories as a quoted glob, e.g. 'dir/*.yaml'")
+    rows = []
+    for item, item_node in zip(data, node.value):
+        number = item_node.start_mark.line + 1
+        if not isinstance(item, dict):
+            raise InputError(f"{path} line {number}: a job is a mapping of options, got {type(item).__name__}")
+        rows.append((number, item))
+    return rows
+
+
+READERS = {".jsonl": _jsonl_rows, ".ndjson": _jsonl_rows, ".json": _jsonl_rows, ".csv": _csv_rows,
+           ".yaml": _yaml_rows, ".yml": _yaml_rows}
+GLOB_CHARS = set("*?[")
+
+
+def read_job_list(path: Path) -> list[tuple[str, dict]]:
+    """(where, raw options) of every job in a job-list file."""
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise InputError(f"job list {path}: unknown format {path.suffix or '(no suffix)'!r}; "
+                         f"use {', '.join(sorted(READERS))}, or a quoted glob of trajectory files")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"job list {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"cannot read job list {path}: {exc.strerror}") from None
+    return [(f"{path} line {number}", row) for number, row in reader(path, text)]
+
+
+def _glob_jobs(pattern: str) -> list[tuple[str, dict]]:
+    files = sorted(p for p in glob.glob(str(Path(pattern).expanduser()), recursive=True) if Path(p).is_file())
+    if not files:
+        raise InputError(f"no trajectory file matches {pattern!r}")
+    return [(f"{pattern} ({f})", {"trajectory": f, "name": Path(f).stem}) for f in files]
+
+
+def load_jobs(source: str, shared: dict[str, Any]) -> list[Job]:
+    """The jobs of ``source`` (a job-list file or a glob of trajectories), each with ``shared`` under it."""
+    shared = typed_options(shared, "batch options")
+    if "name" in shared:
+        raise InputError("batch options: 'name' is per job")
+    path = Path(source).expanduser()
+    if path.is_file():
+        rows = read_job_list(path)
+    elif GLOB_CHARS & set(source):
+        rows = _glob_jobs(source)
+    elif path.exists():
+        raise InputError(f"job list {path} is not a file")
+    else:
+        raise InputError(f"job list not found: {path} (for many trajectories give a quoted glob, e.g. 'dir/*.yaml')")
+    if not rows:
+        raise InputError(f"{source}: no jobs")
+    jobs = [_job(index, where, {**shared, **typed_options(raw, where)}) for index, (where, raw) in enumerate(rows)]
+    _check_names(jobs)
+    return jobs
+
+
+def _job(index: int, where: str, options: dict[str, Any]) -> Job:
+    name = options.pop("name", None)
+    if name is None:
+        name = Path(options["out"]).stem if "out" in options else f"job{index + 1:03d}"
+    if not NAME_PATTERN.fullmatch(name):
+        raise InputError(f"{where}: job name {name!r} must be letters, digits, '.', '_' or '-' "
+                         "(it names the job's files)")
+    for key in PATH_OPTIONS:   # absolute: workers elsewhere (a Ray node) start in another directory
+        if key in options and key not in ("preset", "out", "log") and not options[key].startswith("$"):
+            options[key] = os.path.abspath(os.path.expanduser(options[key]))
+    return Job(name, options, where)
+
+
+def _check_names(jobs: list[Job]) -> None:
+    seen: dict[str, Job] = {}
+    for job in jobs:
+        if job.name in seen:
+            raise InputError(f"{job.where}: job name {job.name!r} is also {seen[job.name].where}'s; "
+                             "give each job its own name (or out)")
+        seen[job.name] = job

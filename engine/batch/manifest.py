@@ -1,0 +1,115 @@
+"""The batch manifest: ``OUT_DIR/batch-manifest.json``, what became of every job of a batch.
+
+Owns the file and its updates. It is one JSON object ``{"version": 1, "jobs": {NAME: ENTRY}}``; each
+entry holds the job's ``status`` — ``pending``, ``running``, ``done``, ``failed`` (with ``error``, the
+job's one-line error) or ``interrupted`` — its ``out``, ``attempts``, the ``fingerprint`` of its options,
+and once it ran: ``worker``, ``chunks``, ``frames``, ``fps`` (video frames made per second of wall
+time), ``stall_p99_ms``, ``rss_max_mib``, ``wall_s``, ``resumed_at`` (the save point's chunk, when it
+was resumed) and ``model_reused`` (whether its worker had the model loaded already). Every update
+rewrites the file atomically (a temporary file, fsync, rename, directory fsync), so a batch killed at
+any moment leaves the manifest before or after an update, never a torn one.
+
+A batch holds ``OUT_DIR/batch.lock`` (``flock``) while it runs: a second batch on the same directory
+is refused with one line. A job found ``running`` when the lock is free was cut short by a killed batch:
+it counts as interrupted.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from engine.durable import fsync_directory
+from engine.errors import InputError, OutputError
+
+MANIFEST_NAME, LOCK_NAME = "batch-manifest.json", "batch.lock"
+STATUSES = ("pending", "running", "done", "failed", "interrupted")
+
+
+class Manifest:
+    """The jobs' entries, kept in memory and written through on every change."""
+
+    def __init__(self, out_dir: Path):
+        self.dir = Path(out_dir)
+        self.path = self.dir / MANIFEST_NAME
+        self._lock_fd = -1
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    # ---- the lock and the file -------------------------------------------------------------------
+
+    def open(self) -> "Manifest":
+        """Take the directory's lock and read the manifest (none yet: empty)."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot create the output directory {self.dir}: {exc.strerror}") from None
+        if not os.access(self.dir, os.W_OK | os.X_OK):
+            raise OutputError(f"output directory {self.dir} is not writable")
+        fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError(f"another batch is running in {self.dir} (lock {self.dir / LOCK_NAME} is held); "
+                              "wait for it or choose another --out-dir") from None
+        self._lock_fd = fd
+        self.jobs = self._read()
+        return self
+
+    def close(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> "Manifest":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise InputError(f"batch manifest {self.path} is damaged ({exc}); move it away to start the "
+                             "batch afresh") from None
+        if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
+            raise InputError(f"{self.path} is not a batch manifest; move it away or choose another --out-dir")
+        jobs = {name: dict(e) for name, e in data["jobs"].items() if isinstance(e, dict)}
+        for entry in jobs.values():
+            if entry.get("status") == "running":   # its batch was killed (we hold the lock now)
+                entry["status"] = "interrupted"
+        return jobs
+
+    def _write(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        text = json.dumps({"version": 1, "jobs": self.jobs}, indent=1, sort_keys=True) + "\n"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        fsync_directory(self.dir, required=False)
+
+    # ---- the entries -----------------------------------------------------------------------------
+
+    def entry(self, name: str) -> dict[str, Any] | None:
+        return self.jobs.get(name)
+
+    def update(self, name: str, **fields: Any) -> dict[str, Any]:
+        entry = self.jobs.setdefault(name, {"status": "pending", "attempts": 0})
+        assert fields.get("status", entry["status"]) in STATUSES, fields
+        entry.update(fields)
+        self._write()
+        return entry
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in STATUSES}
+        for entry in self.jobs.values():
+            out[entry.get("status", "pending")] += 1
+        return out

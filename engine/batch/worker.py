@@ -1,0 +1,175 @@
+"""One batch worker: runs jobs one after another in its process, keeping the model loaded between them.
+
+Owns what running a job means, wherever the worker lives (the batch's own process, a worker process,
+a Ray actor): a job marked for resumption continues from its newest intact save point
+(``engine.session_resume``; none usable: it starts over, with a note); a fresh start first removes what
+an earlier attempt of the same job left (its MP4, log, config and save points — only when the manifest
+says the job ran before); the session gets the worker's ``ModelCache``, so only the first job of a
+model loads weights, and every job builds its own noise, caches and memory (its frames equal a fresh
+``generate`` of the same options). The result says done, failed (with the one-line error) or
+interrupted, and carries the figures of the job's log summary.
+
+Errors never escape ``run``: a ``WorldPagerError`` is the job's failure as ``generate`` would print it,
+anything else a failure named ``internal error`` with its traceback on stderr, so one bad job never
+stops the worker. ``request_stop`` (thread-safe) ends the job in hand after its current chunk.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from engine.batch.plan import JobPlan
+from engine.config import SessionConfig
+from engine.errors import WorldPagerError
+from engine.model.model_cache import ModelCache
+from engine.session_save import savepoint_dir
+from engine.telemetry import read_log
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """A job handed to a worker: resume it from its save points, and/or clean up an earlier attempt."""
+
+    plan: JobPlan
+    resume: bool = False
+    clean: bool = False
+
+
+@dataclass
+class JobResult:
+    name: str
+    status: str                        # done | failed | interrupted
+    worker: str
+    error: str | None = None
+    chunks: int = 0
+    frames: int = 0                    # the job's video frames in all
+    frames_made: int = 0               # made by this attempt (a resumed one starts at its save point)
+    wall_s: float = 0.0
+    stall_p99_ms: float | None = None
+    rss_max_mib: float | None = None
+    resumed_at: int | None = None
+    model_loads: int = 0               # weight loads this job caused (0: its worker had them)
+    model_built: bool = False          # the session got as far as its model
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fps(self) -> float:
+        return self.frames_made / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_entry(self) -> dict:
+        """The manifest fields of this result."""
+        return {"status": self.status, "error": self.error, "worker": self.worker, "chunks": self.chunks,
+                "frames": self.frames, "wall_s": round(self.wall_s, 3), "fps": round(self.fps, 3),
+                "stall_p99_ms": self.stall_p99_ms, "rss_max_mib": self.rss_max_mib,
+                "resumed_at": self.resumed_at, "model_reused": (self.model_loads == 0) if self.model_built else None, "notes": self.notes}
+
+
+def node_config(cfg: SessionConfig, device: str | None) -> SessionConfig:
+    """The job's config on this worker: its device, and the spill path's ``$VARS`` of this node."""
+    spill = cfg.memory.spill
+    if spill is not None:
+        cfg = replace(cfg, memory=replace(cfg.memory, spill=Path(os.path.expandvars(str(spill)))))
+    return cfg if device is None else replace(cfg, device=device)
+
+
+def remove_earlier_attempt(cfg: SessionConfig) -> None:
+    """What an earlier attempt of this job wrote (the job starts over and writes them anew)."""
+    for path in (cfg.out, cfg.log_path, cfg.config_path):
+        Path(path).unlink(missing_ok=True)
+    shutil.rmtree(savepoint_dir(cfg.out), ignore_errors=True)
+
+
+class Worker:
+    """Runs jobs in this process with one ``ModelCache`` (see the module docstring)."""
+
+    def __init__(self, label: str, device: str | None = None):
+        self.label, self.device = label, device
+        self.models = ModelCache()
+        self._lock = threading.Lock()
+        self._session = None
+        self._stop = threading.Event()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._session is not None:
+                self._session.request_stop()
+
+    def run(self, job: JobRun, on_chunk: Callable[[dict], None] = lambda record: None) -> JobResult:
+        result = JobResult(job.plan.name, "failed", self.label)
+        if self._stop.is_set():
+            result.status = "interrupted"
+            return result
+        loads = self.models.loads
+        start = time.perf_counter()
+        try:
+            self._run(job, on_chunk, result)
+        except WorldPagerError as exc:
+            result.status, result.error = "failed", _one_line(exc)
+        except KeyboardInterrupt:
+            result.status, result.error = "interrupted", None
+        except Exception as exc:   # one job's bug must not stop the others: reported, with its traceback
+            traceback.print_exc(file=sys.stderr)
+            result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {_one_line(exc)}"
+        finally:
+            with self._lock:
+                self._session = None
+        result.model_loads = self.models.loads - loads
+        result.wall_s = time.perf_counter() - start
+        return result
+
+    def _run(self, job: JobRun, on_chunk, result: JobResult) -> None:
+        from engine.session import Session   # the session pulls in torch and the models
+
+        cfg = node_config(job.plan.cfg, self.device)
+        savepoint = None
+        if job.resume:
+            cfg, savepoint = self._resume_point(cfg, result)
+        if savepoint is None and job.clean:
+            remove_earlier_attempt(cfg)
+        session = Session(cfg, on_chunk=on_chunk, resume_from=savepoint, models=self.models)
+        with self._lock:
+            self._session = session
+            if self._stop.is_set():
+                session.request_stop()
+        session.load()
+        result.model_built = True
+        outcome = session.run()
+        result.status = outcome.status
+        result.resumed_at = None if savepoint is None else savepoint.chunk
+        self._figures(cfg, result)
+        result.frames_made = result.frames - (0 if savepoint is None else savepoint.facts["frames_total"])
+
+    def _resume_point(self, cfg: SessionConfig, result: JobResult):
+        from engine.session_resume import resume_point
+
+        try:
+            saved_cfg, sp, notes = resume_point(cfg.out)
+        except WorldPagerError as exc:
+            result.notes.append(f"not resumed, started over: {_one_line(exc)}")
+            return cfg, None
+        result.notes.extend(notes)
+        return node_config(saved_cfg, self.device), sp
+
+    @staticmethod
+    def _figures(cfg: SessionConfig, result: JobResult) -> None:
+        records = read_log(cfg.log_path)
+        chunk_records = [r for r in records if r.get("type") == "chunk"]
+        result.chunks = len(chunk_records)
+        result.frames = chunk_records[-1]["frames_total"] if chunk_records else 0
+        summary = records[-1] if records and records[-1].get("type") == "summary" else {}
+        result.stall_p99_ms = (summary.get("stall_ms") or {}).get("p99")
+        rss = (summary.get("rss_bytes") or {}).get("max")
+        result.rss_max_mib = None if rss is None else round(rss / 2 ** 20, 1)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,253 @@
+"""``worldpager batch JOBS``: many ``generate`` jobs, one model load per worker, resumable, retried.
+
+Parse flags, plan the jobs (every check before anything runs), pick a backend (this process, one
+process per device, or a Ray cluster), drive it, then print one line per finished job, a summary
+table and one compact JSON line last. Exit 0 only when every job is done; 1 when any failed (or the
+input was bad); 130 when interrupted (the jobs in hand stop after their chunk and resume next time).
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from engine.config import ARENA_MODEL, MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL
+from engine.errors import ConfigError
+from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+
+SHARED_OPTIONS = [   # (flag, job option, click type, help): every job's default, a job's own value wins
+    ("--preset", "preset", str, "Preset name or YAML file."),
+    ("--image", "image", click.Path(), "Start image (MG2 models)."),
+    ("--trajectory", "trajectory", click.Path(), "Trajectory file (with a job list whose jobs name none)."),
+    ("--repeat", "repeat", click.Choice(["loop", "pingpong"]), "How a short trajectory is extended."),
+    ("--chunks", "chunks", int, "Length in chunks."),
+    ("--seconds", "seconds", float, "Length in seconds of video."),
+    ("--minutes", "minutes", float, "Length in minutes of video."),
+    ("--checkpoint", "checkpoint", click.Path(), "Directory with the official MG2 weights."),
+    ("--model", "model", click.Choice([ARENA_MODEL] + sorted(MODEL_CONFIGS) + [SYNTHETIC_MODEL]), "Model."),
+    ("--arena-seed", "arena_seed", int, "Arena model: which world."),
+    ("--arena-weights", "arena_weights", click.Path(), "Arena model: weights file."),
+    ("--seed", "seed", int, "Seed of the noise."),
+    ("--save-every", "save_every", int, "Save point every N chunks (0: none)."),
+    ("--keep-savepoints", "keep_savepoints", int, "Newest save points kept."),
+    ("--io-deadline", "io_deadline", float, "Seconds a read or write-back may take."),
+    ("--store", "store", click.Choice(STORE_MODES), "Store mode."),
+    ("--spill", "spill", str, "Spill directory template: {job} is the job's name (e.g. /mnt/nvme/{job})."),
+    ("--pool-slots", "pool_slots", int, "Exact host-pool size in chunks."),
+    ("--device-mem", "device_mem", float, "Device memory budget for KV in GiB."),
+    ("--kv-bits", "kv_bits", click.Choice(["2", "4", "8", "16"]), "Stored KV format."),
+    ("--drive-bw", "drive_bw", str, "Emulated drive bandwidth in GB/s."),
+    ("--retrieve-k", "retrieve_k", int, "Past chunks retrieved per chunk."),
+    ("--positions", "positions", click.Choice(POSITION_MODES), "Position handling past the horizon."),
+    ("--chunk-ms", "chunk_ms", float, "Synthetic model: device time per chunk."),
+    ("--kv-scale", "kv_scale", float, "Synthetic model: KV bytes relative to MG2."),
+]
+
+
+def shared_options(func):
+    for flag, dest, kind, text in reversed(SHARED_OPTIONS):
+        func = click.option(flag, dest, type=kind, help=text)(func)
+    return click.option("--sink/--no-sink", "sink", default=None, help="Keep the first chunk resident.")(func)
+
+
+def worker_devices(devices: str | None, workers: int | None) -> list[str]:
+    """One device per worker: ``--devices cuda:0,cuda:1``, or ``--workers N`` CPU workers."""
+    import torch
+
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if devices is None:
+        devices = "cuda:0" if torch.cuda.is_available() and workers is None else "cpu"
+    names = [d.strip() for d in devices.split(",") if d.strip()]
+    if not names:
+        raise ConfigError(f"--devices {devices!r}: no device named")
+    if names == ["cpu"]:
+        return ["cpu"] * (workers or 1)
+    if workers is not None and workers != len(names):
+        raise ConfigError(f"--workers {workers} with --devices {devices}: one worker runs per device "
+                          "(--workers N is for CPU workers: --devices cpu)")
+    for name in names:
+        _check_device(name, torch)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--devices {devices}: a device is named twice (one worker per device)")
+    return names
+
+
+def _check_device(name: str, torch) -> None:
+    if name == "cpu":
+        raise ConfigError("--devices: cpu with other devices; give --devices cpu --workers N for CPU workers")
+    if not name.startswith("cuda"):
+        raise ConfigError(f"--devices: {name!r} is not cuda:N or cpu")
+    index = name.partition(":")[2] or "0"
+    if not index.isdigit():
+        raise ConfigError(f"--devices: {name!r} is not cuda:N")
+    if not torch.cuda.is_available() or int(index) >= torch.cuda.device_count():
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise ConfigError(f"--devices: {name} does not exist here ({have} CUDA devices)")
+
+
+@click.command()
+@click.argument("jobs")
+@click.option("--out-dir", type=click.Path(path_type=Path), required=True, help="Where every job's MP4, log and config go, and the manifest.")
+@click.option("--workers", type=int, help="CPU workers (processes), each with its own model. Default: 1.")
+@click.option("--devices", help="One worker per device: cuda:0,cuda:1 (or cpu with --workers). Default: cuda:0 if present, else cpu.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None,
+              help="Run on a Ray cluster: an address, 'auto' for the running one; without a value, a local Ray is started.")
+@click.option("--retries", type=int, default=0, show_default=True, help="Tries again of a job that failed, in this run.")
+@click.option("--host-mem", type=float, help="Host memory for the whole batch in GiB, divided between the workers. Default: what is available.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors, the summary and the JSON line.")
+@shared_options
+def batch(jobs, out_dir, workers, devices, ray_address, retries, host_mem, quiet, **shared) -> None:
+    """Render many jobs: JOBS is a JSONL, CSV or YAML job list (each job: generate options), or a quoted
+    glob of trajectory files. Re-running skips what is done, resumes what was interrupted and retries
+    what failed (manifest: OUT_DIR/batch-manifest.json)."""
+    from engine.batch.jobs import load_jobs
+    from engine.batch.manifest import Manifest
+
+    if retries < 0:
+        raise ConfigError(f"--retries must be >= 0, got {retries}")
+    options = {k: (int(v) if k == "kv_bits" else v) for k, v in shared.items() if v is not None}
+    job_list = load_jobs(jobs, options)
+    out_dir = out_dir.expanduser().resolve()
+    backend, plans = _backend_and_plans(job_list, out_dir, workers, devices, ray_address, host_mem)
+    with Manifest(out_dir) as manifest:
+        result = _drive(plans, manifest, backend, retries, quiet)
+        _report(result, manifest, backend, out_dir)
+    if result.status == "interrupted":
+        raise SystemExit(EXIT_INTERRUPTED)
+    if result.status != "done":
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _backend_and_plans(job_list, out_dir, workers, devices, ray_address, host_mem):
+    from engine.batch.plan import plan_jobs
+    from engine.telemetry import available_memory, process_rss
+
+    if ray_address is not None:
+        from engine.batch.ray_backend import RayBackend
+
+        if workers is not None or devices is not None:
+            raise ConfigError("--ray places one actor per GPU (or CPU actors) itself; drop --workers / --devices")
+        backend = RayBackend.connect(ray_address)
+        kind = "cuda" if backend.uses_gpus else "cpu"
+        plans = plan_jobs(job_list, out_dir, backend.workers, kind, host_mem, backend.host_bytes, process_rss())
+        return backend, plans
+    names = worker_devices(devices, workers)
+    plans = plan_jobs(job_list, out_dir, len(names), "cuda" if names[0] != "cpu" else "cpu", host_mem,
+                      available_memory(), process_rss())
+    from engine.batch.local import InlineBackend, ProcessBackend
+
+    backend = InlineBackend(names[0]) if len(names) == 1 else ProcessBackend(names)
+    return backend, plans
+
+
+class _JobsProgress:
+    """A bar over jobs on a terminal (its postfix: the job in hand's chunk), and one line per finished job."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.quiet = quiet
+        self.bar = tqdm(total=total, unit="job", dynamic_ncols=True) if sys.stderr.isatty() and not quiet else None
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            click.echo(text, err=True)
+
+    def __call__(self, event) -> None:
+        if event.kind == "chunk" and self.bar is not None:
+            r = event.record
+            self.bar.set_postfix_str(f"{event.name} chunk {r['chunk'] + 1}", refresh=True)
+        elif event.kind == "started":
+            self.say(f"worldpager: {event.name}: started on {event.worker}")
+        elif event.kind == "lost":
+            self.say(f"worldpager: {event.name}: worker {event.worker} lost ({event.error}); resuming it elsewhere")
+        elif event.kind == "finished":
+            self._finished(event.result)
+
+    def _finished(self, r) -> None:
+        if r.status == "done":
+            resumed = "" if r.resumed_at is None else f", resumed at chunk {r.resumed_at}"
+            self.say(f"worldpager: {r.name}: done, {r.chunks} chunks in {r.wall_s:.1f} s "
+                     f"({r.fps:.1f} fps{resumed}) on {r.worker}")
+        else:
+            self.say(f"worldpager: {r.name}: {r.status}" + (f": {r.error}" if r.error else ""))
+        for note in r.notes:
+            self.say(f"worldpager: {r.name}: {note}")
+        if self.bar is not None and r.status in ("done", "failed"):
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _drive(plans, manifest, backend, retries, quiet):
+    from engine.batch.driver import BatchDriver
+
+    progress = _JobsProgress(len(plans), quiet)
+    driver = BatchDriver(plans, manifest, backend, retries=retries, on_event=progress)
+    try:
+        with _StopOnSignals(driver, progress):
+            return driver.run()
+    finally:
+        progress.close()
+
+
+class _StopOnSignals:
+    """First Ctrl-C, SIGTERM or SIGHUP: no new jobs, the running ones stop after their chunk; a second one
+    interrupts at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, driver, progress):
+        self.driver, self.progress, self.stopping, self.previous = driver, progress, False, {}
+
+    def _handler(self, signum, frame) -> None:
+        if self.stopping:
+            raise KeyboardInterrupt
+        self.stopping = True
+        self.driver.request_stop()
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        try:
+            click.echo(f"\nworldpager: {name}: stopping the jobs after their current chunk ({name} again to abort)", err=True)
+        except OSError:
+            pass
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, self._handler) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
+
+
+def _fmt(value, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def _report(result, manifest, backend, out_dir: Path) -> None:
+    from engine.batch.driver import summary_row
+
+    from worldpager_cli.bench import echo_table
+
+    rows = [summary_row(name, manifest.entry(name)) for name in result.jobs]
+    echo_table(("job", "status", "chunks", "fps", "stall p99 ms", "RSS max MiB", "wall s", "worker"),
+               [(r["name"], r["status"] + (" (skipped)" if r["name"] in result.skipped else ""),
+                 _fmt(r["chunks"], "d"), _fmt(r["fps"], ".1f"), _fmt(r["stall_p99_ms"], ".1f"),
+                 _fmt(r["rss_max_mib"], ".0f"), _fmt(r["wall_s"], ".1f"), r["worker"] or "") for r in rows])
+    ran = len(result.results)
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("done", "failed", "interrupted", "pending")}
+    doc = {"command": "batch", "status": result.status, "backend": getattr(backend, "kind", "local"),
+           "workers": backend.workers, "jobs": len(rows), **counts, "skipped": len(result.skipped),
+           "ran": ran, "model_loads": result.model_loads, "wall_s": round(result.wall_s, 3),
+           "jobs_per_hour": round(3600 * ran / result.wall_s, 1) if result.wall_s > 0 and ran else 0.0,
+           "manifest": str(manifest.path), "results": rows}
+    click.echo(json.dumps(doc, separators=(",", ":")))
