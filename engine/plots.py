@@ -90,6 +90,11 @@ def save_png(figure: Figure, path: Path) -> Path:
     return Path(path)
 
 
+# Panel margins in inches: the y label and ticks, the legend (right of the axes, never over the
+# data), the x label, the panel's title. Fixed margins instead of a layout engine, which draws twice.
+_LEFT, _RIGHT, _BOTTOM, _TOP, _HEAD = 0.75, 2.3, 0.5, 0.35, 0.45
+
+
 def png_bytes(figure: Figure) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as MplFigure
@@ -98,15 +103,18 @@ def png_bytes(figure: Figure) -> bytes:
     cols = max(1, min(figure.columns, len(figure.panels)))
     rows = math.ceil(len(figure.panels) / cols)
     width, height = figure.panel_size
-    top = 0.5 + (0.25 if figure.note else 0.0)
-    mpl = MplFigure(figsize=(width * cols, height * rows + top), dpi=figure.dpi, layout="constrained")
+    head = _HEAD + 0.2 * len(figure.note.splitlines() or [""]) * bool(figure.note)
+    fig_w, fig_h = width * cols, height * rows + head
+    mpl = MplFigure(figsize=(fig_w, fig_h), dpi=figure.dpi)
     FigureCanvasAgg(mpl)
-    mpl.suptitle(figure.title + (f"\n{figure.note}" if figure.note else ""), fontsize=11)
-    axes = mpl.subplots(rows, cols, squeeze=False)
+    mpl.suptitle(figure.title + (f"\n{figure.note}" if figure.note else ""), fontsize=11, y=1 - 0.08 / fig_h,
+                 va="top")
     for i, panel in enumerate(figure.panels):
-        _draw_panel(axes[i // cols][i % cols], panel)
-    for j in range(len(figure.panels), rows * cols):
-        axes[j // cols][j % cols].set_visible(False)
+        row, col = divmod(i, cols)
+        x0 = (col * width + _LEFT) / fig_w
+        y0 = (fig_h - head - (row + 1) * height + _BOTTOM) / fig_h
+        ax = mpl.add_axes((x0, y0, (width - _LEFT - _RIGHT) / fig_w, (height - _BOTTOM - _TOP) / fig_h))
+        _draw_panel(ax, panel)
     out = io.BytesIO()
     mpl.savefig(out, format="png", metadata={DATA_KEY: _encode(figure.as_data()), "Software": "worldpager"})
     return out.getvalue()
@@ -140,6 +148,7 @@ def _draw_panel(ax, panel: Panel) -> None:
             draw = ax.step if panel.kind == "step" else ax.plot
             kwargs = {"where": "mid"} if panel.kind == "step" else {}
             draw(list(s.x), list(s.y), label=s.label, color=colours[s.label], linewidth=1.2, **kwargs)
+    _floor_at_zero(ax, panel)
     for ref in panel.refs:
         ax.axhline(ref.y, linestyle=_REF_STYLES[ref.style], linewidth=1.0, label=ref.label,
                    color=colours.get(ref.like, "#444444"))
@@ -152,7 +161,14 @@ def _draw_panel(ax, panel: Panel) -> None:
         ax.text(0.99, 0.97, panel.note, transform=ax.transAxes, ha="right", va="top", fontsize=8,
                 color="#555555")
     if panel.series or panel.refs:
-        ax.legend(fontsize=7, loc="upper left", framealpha=0.7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # never over the data
+
+
+def _floor_at_zero(ax, panel: Panel) -> None:
+    """Counts and sizes start at 0 (an all-zero series gets a unit scale, not matplotlib's ±0.05)."""
+    values = [v for s in panel.series for v in s.y] + [r.y for r in panel.refs]
+    if values and min(values) >= 0:
+        ax.set_ylim(bottom=0, top=None if max(values) > 0 else 1)
 
 
 def _draw_stacked(ax, panel: Panel, colours: dict[str, str]) -> None:

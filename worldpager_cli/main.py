@@ -23,6 +23,7 @@ from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
 from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given, memory_flags, memory_options,  # noqa: F401
                                     parse_arena_seed, session_options, session_overlay)
 from worldpager_cli.plan import plan
+from worldpager_cli.quality import bench_quality
 from worldpager_cli.report import report
 from worldpager_cli.tail import tail
 
@@ -40,6 +41,7 @@ cli.add_command(train)
 cli.add_command(report)
 cli.add_command(batch)
 bench.add_command(bench_arena)
+bench.add_command(bench_quality)
 
 
 def default_output_path() -> Path:

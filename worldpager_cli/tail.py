@@ -5,6 +5,10 @@ Exit codes: 0 the summary line arrived (whatever the session's status); 1 the lo
 directory, not a log, or has a damaged line; 3 the session did not finish — no summary line, and the
 writer's process is gone, or nothing new came for ``--idle-timeout`` seconds, or (``--no-follow``) the
 log ends there.
+
+``--plot DIR`` also keeps a report of the session (``worldpager report``'s figures and page) in DIR,
+redrawn every ``--plot-every`` chunks and once more at the end, for watching from a browser or an
+image viewer.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from pathlib import Path
 import click
 
 from engine.errors import ConfigError
+from engine.report.live import LiveReport
 from engine.telemetry import LogFollower
 from worldpager_cli.errors import EXIT_UNFINISHED
 
@@ -65,12 +70,16 @@ def unfinished_line(follower: LogFollower, idle_timeout: float | None) -> str:
 @click.option("--idle-timeout", type=float, default=None,
               help="Give up (exit 3) after this many seconds without a new line. Default: wait while the "
                    "session's process runs.")
-def tail(log: Path, follow: bool, idle_timeout: float | None) -> None:
+@click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None,
+              help="Also keep the session's report (figures and report.html) in this directory, redrawn as it runs.")
+@click.option("--plot-every", type=int, default=10, show_default=True, help="With --plot: chunks between redraws.")
+def tail(log: Path, follow: bool, idle_timeout: float | None, plot_dir: Path | None, plot_every: int) -> None:
     """Follow a session log: a compact line per chunk, then the summary (exit 3 if none will come)."""
     if idle_timeout is not None and not idle_timeout > 0:
         raise ConfigError(f"--idle-timeout must be a positive number of seconds, got {idle_timeout}")
     fps = 16
     follower = LogFollower(log)
+    live = LiveReport(log, plot_dir, plot_every) if plot_dir is not None else None
     if follow and log.stat().st_size == 0:
         click.echo(f"worldpager: {log} is empty so far: waiting for the session's first line", err=True)
     for record in follower.records(follow=follow, idle_timeout_s=idle_timeout):
@@ -81,6 +90,8 @@ def tail(log: Path, follow: bool, idle_timeout: float | None) -> None:
             click.echo(f"session: model {cfg.get('model')}, {cfg.get('chunks')} chunks, out {cfg.get('out')}")
         elif kind == "chunk":
             click.echo(chunk_line(record, fps))
+            if live is not None:
+                live.chunk_seen()
         elif kind == "summary":
             click.echo(summary_line(record))
         elif kind == "resume":
@@ -93,6 +104,8 @@ def tail(log: Path, follow: bool, idle_timeout: float | None) -> None:
                        + (f"{record['bytes'] / 2**20:.1f} MiB" if "path" in record else f"failed: {record.get('error')}"))
         elif kind == "note":
             click.echo(f"note: {record.get('text')}")
+    if live is not None and follower.lines > 0:
+        click.echo(f"report: {live.finish().page}")
     if follower.ended != "summary":
         click.echo(unfinished_line(follower, idle_timeout), err=True)
         raise SystemExit(EXIT_UNFINISHED)

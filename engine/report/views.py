@@ -1,0 +1,130 @@
+"""The report's views: session records in, one ``engine.plots.Figure`` per view out.
+
+Owns which series each view shows and in what unit. Every view overlays the sessions on the same
+axes (labelled by ``labels``), except the chunk-time breakdown, whose stacked parts need one panel
+per session (the panels share their scale). Chunk records lacking a field (a store mode with no pool,
+no disk) are left out of that series and the panel says so.
+
+Views: ``stall`` (stall per chunk, P50 and P99 of each session marked), ``chunk_time`` (memory /
+denoise / store / decode per chunk), ``host_rss`` (RSS over chunks, the ``--host-mem`` budget and the
+RSS the pool was sized from), ``pool`` (pool bytes in use, its capacity), ``writeback`` (write-back
+queue depth), ``drive`` (bytes read and written, cumulative), ``retrieval`` (hits, misses, stale and
+corrupt blocks, cumulative).
+"""
+from __future__ import annotations
+
+from itertools import accumulate
+
+from engine.plots import Figure, Panel, RefLine, Series
+from engine.report.read import SessionRecords
+from engine.telemetry import percentile
+
+MiB, GiB = float(1 << 20), float(1 << 30)
+CHUNK_PARTS = (("memory_ms", "memory"), ("compute_ms", "denoise"), ("store_ms", "store"), ("decode_ms", "decode"))
+VIEW_TITLES = {
+    "stall": "Stall per chunk (time the loop waited on memory)",
+    "chunk_time": "Chunk time by step",
+    "host_rss": "Host memory (process RSS) over chunks",
+    "pool": "Host pool in use",
+    "writeback": "Write-back queue",
+    "drive": "Drive traffic (spill directory)",
+    "retrieval": "Retrieval: hits, misses, stale; corrupt disk blocks",
+}
+
+
+def _series(label: str, chunks: list[dict], key: str, scale: float = 1.0, cumulative: bool = False) -> Series:
+    rows = [r for r in chunks if key in r and "chunk" in r]
+    y = [r[key] / scale for r in rows]
+    return Series(label, [r["chunk"] for r in rows], list(accumulate(y)) if cumulative else y)
+
+
+def _note(series: list[Series], what: str) -> str:
+    missing = [s.label for s in series if not s.y]
+    return f"no {what} in: {', '.join(missing)}" if missing else ""
+
+
+def _overlay(sessions, labels, key, title, ylabel, *, scale=1.0, cumulative=False, kind="line",
+             refs=(), what="") -> Panel:
+    series = [_series(lab, s.chunks, key, scale, cumulative) for s, lab in zip(sessions, labels)]
+    return Panel(title, tuple(series), "chunk", ylabel, kind, tuple(refs), _note(series, what or key))
+
+
+def stall_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
+    refs = []
+    for s, label in zip(sessions, labels):
+        stalls = [r["stall_ms"] for r in s.chunks if "stall_ms" in r]
+        refs += [RefLine(percentile(stalls, 50), f"P50 {label}", "dashed", label),
+                 RefLine(percentile(stalls, 99), f"P99 {label}", "dotted", label)]
+    return [_overlay(sessions, labels, "stall_ms", "stall", "ms", refs=refs, what="stall")]
+
+
+def chunk_time_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
+    panels = []
+    for s, label in zip(sessions, labels):
+        rows = [r for r in s.chunks if "chunk" in r]
+        parts = tuple(Series(name, [r["chunk"] for r in rows], [float(r.get(key, 0.0)) for r in rows])
+                      for key, name in CHUNK_PARTS)
+        wall = [r.get("wall_ms", 0.0) for r in rows]
+        refs = (RefLine(percentile(wall, 50), "P50 of the whole chunk", "dashed"),)
+        panels.append(Panel(label, parts, "chunk", "ms", "stacked", refs))
+    return panels
+
+
+def host_rss_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
+    refs = []
+    for s, label in zip(sessions, labels):
+        budget = s.config.get("memory", {}).get("host_mem_gib")
+        if isinstance(budget, (int, float)):
+            refs.append(RefLine(budget * GiB / MiB, f"budget {label} (--host-mem {budget:g} GiB)", "solid", label))
+        base = s.header.get("host_baseline_bytes")
+        if isinstance(base, (int, float)):
+            refs.append(RefLine(base / MiB, f"RSS before the pool {label}", "dotted", label))
+    panel = _overlay(sessions, labels, "rss_bytes", "process RSS", "MiB", scale=MiB, refs=refs, what="RSS")
+    if not any(r.label.startswith("budget") for r in refs):
+        panel = Panel(panel.title, panel.series, panel.xlabel, panel.ylabel, panel.kind, panel.refs,
+                      "no --host-mem budget given: the pool was sized from the memory available")
+    return [panel]
+
+
+def pool_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
+    refs = []
+    for s, label in zip(sessions, labels):
+        last = next((r for r in reversed(s.chunks) if "pool_used_bytes" in r and "pool_free_bytes" in r), None)
+        if last is not None:
+            refs.append(RefLine((last["pool_used_bytes"] + last["pool_free_bytes"]) / MiB, f"capacity {label}",
+                                "dashed", label))
+    return [_overlay(sessions, labels, "pool_used_bytes", "pool used", "MiB", scale=MiB, kind="step", refs=refs,
+                     what="host pool")]
+
+
+def writeback_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
+    return [_overlay(sessions, labels, "writeback_queue", "write-back queue", "blocks waiting", kind="step",
+                     what="write-back")]
+
+
+def drive_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
+    return [_overlay(sessions, labels, key, title, "MiB, cumulative", scale=MiB, cumulative=True, what="disk tier")
+            for key, title in (("disk_bytes_read", "read from the drive"),
+                               ("disk_bytes_written", "written to the drive"))]
+
+
+def retrieval_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
+    return [_overlay(sessions, labels, key, title, "count, cumulative", cumulative=True, kind="step",
+                     what="retrieval")
+            for key, title in (("hits", "hits"), ("misses", "misses"), ("stale", "stale"),
+                               ("corrupt_blocks", "corrupt disk blocks"))]
+
+
+VIEWS = {"stall": stall_view, "chunk_time": chunk_time_view, "host_rss": host_rss_view, "pool": pool_view,
+         "writeback": writeback_view, "drive": drive_view, "retrieval": retrieval_view}
+COLUMNS = {"chunk_time": 1, "drive": 2, "retrieval": 2}
+
+
+def build_views(sessions: list[SessionRecords], labels: list[str]) -> dict[str, Figure]:
+    """Every view of the sessions, by name; the notes of cut logs go under each title."""
+    note = "; ".join(n for s in sessions for n in s.notes)
+    return {name: Figure(VIEW_TITLES[name], tuple(view(sessions, labels)), note=note,
+                         columns=COLUMNS.get(name, 1),
+                         panel_size=(6.0, 2.6) if COLUMNS.get(name, 1) > 1 else (9.0, 3.0),
+                         extra={"view": name, "labels": labels, "logs": [str(s.path) for s in sessions]})
+            for name, view in VIEWS.items()}
