@@ -17,10 +17,11 @@ from typing import Callable
 
 from engine.errors import WorldPagerError
 from engine.overlay import resolve_session_config
+from engine.resources import data_dir
 from engine.session import Session
 from engine.telemetry import percentile, read_log
 
-YAW = Path(__file__).resolve().parents[1] / "trajectories" / "yaw.yaml"
+YAW = data_dir("trajectories") / "yaw.yaml"
 
 
 def first_chunk(chunks: list[dict], key: str) -> int | None:

@@ -19,9 +19,10 @@ import yaml
 
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
+from engine.resources import data_dirs
 
-# Presets live in the repository's top-level presets/ (found from the package in an editable install).
-PRESET_DIRS = (Path(__file__).resolve().parents[1] / "presets",)
+# Presets ship in the package (engine/presets in a wheel) and live in the checkout's top-level presets/.
+PRESET_DIRS = data_dirs("presets")
 
 
 def replace_strict(obj: Any, overlay: Mapping[str, Any], where: str = "") -> Any:

@@ -178,12 +178,9 @@ def poses_from_actions(track: ActionTrack, mode: str, calibration: Any = None,
 
 
 def packaged_trajectory(name: str) -> Path:
-    """Path of a shipped trajectory: ``engine/trajectories/NAME`` (package data) if present, else the
-    repository's top-level ``trajectories/NAME``.
-
-    Limitation: the canonical files live only in the top-level ``trajectories/`` of the source tree, so
-    they are found from a checkout or an editable install (``pip install -e``), not from a wheel, unless
-    copies are placed under ``engine/trajectories/``.
+    """Path of a shipped trajectory: ``engine/trajectories/NAME`` (package data: the build maps the
+    source tree's top-level ``trajectories/`` there, see ``engine.resources``) if present, else the
+    checkout's top-level ``trajectories/NAME`` (an editable install).
     """
     for folder in (_PACKAGE_DIR, _REPO_DIR):
         if (folder / name).is_file():
