@@ -93,7 +93,7 @@ def _check_device(name: str, torch) -> None:
 @click.command()
 @click.argument("jobs")
 @click.option("--out-dir", type=click.Path(path_type=Path), required=True, help="Where every job's MP4, log and config go, and the manifest.")
-@click.option("--workers", type=int, help="CPU workers (processes), each with its own model. Default: 1.")
+@click.option("--workers", type=int, help="CPU workers (processes; with --ray: CPU actors), each with its own model. Default: 1 (--ray: one per CPU).")
 @click.option("--devices", help="One worker per device: cuda:0,cuda:1 (or cpu with --workers). Default: cuda:0 if present, else cpu.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None,
               help="Run on a Ray cluster: an address, 'auto' for the running one; without a value, a local Ray is started.")
@@ -114,9 +114,12 @@ def batch(jobs, out_dir, workers, devices, ray_address, retries, host_mem, quiet
     job_list = load_jobs(jobs, options)
     out_dir = out_dir.expanduser().resolve()
     backend, plans = _backend_and_plans(job_list, out_dir, workers, devices, ray_address, host_mem)
-    with Manifest(out_dir) as manifest:
-        result = _drive(plans, manifest, backend, retries, quiet)
-        _report(result, manifest, backend, out_dir)
+    try:
+        with Manifest(out_dir) as manifest:
+            result = _drive(plans, manifest, backend, retries, quiet)
+            _report(result, manifest, backend, out_dir)
+    finally:
+        getattr(backend, "shutdown", lambda: None)()
     if result.status == "interrupted":
         raise SystemExit(EXIT_INTERRUPTED)
     if result.status != "done":
@@ -130,11 +133,17 @@ def _backend_and_plans(job_list, out_dir, workers, devices, ray_address, host_me
     if ray_address is not None:
         from engine.batch.ray_backend import RayBackend
 
-        if workers is not None or devices is not None:
-            raise ConfigError("--ray places one actor per GPU (or CPU actors) itself; drop --workers / --devices")
-        backend = RayBackend.connect(ray_address)
+        if devices is not None:
+            raise ConfigError("--ray places one actor per GPU of the cluster itself; drop --devices")
+        if workers is not None and workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {workers}")
+        backend = RayBackend.connect(ray_address, workers, jobs=len(job_list))
         kind = "cuda" if backend.uses_gpus else "cpu"
-        plans = plan_jobs(job_list, out_dir, backend.workers, kind, host_mem, backend.host_bytes, process_rss())
+        try:
+            plans = plan_jobs(job_list, out_dir, backend.workers, kind, host_mem, backend.host_bytes, process_rss())
+        except BaseException:
+            backend.shutdown()
+            raise
         return backend, plans
     names = worker_devices(devices, workers)
     plans = plan_jobs(job_list, out_dir, len(names), "cuda" if names[0] != "cpu" else "cpu", host_mem,
