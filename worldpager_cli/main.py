@@ -19,6 +19,7 @@ from engine.overlay import resolve_session_config
 from worldpager_cli.arena import bench_arena, train
 from worldpager_cli.batch import batch
 from worldpager_cli.bench import bench
+from worldpager_cli.download import download
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
 from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given, memory_flags, memory_options,  # noqa: F401
                                     parse_arena_seed, session_options, session_overlay)
@@ -39,6 +40,7 @@ cli.add_command(bench)
 cli.add_command(plan)
 cli.add_command(train)
 cli.add_command(report)
+cli.add_command(download)
 cli.add_command(batch)
 bench.add_command(bench_arena)
 bench.add_command(bench_quality)

@@ -20,12 +20,13 @@ from typing import Callable, Mapping
 
 import torch
 import torch.nn as nn
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from engine.config import ModelConfig
 from engine.errors import CheckpointError
 from engine.model.clip import CLIPVisionTower, clip_visual_state_dict, is_unused_checkpoint_key
+from engine.model.hub import resolve_checkpoint
 from engine.model.mg2 import CausalDiT
 from engine.model.seeded_weights import fill_module_
 from engine.model.vae import WanVAE
@@ -42,8 +43,9 @@ class MG2Models:
 
 
 def checkpoint_files(cfg: ModelConfig, root: Path) -> dict[str, Path]:
-    """The three weight files of ``cfg`` under ``root``; a missing one is named in the error."""
-    root = Path(root).expanduser()
+    """The three weight files of ``cfg`` under ``root`` (a directory, or a hub repo id found in the local
+    cache: ``engine.model.hub``); a missing one is named in the error."""
+    root = resolve_checkpoint(Path(root), [cfg.dit_file, cfg.vae_file, cfg.clip_file])
     if not root.is_dir():
         raise CheckpointError(f"checkpoint directory not found: {root}")
     files = {"dit": root / cfg.dit_file, "vae": root / cfg.vae_file, "clip": root / cfg.clip_file}
@@ -106,7 +108,39 @@ def load_models(cfg: ModelConfig, checkpoint: Path | None, device: torch.device,
     assign_strict(vae, read_weights(files["vae"]), files["vae"], dtype, device)
     assign_strict(clip, clip_visual_state_dict(read_weights(files["clip"])), files["clip"], dtype,
                   device, ignored=lambda key: is_unused_checkpoint_key(key, cfg.clip))
-    return MG2Models(dit.eval(), vae.eval(), clip.eval(), source=f"checkpoint {checkpoint}")
+    return MG2Models(dit.eval(), vae.eval(), clip.eval(), source=f"checkpoint {_root(cfg, files)}")
+
+
+def read_shapes(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a weights file as an empty meta tensor of its shape: its header, no weights read
+    (``.pth`` files are memory-mapped, so only their pickled index is)."""
+    if path.suffix == ".safetensors":
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                return {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}
+        except (SafetensorError, OSError, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(f"cannot read weights {path}: {reason[:200]}") from None
+    return {k: torch.empty(v.shape, device="meta") for k, v in read_weights(path).items()}
+
+
+def check_checkpoint(cfg: ModelConfig, checkpoint: Path) -> Path:
+    """The checks ``load_models`` makes (every file there, every key and shape) without loading weights;
+    the directory checked."""
+    files = checkpoint_files(cfg, checkpoint)
+    meta = torch.device("meta")
+    with meta:
+        dit, vae, clip = CausalDiT(cfg.dit), WanVAE(cfg.vae), CLIPVisionTower(cfg.clip)
+    assign_strict(dit, _dit_state(read_shapes(files["dit"])), files["dit"], torch.float32, meta)
+    assign_strict(vae, read_shapes(files["vae"]), files["vae"], torch.float32, meta)
+    assign_strict(clip, clip_visual_state_dict(read_shapes(files["clip"])), files["clip"], torch.float32, meta,
+                  ignored=lambda key: is_unused_checkpoint_key(key, cfg.clip))
+    return _root(cfg, files)
+
+
+def _root(cfg: ModelConfig, files: dict[str, Path]) -> Path:
+    """The directory ``checkpoint_files`` found the files in (a hub id's snapshot, say)."""
+    return files["dit"].parents[len(Path(cfg.dit_file).parts) - 1]
 
 
 def _seeded_models(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> MG2Models:
