@@ -63,13 +63,14 @@ def reduce_log(records: list[dict], warmup: int) -> dict:
 
 
 def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name: str = "run",
-                  reduce: Callable[[list[dict], int], dict] = reduce_log) -> dict:
+                  reduce: Callable[[list[dict], int], dict] = reduce_log, keep_log: Path | None = None) -> dict:
     """One synthetic session with ``overlay`` (SessionConfig keys) in a fresh process; its log reduced by
     ``reduce(records, warmup)``.
 
     A fresh process per run keeps runs independent (no allocator or page-cache state carried over, RSS
     measured from the same start). Outputs go to a temporary directory; the disk tier (when the
-    overlay's store has one) goes under ``spill_root``; both are removed afterwards.
+    overlay's store has one) goes under ``spill_root``; both are removed afterwards (the log is first
+    copied to ``keep_log`` when given, for the figures).
     """
     work = Path(tempfile.mkdtemp(prefix="wp-exp-"))
     spill = None
@@ -82,6 +83,8 @@ def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name:
                 "out": str(work / f"{name}.mp4")}
         cfg = resolve_session_config(None, full)   # validate here, before a process is started
         subprocess.run([sys.executable, "-m", "engine.experiments", json.dumps(full)], check=True)
+        if keep_log is not None:
+            shutil.copyfile(cfg.log_path, keep_log)
         return reduce(read_log(cfg.log_path), warmup)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -127,31 +127,67 @@ def resolve_device(name: str) -> str:
 @click.option("--tokens", type=click.IntRange(min=1),
               help=f"Tokens in the chunk. Default: the full chunk on CUDA, at most {CPU_TOKENS} on a CPU.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--backend", "backends", default="auto", show_default=True,
+              help="Kernels: auto, reference, fused or triton, or a comma list timed side by side on one "
+                   "chunk (triton on a CPU runs the Triton interpreter: slow, for parity only).")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
               help="Timed calls per operation (the median is reported).")
-def quant(name: str, bits: str, tokens: int | None, device: str, repeats: int) -> None:
+def quant(name: str, bits: str, tokens: int | None, device: str, backends: str, repeats: int) -> None:
     """Quantise / dequantise one chunk's KV against a plain copy of it."""
-    from engine.memory.bench_quant import bench_quant
+    from engine.memory.bench_quant import bench_quant_backends
 
     cfg = model_config(name)
     dev = resolve_device(device)
+    chosen = quant_backends(backends, dev)
     full = cfg.tokens_per_chunk
     reduced = tokens is None and dev == "cpu" and full > CPU_TOKENS
     n = tokens if tokens is not None else (min(full, CPU_TOKENS) if dev == "cpu" else full)
     why = " (reduced on a CPU; --tokens to change)" if reduced else ""
     click.echo(f"bench quant: {name}, int{bits}, {n} of {full} tokens per chunk{why}, "
                f"{cfg.dit.num_layers} layers, device {dev} ({device_label(dev)}), median of {repeats}")
-    r = bench_quant(cfg, bits=int(bits), tokens=n, device=dev, repeats=repeats)
-    click.echo(f"backend {r['backend']}; {r['kv_dtype']} KV {size(r['kv_bytes'])} <-> "
+    results = bench_quant_backends(cfg, chosen, bits=int(bits), tokens=n, device=dev, repeats=repeats)
+    r = results[0]
+    labels = [quant_label(x["backend"], dev) for x in results]
+    click.echo(f"backend {', '.join(labels)}; {r['kv_dtype']} KV {size(r['kv_bytes'])} <-> "
                f"{r['format']} block {size(r['block_bytes'])}; GB/s count the KV bytes")
-    echo_table(("op", "ms", "GB/s", "vs copy"), [
-        ("copy", num(r["copy_s"] * 1e3), num(r["copy_gbps"]), ratio(1.0)),
-        ("quantise", num(r["quant_s"] * 1e3), num(r["quant_gbps"]), ratio(r["quant_vs_copy"])),
-        ("dequantise", num(r["dequant_s"] * 1e3), num(r["dequant_gbps"]), ratio(r["dequant_vs_copy"])),
-    ])
-    echo_json("quant", r, machine(device_label(dev)),
+    tag = (lambda label: f" {label}") if len(results) > 1 else (lambda label: "")  # noqa: E731
+    rows = [("copy", num(r["copy_s"] * 1e3), num(r["copy_gbps"]), ratio(1.0))]
+    for op, key in (("quantise", "quant"), ("dequantise", "dequant")):
+        rows += [(f"{op}{tag(label)}", num(x[f"{key}_s"] * 1e3), num(x[f"{key}_gbps"]),
+                  ratio(x[f"{key}_vs_copy"])) for x, label in zip(results, labels)]
+    echo_table(("op", "ms", "GB/s", "vs copy"), rows)
+    side = {"backends": [{k: x[k] for k in QUANT_PER_BACKEND} for x in results]} if len(results) > 1 else {}
+    echo_json("quant", {**r, **side}, machine(device_label(dev)),
               {"preset": name, "bits": int(bits), "tokens": n, "full_tokens": full, "device": dev,
-               "repeats": repeats})
+               "backend": ",".join(chosen), "repeats": repeats})
+
+
+QUANT_PER_BACKEND = ("backend", "quant_s", "dequant_s", "quant_gbps", "dequant_gbps", "quant_vs_copy",
+                     "dequant_vs_copy")
+
+
+def quant_backends(spec: str, device: str) -> list[str]:
+    """``--backend`` as a list of kernel names; Triton on a CPU is switched to its interpreter here,
+    before anything imports it (the flag is read once, at import)."""
+    from engine.kernels import ops
+
+    names = [part.strip().lower() for part in spec.split(",")]
+    for part in names:
+        if part not in ops.BACKENDS:
+            raise ConfigError(f"--backend {part!r} is not a kernel backend "
+                              f"(choose from {', '.join(ops.BACKENDS)}, or a comma list)")
+    if len(set(names)) < len(names):
+        raise ConfigError(f"--backend {spec!r} names a backend twice")
+    if device.startswith("cuda") and "fused" in names:
+        raise ConfigError("--backend fused is the CPU quantiser; on a CUDA device use auto, triton or "
+                          "reference")
+    if device == "cpu" and "triton" in names:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return names
+
+
+def quant_label(backend: str, device: str) -> str:
+    return f"{backend} (interpreter)" if backend == "triton" and device == "cpu" else backend
 
 
 # ---- bench disk -----------------------------------------------------------------------------------
@@ -243,13 +279,19 @@ def _bw(value: str) -> str | None:
               help="Device time per chunk (MG2 on an RTX 4090: 1200).")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--trajectory", type=click.Path(path_type=Path), help="Default: yaw.yaml (revisits every 20 chunks).")
+@click.option("--figures", type=click.Path(path_type=Path), default=None,
+              help="Also write the runs' report here (worldpager report's figures, overlaid, and its page).")
 def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int, pool_slots: int,
-          kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None) -> None:
+          kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None) -> None:
     """Stalls and per-chunk cost of store modes side by side (synthetic model, real store and disk)."""
     from engine.experiments import run_synthetic
 
     if not spill.is_dir():
         raise ConfigError(f"--spill directory not found: {spill}")
+    if figures is not None:
+        from engine.report.write import prepare_out
+
+        prepare_out(figures / "logs")   # before the runs: an unwritable --figures fails at once
     grid = [(m, b, w) for m in _split(modes, "--modes") for b in _split(drive_bws, "--drive-bw")
             for w in _split(writebacks, "--writeback")]
     rows, results = [], []
@@ -258,7 +300,8 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
                    "memory": {"store": mode, "pool_slots": pool_slots, "drive_bw": _bw(bw), "writeback": wb}}
         if trajectory is not None:
             overlay["trajectory"] = str(trajectory)
-        r = run_synthetic(overlay, spill, warmup=warmup, name=f"{mode}-{bw}-{wb}")
+        keep = figures / "logs" / f"{mode}-{bw}-{wb}.log.jsonl" if figures is not None else None
+        r = run_synthetic(overlay, spill, warmup=warmup, name=f"{mode}-{bw}-{wb}", keep_log=keep)
         results.append({"store": mode, "drive_bw": bw, "writeback": wb, **r})
         rows.append((mode, bw, wb, num(r["stall_p50_ms"]), num(r["stall_p99_ms"]), num(r["stall_max_ms"]),
                      str(r["stalled_chunks"]), num(r["chunk_ms_p50"]), num(r["store_ms_p50"]),
@@ -270,6 +313,12 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
                f"{pool_slots} chunks, spill under {spill}, stalls after {warmup} warm-up chunks")
     echo_table(("store", "drive", "write-back", "stall p50", "p99", "max", "stalled", "chunk ms", "store ms",
                 "spill@", "1st read@", "hit/miss/stale", "disk read", "status"), rows)
+    if figures is not None:
+        from engine.report.write import write_report
+
+        logs = [figures / "logs" / f"{m}-{b}-{w}.log.jsonl" for m, b, w in grid]
+        page = write_report(logs, figures, title=f"bench store: {chunks} chunks, pool {pool_slots}").page
+        click.echo(f"figures: {figures} (page {page})")
     echo_json("store", {"runs": results}, machine("cpu"),
               {"spill": str(spill), "modes": modes, "drive_bw": drive_bws, "writeback": writebacks,
                "chunks": chunks, "pool_slots": pool_slots, "kv_scale": kv_scale, "chunk_ms": chunk_ms,

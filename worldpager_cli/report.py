@@ -14,6 +14,7 @@ import click
 
 from engine.errors import ConfigError
 from engine.report.live import LiveReport
+from engine.report.views import VIEWS
 from engine.report.write import Report, write_report
 from engine.telemetry import LogFollower
 
@@ -49,8 +50,10 @@ def follow_report(log: Path, out: Path, every: int, idle_timeout: float | None) 
 @click.option("--idle-timeout", type=float, default=None,
               help="With --follow: stop after this many seconds without a new line.")
 @click.option("--title", default=None, help="The page's title. Default: names the sessions.")
+@click.option("--view", "views", multiple=True, type=click.Choice(list(VIEWS)),
+              help="Draw only this view (repeatable). Default: all.")
 def report(logs: tuple[Path, ...], out: Path, follow: bool, every: int, idle_timeout: float | None,
-           title: str | None) -> None:
+           title: str | None, views: tuple[str, ...]) -> None:
     """Plot session logs (overlaid): stalls, chunk time, RSS, pool, drive, retrieval, and a summary page."""
     if follow:
         if len(logs) != 1:
@@ -59,4 +62,4 @@ def report(logs: tuple[Path, ...], out: Path, follow: bool, every: int, idle_tim
             raise ConfigError(f"--idle-timeout must be a positive number of seconds, got {idle_timeout}")
         echo_report(follow_report(logs[0], out, every, idle_timeout))
     else:
-        echo_report(write_report(list(logs), out, title))
+        echo_report(write_report(list(logs), out, title, list(views) or None))

@@ -35,8 +35,12 @@ def _phrase(key: str, value: object, session: SessionRecords) -> str:
         if value == 16:
             return "bf16" if session.header.get("dtype") == "bfloat16" else "unquantised"
         return f"int{value}"
-    if key in ("model", "memory.store", "memory.writeback", "positions"):
+    if key in ("model", "memory.store", "positions"):
         return str(value)
+    if key == "memory.writeback":
+        return f"write-back {value}"
+    if key == "memory.drive_bw":
+        return "real drive" if value is None else f"drive {value} GB/s"
     if key == "memory.sink":
         return "sink" if value else "no sink"
     return f"{name.replace('_', '-')} {value}"

@@ -120,11 +120,11 @@ VIEWS = {"stall": stall_view, "chunk_time": chunk_time_view, "host_rss": host_rs
 COLUMNS = {"chunk_time": 1, "drive": 2, "retrieval": 2}
 
 
-def build_views(sessions: list[SessionRecords], labels: list[str]) -> dict[str, Figure]:
-    """Every view of the sessions, by name; the notes of cut logs go under each title."""
+def build_views(sessions: list[SessionRecords], labels: list[str], only: list[str] | None = None) -> dict[str, Figure]:
+    """Every view of the sessions (or those in ``only``), by name; the notes of cut logs go under each title."""
     note = "; ".join(n for s in sessions for n in s.notes)
     return {name: Figure(VIEW_TITLES[name], tuple(view(sessions, labels)), note=note,
                          columns=COLUMNS.get(name, 1),
                          panel_size=(6.0, 2.6) if COLUMNS.get(name, 1) > 1 else (9.0, 3.0),
                          extra={"view": name, "labels": labels, "logs": [str(s.path) for s in sessions]})
-            for name, view in VIEWS.items()}
+            for name, view in VIEWS.items() if only is None or name in only}

@@ -19,7 +19,7 @@ from engine.report.labels import session_labels
 from engine.report.page import render_page
 from engine.report.read import SessionRecords, read_session
 from engine.report.summary import summary_rows
-from engine.report.views import VIEW_TITLES, build_views
+from engine.report.views import VIEW_TITLES, VIEWS, build_views
 
 PAGE = "report.html"
 
@@ -34,20 +34,24 @@ class Report:
     chunks: list[int]             # chunk records plotted, per log
 
 
-def write_report(logs: list[Path], out: Path, title: str | None = None) -> Report:
-    """Read ``logs`` (overlaid in this order) and write their report into ``out``."""
+def write_report(logs: list[Path], out: Path, title: str | None = None, views: list[str] | None = None) -> Report:
+    """Read ``logs`` (overlaid in this order) and write their report into ``out`` (every view, or ``views``)."""
     if not logs:
         raise InputError("give at least one session log (NAME.log.jsonl)")
+    unknown = sorted(set(views or ()) - set(VIEWS))
+    if unknown:
+        raise InputError(f"unknown view {unknown[0]!r} (choose from {', '.join(VIEWS)})")
     sessions = [read_session(Path(p)) for p in logs]
-    return write_sessions(sessions, Path(out), title)
+    return write_sessions(sessions, Path(out), title, views)
 
 
-def write_sessions(sessions: list[SessionRecords], out: Path, title: str | None = None) -> Report:
+def write_sessions(sessions: list[SessionRecords], out: Path, title: str | None = None,
+                   views: list[str] | None = None) -> Report:
     prepare_out(out)
     labels = session_labels(sessions)
     notes = [n for s in sessions for n in s.notes]
     figures, embedded = {}, []
-    for name, figure in build_views(sessions, labels).items():
+    for name, figure in build_views(sessions, labels, views).items():
         png = png_bytes(figure)
         figures[name] = _replace(out / f"{name}.png", png)
         embedded.append((name, VIEW_TITLES[name], png))
