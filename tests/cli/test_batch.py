@@ -5,8 +5,10 @@
 * jobs on the arena model in one worker: the model's weights are loaded once, and the second job's
   MP4 is frame for frame a fresh ``worldpager generate`` of the same options (reuse resets the model's
   running state);
-* a batch SIGKILLed while a job renders: the re-run resumes that job from its save point and its MP4
-  equals an uninterrupted run's;
+* a batch SIGKILLed while a job renders: the re-run resumes that job from its save point (the log
+  keeps the chunks before it and has every chunk once; the MP4 holds every frame). That a resumed
+  run's frames equal an uninterrupted run's is ``test_resume.py``'s (real models); the synthetic
+  model used here for its steady pace draws blank frames;
 * bad input is one line naming the file and line (or the two jobs, or the two workers), and nothing is
   written: a malformed JSON line, a CSV row of the wrong width, a trajectory given as a job list, an
   unknown option, two jobs with one output, two workers with one spill directory, Ray not installed.
@@ -33,7 +35,8 @@ from worldpager_cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
 YAW = REPO / "trajectories" / "yaw.yaml"
-SYNTHETIC = ["--model", "synthetic", "--chunk-ms", "5", "--kv-scale", "0.034"]
+SYNTHETIC = ["--model", "synthetic", "--chunk-ms", "5", "--kv-scale", "0.034", "--pool-slots", "4"]
+ARENA = ["--model", "arena", "--pool-slots", "4"]   # a small pool: sizing one from the machine takes seconds
 
 
 def run(*args):
@@ -97,9 +100,9 @@ def test_a_failed_job_is_recorded_and_only_it_runs_again_once_fixed(tmp_path):
 def test_one_model_load_for_many_jobs_and_the_same_frames_as_generate(tmp_path):
     """Arena jobs (real weights, running state in the pipeline) through one worker."""
     jobs = tmp_path / "jobs.csv"
-    jobs.write_text(f"name,chunks,arena_seed,trajectory\nfirst,3,5,{YAW}\nsecond,3,12,\n")
+    jobs.write_text(f"name,chunks,arena_seed,trajectory\nfirst,2,5,{YAW}\nsecond,2,12,\n")
     out = tmp_path / "out"
-    result = run(jobs, "--out-dir", out, "--model", "arena")
+    result = run(jobs, "--out-dir", out, *ARENA)
     assert result.exit_code == 0, result.output
     summary = last_json(result.output)
     assert summary["model_loads"] == 1 and summary["done"] == 2
@@ -107,15 +110,16 @@ def test_one_model_load_for_many_jobs_and_the_same_frames_as_generate(tmp_path):
     assert entries["first"]["model_reused"] is False and entries["second"]["model_reused"] is True
 
     fresh = tmp_path / "fresh.mp4"
-    gen = CliRunner().invoke(cli, ["generate", "--model", "arena", "--arena-seed", "12", "--chunks", "3",
+    gen = CliRunner().invoke(cli, ["generate", *ARENA, "--arena-seed", "12", "--chunks", "2",
                                    "--out", str(fresh), "--quiet"], catch_exceptions=False)
     assert gen.exit_code == 0, gen.output
     assert same_frames(out / "second.mp4", fresh)
 
 
 def test_a_killed_batch_resumes_its_job_from_the_save_point(tmp_path):
-    args = ["--model", "arena", "--pool-slots", "4", "--save-every", "2", "--spill", str(tmp_path / "spill" / "{job}")]
-    jobs = write_jsonl(tmp_path / "jobs.jsonl", {"name": "long", "chunks": 24, "arena_seed": 7})
+    args = ["--model", "synthetic", "--chunk-ms", "100", "--kv-scale", "0.034", "--pool-slots", "4",
+            "--save-every", "2", "--spill", str(tmp_path / "spill" / "{job}")]
+    jobs = write_jsonl(tmp_path / "jobs.jsonl", {"name": "long", "chunks": 10})
     out = tmp_path / "out"
     proc = subprocess.Popen(WORLDPAGER + ["batch", str(jobs), "--out-dir", str(out), *args, "--quiet"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -135,9 +139,10 @@ def test_a_killed_batch_resumes_its_job_from_the_save_point(tmp_path):
     assert again.exit_code == 0, again.output
     entry = manifest(out)["long"]
     assert entry["status"] == "done" and entry["resumed_at"] >= 4 and entry["attempts"] == 2
-    reference = tmp_path / "reference"
-    assert run(jobs, "--out-dir", reference, *args[:-2], "--spill", str(tmp_path / "ref-spill")).exit_code == 0
-    assert same_frames(out / "long.mp4", reference / "long.mp4")
+    chunks = [r for r in read_log(log) if r.get("type") == "chunk"]
+    assert [r["chunk"] for r in chunks] == list(range(10))   # the log kept up to the save point, then went on
+    assert any(r.get("type") == "resume" for r in read_log(log))
+    assert len(frames(out / "long.mp4")) == chunks[-1]["frames_total"] == 9 + 9 * 12
 
 
 # ---- bad input: one line, nothing written -------------------------------------------------------
