@@ -7,7 +7,7 @@ horizontal ``RefLine``s (a budget, a P50 / P99 marker) and a kind:
 * ``line``: one line per series, overlaid on the same axes;
 * ``step``: the same drawn as steps (counts that change chunk by chunk);
 * ``stacked``: the series stacked as filled areas (a time broken into its parts);
-* ``bar``: grouped bars over the categories of the first series' x.
+* ``bar``: grouped bars over the categories of the series' x (all of them, in order of appearance).
 
 ``save_png`` draws with matplotlib's Agg canvas (no pyplot, no display, no global state) and writes
 the figure's data itself into the PNG as a text chunk (``worldpager-figure``: zlib-compressed JSON,
@@ -183,7 +183,7 @@ def _draw_stacked(ax, panel: Panel, colours: dict[str, str]) -> None:
 def _draw_bars(ax, panel: Panel, colours: dict[str, str]) -> None:
     if not panel.series:
         return
-    categories = [str(c) for c in panel.series[0].x]
+    categories = list(dict.fromkeys(str(c) for s in panel.series for c in s.x))   # every series' in order
     width = 0.8 / len(panel.series)
     for i, s in enumerate(panel.series):
         by_category = dict(zip((str(c) for c in s.x), s.y))
