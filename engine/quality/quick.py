@@ -1,0 +1,43 @@
+"""The small version of ``worldpager bench quality`` (``--quick``, and the tests): every arm, few chunks.
+
+Owns the quick plan. Running past the arena model's native horizon (chunk 80) takes 80 chunks; the
+quick positions experiment instead runs the same network from a copy of its weights file whose config
+puts the native horizon at chunk ``QUICK_HORIZON`` (``rope_table_frames`` only sets where the horizon
+is: the rotary angles are computed from the same formula for any position), so every position arm
+runs past a horizon in a dozen chunks.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.quality.arms import REVISIT_ARMS
+from engine.quality.run import Plan
+
+QUICK_HORIZON = 4
+
+
+def weights_with_horizon(src: Path, horizon_chunk: int, out: Path) -> Path:
+    """A copy of the arena weights file ``src`` whose native horizon is chunk ``horizon_chunk``."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(src), framework="pt") as fh:
+        meta = dict(fh.metadata() or {})
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+    cfg = json.loads(meta["config"])
+    frames = cfg.get("frames_per_chunk", 3)
+    cfg["rope_table_frames"] = horizon_chunk * frames
+    meta["config"] = json.dumps(cfg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out), metadata=meta)
+    return out
+
+
+def quick_plan(workdir: Path, weights: Path | None = None) -> Plan:
+    from engine.arena.weights import packaged_weights_path
+
+    moved = weights_with_horizon(weights or packaged_weights_path(), QUICK_HORIZON, workdir / "arena-horizon4.safetensors")
+    return Plan(seeds=1, gaps=(3,), arms=REVISIT_ARMS, long_gaps=(), position_gap=3, prefix_chunks=QUICK_HORIZON,
+                position_seeds=1, drift_chunks=20, drift_gap=3, block=10, ssim_every=2, weights=weights,
+                position_weights=moved, workdir=workdir)

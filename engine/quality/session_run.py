@@ -1,0 +1,95 @@
+"""One arm on one path: a real ``engine.session.Session`` of the arena model, scored as it runs.
+
+Owns how a benchmark session is configured and scored. The path goes in as the project's action CSV;
+the base config is the product's (arena model, ``--store prefetch``, int4, a small host pool, a spill
+directory in a temporary folder, no save points); the arm's overlay is applied with the preset merge.
+Every generated chunk's latent frames (the model's output before video encoding) are scored against
+the renderer's truth at the same poses as they arrive (PSNR per latent frame), so a 3000-chunk
+session keeps only scalars. SSIM (float64: tens of ms a frame on a CPU) is left to the frames kept:
+``keep=None`` keeps every frame and its truth (first-visit comparisons, videos and stills: the caller
+scores the frames it needs); ``keep=n`` keeps the last latent frame of every n-th chunk and scores
+its SSIM. Memory counters of every chunk (hits, misses, stale-set fallbacks, bytes read back from the
+spill directory) are summed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.arena.episodes import Episode
+from engine.arena.evaluate import write_action_csv
+from engine.config import MemoryConfig, SessionConfig
+from engine.metrics import psnr, ssim
+from engine.overlay import replace_strict
+from engine.quality.arms import POOL_SLOTS, Arm
+
+COUNTERS = ("hits", "misses", "stale", "disk_bytes_read")
+
+
+@dataclass
+class Trace:
+    """Scores of one session's latent frames (chunk 0, the given view, included)."""
+
+    psnr: np.ndarray                                 # [F] dB against the truth
+    frames: torch.Tensor | None = None               # [F, 3, h, w] generated latent frames (keep=None)
+    truth: torch.Tensor | None = None                # [F, 3, h, w] rendered truth (keep=None)
+    ssim_frames: np.ndarray | None = None            # latent frames whose SSIM was scored (keep=n)
+    ssim: np.ndarray | None = None                   # their SSIM against the truth
+    totals: dict = field(default_factory=dict)
+
+
+def session_config(arm: Arm, episode: Episode, chunks: int, workdir: Path, weights: Path | None = None,
+                   pool_slots: int = POOL_SLOTS) -> SessionConfig:
+    trajectory = workdir / "path.csv"
+    write_action_csv(trajectory, episode)
+    memory = dataclasses.replace(MemoryConfig(), store="prefetch", kv_bits=4, retrieve_k=3, sink=False,
+                                 pool_slots=pool_slots, spill=workdir / "spill")
+    base = SessionConfig(model="arena", arena_seed=episode.arena_seed, arena_weights=weights,
+                         trajectory=trajectory, repeat="loop", out=workdir / f"{arm.name}.mp4",
+                         chunks=chunks, save_every=0, positions="rerotate", memory=memory)
+    return replace_strict(base, arm.overlay).validate()
+
+
+def run_arm(arm: Arm, episode: Episode, chunks: int, workdir: Path | None = None, keep: int | None = None,
+            weights: Path | None = None, pool_slots: int = POOL_SLOTS) -> Trace:
+    """Run ``arm`` on ``episode`` for ``chunks`` chunks in a temporary folder under ``workdir``."""
+    from engine.session import Session
+
+    scores: list[torch.Tensor] = []
+    kept: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+    totals = dict.fromkeys(COUNTERS, 0)
+    with tempfile.TemporaryDirectory(prefix=f"worldpager-quality-{arm.name}-", dir=workdir) as tmp:
+        cfg = session_config(arm, episode, chunks, Path(tmp), weights, pool_slots)
+
+        def on_output(chunk: int, latents: torch.Tensor) -> None:
+            x0 = latents[0].float().cpu()
+            truth = session.model.truth(chunk)
+            scores.append(psnr(x0, truth))
+            if keep is None:
+                kept.append((chunk, x0.clone(), truth))
+            elif chunk % keep == 0:
+                kept.append((chunk, x0[-1:].clone(), truth[-1:]))
+
+        def on_chunk(record: dict) -> None:
+            for key in COUNTERS:
+                totals[key] += int(record.get(key, 0))
+
+        session = Session(cfg, on_chunk=on_chunk, on_output=on_output)
+        session.load()
+        frames_per_chunk = session.model.layout.frames_per_chunk
+        session.run()
+        shutil.rmtree(Path(tmp) / "spill", ignore_errors=True)   # a long bf16 run spills gigabytes
+    trace = Trace(torch.cat(scores).numpy(), totals=totals)
+    frames, truth = torch.cat([f for _, f, _ in kept]), torch.cat([t for _, _, t in kept])
+    if keep is None:
+        trace.frames, trace.truth = frames, truth
+    else:
+        trace.ssim_frames = np.array([(c + 1) * frames_per_chunk - 1 for c, _, _ in kept])
+        trace.ssim = torch.cat([ssim(frames[i:i + 64], truth[i:i + 64]) for i in range(0, len(frames), 64)]).numpy()
+    return trace

@@ -1,0 +1,38 @@
+"""Side-by-side videos and stills: truth | arm | window-only, one latent frame per video frame.
+
+Owns how ``worldpager bench quality`` shows an episode: the three rows of latent frames ``[F, 3, h,
+w]`` in [-1, 1] are put side by side, enlarged ``scale`` times by pixel repetition (the model's pixels
+stay visible), and written as H.264 MP4 through the product's writer (``engine.io.video``) at the
+latent frame rate (4 a second: each latent frame stands for 4 video frames at 16 fps), or one of them
+as a PNG still.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engine.io.image import save_png
+from engine.io.video import VideoWriter
+
+LATENT_FPS = 4
+
+
+def side_by_side(*rows: torch.Tensor, scale: int = 2) -> torch.Tensor:
+    """uint8 ``[F, scale h, scale w len(rows), 3]`` of equally long frame sequences in [-1, 1]."""
+    assert rows and all(r.shape == rows[0].shape for r in rows), [tuple(r.shape) for r in rows]
+    image = torch.cat(rows, dim=-1)                                            # [F, 3, h, n w]
+    rgb = ((image.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1)
+    return rgb.repeat_interleave(scale, 1).repeat_interleave(scale, 2).contiguous()
+
+
+def write_video(path: Path, frames: torch.Tensor) -> None:
+    """``frames`` from ``side_by_side`` as an MP4 at the latent frame rate."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with VideoWriter(path, frames.shape[2], frames.shape[1], LATENT_FPS) as writer:
+        writer.write(frames.numpy())
+
+
+def write_still(path: Path, frames: torch.Tensor, index: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_png(path, frames[index].numpy())
