@@ -36,6 +36,7 @@ def cpu_threads(workers: int) -> int:
 class InlineBackend:
     """One worker, in this process."""
 
+    kind = "local"
     workers = 1
 
     def __init__(self, device: str | None = None, label: str = "local-0"):
@@ -96,6 +97,8 @@ class _Proc:
 
 class ProcessBackend:
     """One worker process per device (``devices``: e.g. ``["cpu", "cpu"]`` or ``["cuda:0", "cuda:1"]``)."""
+
+    kind = "local"
 
     def __init__(self, devices: list[str]):
         self.devices = devices

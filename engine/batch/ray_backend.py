@@ -82,6 +82,7 @@ class _Actor:
     job: JobRun | None = None
     ref: object = None
     alive: bool = True
+    told_stop: bool = False
 
 
 class RayBackend:
@@ -132,10 +133,14 @@ class RayBackend:
         return backend
 
     def stop(self) -> None:
+        """Safe from a signal handler: only a flag; the loop tells the actors."""
         self._stopping = True
+
+    def _tell_stop(self) -> None:
         for actor in self.actors:
-            if actor.alive and actor.job is not None:
+            if actor.alive and actor.job is not None and not actor.told_stop:
                 actor.handle.stop.remote()
+                actor.told_stop = True
 
     def _start(self) -> None:
         from ray.util.queue import Queue
@@ -168,6 +173,8 @@ class RayBackend:
             busy = {a.ref: a for a in self.actors if a.job is not None}
             if not busy:
                 return
+            if self._stopping:
+                self._tell_stop()
             ready, _ = ray.wait(list(busy), num_returns=1, timeout=POLL_S)
             self._drain(emit)
             for ref in ready:

@@ -92,7 +92,7 @@ class Worker:
     def __init__(self, label: str, device: str | None = None):
         self.label, self.device = label, device
         self.models = ModelCache()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # request_stop may come from a signal handler on this thread
         self._session = None
         self._stop = threading.Event()
 

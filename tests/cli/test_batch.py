@@ -35,7 +35,7 @@ from worldpager_cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
 YAW = REPO / "trajectories" / "yaw.yaml"
-SYNTHETIC = ["--model", "synthetic", "--chunk-ms", "5", "--kv-scale", "0.034", "--pool-slots", "4"]
+SYNTHETIC = ["--model", "synthetic", "--chunk-ms", "5", "--kv-scale", "0.034", "--pool-slots", "4", "--kv-bits", "16"]
 ARENA = ["--model", "arena", "--pool-slots", "4"]   # a small pool: sizing one from the machine takes seconds
 
 
@@ -118,7 +118,7 @@ def test_one_model_load_for_many_jobs_and_the_same_frames_as_generate(tmp_path):
 
 def test_a_killed_batch_resumes_its_job_from_the_save_point(tmp_path):
     args = ["--model", "synthetic", "--chunk-ms", "100", "--kv-scale", "0.034", "--pool-slots", "4",
-            "--save-every", "2", "--spill", str(tmp_path / "spill" / "{job}")]
+            "--kv-bits", "16", "--save-every", "2", "--spill", str(tmp_path / "spill" / "{job}")]
     jobs = write_jsonl(tmp_path / "jobs.jsonl", {"name": "long", "chunks": 10})
     out = tmp_path / "out"
     proc = subprocess.Popen(WORLDPAGER + ["batch", str(jobs), "--out-dir", str(out), *args, "--quiet"],
@@ -212,3 +212,28 @@ def test_a_glob_of_trajectories_is_one_job_each(tmp_path):
     assert result.exit_code == 0, result.output
     assert sorted(manifest(out)) == ["north", "south"]
     assert all((out / f"{n}.mp4").is_file() for n in ("north", "south"))
+
+
+def test_a_stopped_batch_marks_its_job_interrupted_and_the_next_run_resumes_it(tmp_path):
+    """What Ctrl-C / SIGTERM do (the CLI's handler calls ``request_stop``): the job in hand stops after its
+    chunk with a last save point, the batch is interrupted, the next run goes on from that save point."""
+    from engine.batch.driver import BatchDriver
+    from engine.batch.jobs import load_jobs
+    from engine.batch.local import InlineBackend
+    from engine.batch.manifest import Manifest
+    from engine.batch.plan import plan_jobs
+
+    shared = {"model": "synthetic", "chunk_ms": 5, "kv_scale": 0.034, "pool_slots": 4, "kv_bits": 16,
+              "spill": str(tmp_path / "spill" / "{job}")}
+    jobs = write_jsonl(tmp_path / "jobs.jsonl", {"name": "first", "chunks": 6}, {"name": "second", "chunks": 2})
+    out = tmp_path / "out"
+    plans = plan_jobs(load_jobs(str(jobs), shared), out, 1, "cpu", None, 8 << 30, 0)
+    with Manifest(out) as m:
+        driver = BatchDriver(plans, m, InlineBackend("cpu"))
+        driver.on_event = lambda e: e.kind == "chunk" and e.record["chunk"] == 2 and driver.request_stop()
+        assert driver.run().status == "interrupted"
+        assert m.entry("first")["status"] == "interrupted" and m.entry("second")["status"] == "pending"
+    again = run(jobs, "--out-dir", out, *SYNTHETIC, "--spill", tmp_path / "spill" / "{job}")
+    assert again.exit_code == 0, again.output
+    entries = manifest(out)
+    assert entries["first"]["resumed_at"] == 3 and entries["second"]["status"] == "done"

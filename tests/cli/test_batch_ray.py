@@ -84,7 +84,7 @@ def test_a_killed_actor_s_job_is_resubmitted_to_another(local_ray, tmp_path):
 
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text('{"name": "victim", "chunks": 8}\n{"name": "other", "chunks": 2}\n')
-    shared = {"model": "synthetic", "chunk_ms": 150, "kv_scale": 0.034, "pool_slots": 4, "save_every": 2,
+    shared = {"model": "synthetic", "chunk_ms": 150, "kv_scale": 0.034, "pool_slots": 4, "kv_bits": 16, "save_every": 2,
               "spill": str(tmp_path / "spill" / "{job}")}
     job_list = load_jobs(str(jobs), shared)
     backend = RayBackend.connect("auto", jobs=len(job_list))
