@@ -269,7 +269,8 @@ def _bw(value: str) -> str | None:
 @click.option("--drive-bw", "drive_bws", default="unlimited,0.25", show_default=True,
               help="Emulated drive bandwidths in GB/s, comma-separated ('unlimited' = the real drive).")
 @click.option("--writeback", "writebacks", default="background", show_default=True,
-              help="Write-back: background, sync, or both (comma-separated).")
+              help="When stored chunks go to the drive: background (write-back when the pool runs low), "
+                   "through (each at once), sync (the loop waits), or several (comma-separated).")
 @click.option("--chunks", type=click.IntRange(min=2), default=48, show_default=True)
 @click.option("--pool-slots", type=click.IntRange(min=8), default=8, show_default=True,
               help="Host pool in chunks: small, so the pool spills within the first chunks.")
@@ -307,12 +308,12 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
                      str(r["stalled_chunks"]), num(r["chunk_ms_p50"]), num(r["store_ms_p50"]),
                      str(r["spill_chunk"]), str(r["first_read_chunk"]),
                      f"{r['hits']}/{r['misses']}/{r['stale']}", size(r["disk_bytes_read"]),
-                     r["status"] if r["status"] == "done" else f"{r['status']} at {r['chunks']}"))
+                     size(r["disk_bytes_written"]), r["status"] if r["status"] == "done" else f"{r['status']} at {r['chunks']}"))
         click.echo(f"  {mode} / drive {bw} / write-back {wb}: stall p99 {r['stall_p99_ms']:.1f} ms", err=True)
     click.echo(f"bench store: synthetic MG2 KV x{kv_scale:g}, {chunks} chunks of {chunk_ms:g} ms, pool "
                f"{pool_slots} chunks, spill under {spill}, stalls after {warmup} warm-up chunks")
     echo_table(("store", "drive", "write-back", "stall p50", "p99", "max", "stalled", "chunk ms", "store ms",
-                "spill@", "1st read@", "hit/miss/stale", "disk read", "status"), rows)
+                "spill@", "1st read@", "hit/miss/stale", "disk read", "disk write", "status"), rows)
     if figures is not None:
         from engine.report.write import write_report
 

@@ -10,7 +10,9 @@ Contract (all backends, bit for bit on the codes, scales and zeros):
   consecutive channels (scale/zero shaped ``[T, C // group]``).
 * Per group, with ``mn``/``mx`` its fp32 min/max:
   ``scale = fp16(min((mx - mn) / qmax, 65504))`` (IEEE division; an fp16 scale of 0 — constant or
-  tiny-range group — is stored as 1.0), ``zero = fp16(clamp(mn, ±65504))``. The fp16 values are what
+  tiny-range group — is stored as 1.0), ``zero = fp16(clamp(mn, ±65504))`` with a zero of either sign
+  stored as +0 (which of -0 and +0 a reduction returns as the minimum depends on its order; no code
+  or dequantised value depends on the sign). The fp16 values are what
   the codes are computed with, so dequantisation is consistent with them:
   ``code = round_half_even(clamp((x - zero) / scale, 0, qmax))`` (fp32 subtract, IEEE divide).
 * Dequantisation is ``code * scale + zero`` in fp32 (the product is exact: ≤ 8 + 11 significant bits,
@@ -126,6 +128,7 @@ def scale_zero_into(mn: torch.Tensor, mx: torch.Tensor, bits: int, scale: torch.
     is_zero = torch.eq(scale, 0, out=_work("is0", tuple(scale.shape), torch.bool, scale.device))
     scale.masked_fill_(is_zero, 1.0)
     zero.copy_(mn.clamp_(-FP16_MAX, FP16_MAX))
+    zero.masked_fill_(torch.eq(zero, 0, out=is_zero), 0.0)   # -0 → +0
 
 
 def scale_zero_from_range(mn: torch.Tensor, mx: torch.Tensor, bits: int

@@ -80,6 +80,7 @@ def _scale_zero(mn, mx, QMAX: tl.constexpr):
     scale_bits = _f16_bits(tl.minimum(scale, _FP16_MAX))
     scale_bits = tl.where(scale_bits == 0, 0x3C00, scale_bits)    # a zero scale is stored as 1.0
     zero_bits = _f16_bits(tl.minimum(tl.maximum(mn, -_FP16_MAX), _FP16_MAX))
+    zero_bits = tl.where(zero_bits == 0x8000, 0, zero_bits)        # a zero point of -0 is stored as +0
     return scale_bits, zero_bits, _as_f16(scale_bits).to(tl.float32), _as_f16(zero_bits).to(tl.float32)
 
 

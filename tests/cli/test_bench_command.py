@@ -31,7 +31,27 @@ def test_bench_quant_prints_a_table_then_json():
         assert doc[key] > 0, key
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["device"]
     assert doc["params"] == {"preset": "micro", "bits": 4, "tokens": 8, "full_tokens": 24,
-                             "device": "cpu", "repeats": 1}
+                             "device": "cpu", "backend": "auto", "repeats": 1}
+    assert doc["backend"] == "fused"   # auto on a CPU
+
+
+def test_bench_quant_times_backends_side_by_side():
+    result = run("quant", "--preset", "micro", "--tokens", "8", "--repeats", "1", "--device", "cpu",
+                 "--backend", "reference,fused")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    for op in ("quantise", "dequantise"):
+        assert [line.split()[1] for line in lines if line.startswith(op + " ")] == ["reference", "fused"]
+    doc = last_json(result.stdout)
+    assert [b["backend"] for b in doc["backends"]] == ["reference", "fused"]
+    assert all(b["quant_vs_copy"] > 0 and b["dequant_vs_copy"] > 0 for b in doc["backends"])
+    assert doc["params"]["backend"] == "reference,fused"
+
+
+@pytest.mark.parametrize("spec, named", [("fast", "'fast'"), ("fused,fused", "twice")])
+def test_bench_quant_rejects_a_bad_backend_in_one_line(spec, named):
+    result = run("quant", "--preset", "micro", "--tokens", "8", "--device", "cpu", "--backend", spec)
+    one_line_error(result, named)
 
 
 def test_bench_quant_reduces_the_chunk_on_a_cpu_and_says_so():

@@ -56,6 +56,13 @@ def hard_input(t: int, c: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     x[:, 1] = 0.7                                                 # constant channel: scale 0 → 1
     x[:, 2] = 1e-3 + torch.arange(t) * 1e-9                       # scale underflows fp16 → 1
     x[:, 3] = torch.arange(t) % 16                                # integer grid: exact ties at int4
-    x[0, 4], x[1, 4] = -70000.0, 70000.0                          # beyond fp16: saturated metadata
+    x[0, 4], x[-1, 4] = -70000.0, 70000.0                         # beyond fp16: saturated metadata
     x[:, 5] = torch.randn(t, generator=g) * 1e-6                  # fp16-subnormal scale and zero
+    x[:, 6] = torch.rand(t, generator=g)                          # minimum of both signed zeros
+    x[::2, 6] = -0.0
+    x[1::4, 6] = 0.0
+    if c >= 128:                                                  # a value group whose minimum is ±0
+        x[0, 64:128] = torch.rand(64, generator=g)
+        x[0, 64:128:3] = 0.0
+        x[0, 65:128:5] = -0.0
     return x.to(dtype)

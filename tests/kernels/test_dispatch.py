@@ -16,9 +16,18 @@ def _clean(monkeypatch):
     ops.set_backend(None)
 
 
-def test_auto_uses_reference_for_cpu_tensors():
+def test_auto_uses_the_fused_quantiser_for_cpu_tensors():
     assert ops.backend_setting() == "auto"
-    assert ops.backend_for(torch.zeros(1)) == "reference"
+    assert ops.backend_for(torch.zeros(1)) == "fused"
+    for name in ("reference", "fused"):
+        with ops.use_backend(name):
+            assert ops.backend_for(torch.zeros(1)) == name
+
+
+@pytest.mark.gpu
+def test_fused_refuses_cuda_tensors():
+    with ops.use_backend("fused"), pytest.raises(ConfigError, match="CPU quantiser"):
+        ops.quantize_keys(torch.zeros(2, 8, device="cuda"), 4)
 
 
 def test_env_var_and_override_precedence(monkeypatch):
