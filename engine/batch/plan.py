@@ -8,7 +8,8 @@ single job runs: an option value ``generate`` would refuse, two jobs writing one
 given one spill directory, a host memory share too small for a job (``engine.preflight``).
 
 The host budget (``--host-mem`` for the whole batch, or the memory available now) is divided equally
-between the workers; a job that sets its own ``host_mem`` must fit in its worker's share.
+between the workers; a job that sets its own ``host_mem`` must fit in its worker's share. One worker
+without ``--host-mem`` sizes its pool as ``generate`` does.
 """
 from __future__ import annotations
 
@@ -112,8 +113,9 @@ def plan_jobs(jobs: list[Job], out_dir: Path, workers: int, device: str, host_me
 
 
 def _share(host_mem_gib: float | None, available_bytes: int, workers: int) -> float | None:
+    """A worker's host budget in GiB; None: one worker, which sizes its pool as ``generate`` does."""
     if host_mem_gib is None:
-        return None
+        return None if workers == 1 else available_bytes / workers / GiB
     if not math.isfinite(host_mem_gib) or host_mem_gib <= 0:
         raise ConfigError(f"--host-mem must be a positive number of GiB, got {host_mem_gib}")
     return host_mem_gib / workers
@@ -123,8 +125,9 @@ def _with_share(cfg: SessionConfig, job: Job, share: float | None, workers: int,
                 host_mem_gib: float | None) -> SessionConfig:
     own = job.options.get("host_mem")
     if own is not None and share is not None and own > share * (1 + 1e-9):
-        raise ConfigError(f"{job.where}: host_mem {own:g} GiB is more than a worker's share of --host-mem "
-                          f"{host_mem_gib:g} GiB ({workers} workers: {share:.2f} GiB each)")
+        whole = "the memory available" if host_mem_gib is None else f"--host-mem {host_mem_gib:g} GiB"
+        raise ConfigError(f"{job.where}: host_mem {own:g} GiB is more than a worker's share of {whole} "
+                          f"({workers} workers: {share:.2f} GiB each)")
     if own is None and share is not None:
         cfg = replace(cfg, memory=replace(cfg.memory, host_mem_gib=share))
     return cfg
