@@ -64,7 +64,8 @@ class Panel:
     ylabel: str = ""
     kind: str = "line"
     refs: tuple[RefLine, ...] = ()
-    note: str = ""       # drawn in the panel's corner (e.g. "no pool in this session")
+    note: str = ""       # drawn under the panel's title (e.g. "no pool in this session")
+    from_zero: bool = True   # non-negative data: the y axis starts at 0 (False: fit the data, e.g. RSS)
 
     def __post_init__(self):
         assert self.kind in KINDS, self.kind
@@ -104,6 +105,7 @@ def png_bytes(figure: Figure) -> bytes:
     rows = math.ceil(len(figure.panels) / cols)
     width, height = figure.panel_size
     head = _HEAD + 0.2 * len(figure.note.splitlines() or [""]) * bool(figure.note)
+    top = _TOP + 0.18 * any(p.note for p in figure.panels)
     fig_w, fig_h = width * cols, height * rows + head
     mpl = MplFigure(figsize=(fig_w, fig_h), dpi=figure.dpi)
     FigureCanvasAgg(mpl)
@@ -113,7 +115,7 @@ def png_bytes(figure: Figure) -> bytes:
         row, col = divmod(i, cols)
         x0 = (col * width + _LEFT) / fig_w
         y0 = (fig_h - head - (row + 1) * height + _BOTTOM) / fig_h
-        ax = mpl.add_axes((x0, y0, (width - _LEFT - _RIGHT) / fig_w, (height - _BOTTOM - _TOP) / fig_h))
+        ax = mpl.add_axes((x0, y0, (width - _LEFT - _RIGHT) / fig_w, (height - _BOTTOM - top) / fig_h))
         _draw_panel(ax, panel)
     out = io.BytesIO()
     mpl.savefig(out, format="png", metadata={DATA_KEY: _encode(figure.as_data()), "Software": "worldpager"})
@@ -148,18 +150,16 @@ def _draw_panel(ax, panel: Panel) -> None:
             draw = ax.step if panel.kind == "step" else ax.plot
             kwargs = {"where": "mid"} if panel.kind == "step" else {}
             draw(list(s.x), list(s.y), label=s.label, color=colours[s.label], linewidth=1.2, **kwargs)
-    _floor_at_zero(ax, panel)
+    if panel.from_zero:
+        _floor_at_zero(ax, panel)
     for ref in panel.refs:
         ax.axhline(ref.y, linestyle=_REF_STYLES[ref.style], linewidth=1.0, label=ref.label,
                    color=colours.get(ref.like, "#444444"))
-    ax.set_title(panel.title, fontsize=10)
+    ax.set_title(panel.title + (f"\n{panel.note}" if panel.note else ""), fontsize=9)
     ax.set_xlabel(panel.xlabel, fontsize=9)
     ax.set_ylabel(panel.ylabel, fontsize=9)
     ax.tick_params(labelsize=8)
     ax.grid(True, alpha=0.3)
-    if panel.note:
-        ax.text(0.99, 0.97, panel.note, transform=ax.transAxes, ha="right", va="top", fontsize=8,
-                color="#555555")
     if panel.series or panel.refs:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # never over the data
 

@@ -53,8 +53,8 @@ def stall_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]
     refs = []
     for s, label in zip(sessions, labels):
         stalls = [r["stall_ms"] for r in s.chunks if "stall_ms" in r]
-        refs += [RefLine(percentile(stalls, 50), f"P50 {label}", "dashed", label),
-                 RefLine(percentile(stalls, 99), f"P99 {label}", "dotted", label)]
+        refs += [RefLine(percentile(stalls, 50), _of("P50", label, labels), "dashed", label),
+                 RefLine(percentile(stalls, 99), _of("P99", label, labels), "dotted", label)]
     return [_overlay(sessions, labels, "stall_ms", "stall", "ms", refs=refs, what="stall")]
 
 
@@ -70,20 +70,26 @@ def chunk_time_view(sessions: list[SessionRecords], labels: list[str]) -> list[P
     return panels
 
 
+def _of(text: str, label: str, labels: list[str]) -> str:
+    """A reference line's legend entry, naming its session when there are several."""
+    return f"{text}, {label}" if len(labels) > 1 else text
+
+
 def host_rss_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
     refs = []
     for s, label in zip(sessions, labels):
         budget = s.config.get("memory", {}).get("host_mem_gib")
         if isinstance(budget, (int, float)):
-            refs.append(RefLine(budget * GiB / MiB, f"budget {label} (--host-mem {budget:g} GiB)", "solid", label))
+            refs.append(RefLine(budget * GiB / MiB, _of(f"budget (--host-mem {budget:g} GiB)", label, labels),
+                                "solid", label))
         base = s.header.get("host_baseline_bytes")
         if isinstance(base, (int, float)):
-            refs.append(RefLine(base / MiB, f"RSS before the pool {label}", "dotted", label))
+            refs.append(RefLine(base / MiB, _of("RSS before the pool", label, labels), "dotted", label))
     panel = _overlay(sessions, labels, "rss_bytes", "process RSS", "MiB", scale=MiB, refs=refs, what="RSS")
-    if not any(r.label.startswith("budget") for r in refs):
-        panel = Panel(panel.title, panel.series, panel.xlabel, panel.ylabel, panel.kind, panel.refs,
-                      "no --host-mem budget given: the pool was sized from the memory available")
-    return [panel]
+    note = panel.note or ("" if any(r.label.startswith("budget") for r in refs)
+                          else "no --host-mem budget: the pool was sized from the memory available")
+    return [Panel(panel.title, panel.series, panel.xlabel, panel.ylabel, panel.kind, panel.refs, note,
+                  from_zero=False)]
 
 
 def pool_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
@@ -91,8 +97,8 @@ def pool_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
     for s, label in zip(sessions, labels):
         last = next((r for r in reversed(s.chunks) if "pool_used_bytes" in r and "pool_free_bytes" in r), None)
         if last is not None:
-            refs.append(RefLine((last["pool_used_bytes"] + last["pool_free_bytes"]) / MiB, f"capacity {label}",
-                                "dashed", label))
+            refs.append(RefLine((last["pool_used_bytes"] + last["pool_free_bytes"]) / MiB,
+                                _of("capacity", label, labels), "dashed", label))
     return [_overlay(sessions, labels, "pool_used_bytes", "pool used", "MiB", scale=MiB, kind="step", refs=refs,
                      what="host pool")]
 

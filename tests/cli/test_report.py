@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
+import subprocess
 import threading
 import time
 from html.parser import HTMLParser
@@ -94,8 +96,8 @@ def test_a_pair_overlaid_every_view_plots_the_logs(pair, tmp_path):
     check("stall", 0, "stall_ms")
     refs = {r["label"]: r["y"] for r in figure(out, "stall")["panels"][0]["refs"]}
     for label, chunks in logs.items():
-        assert refs[f"P99 {label}"] == percentile([r["stall_ms"] for r in chunks], 99)
-        assert refs[f"P50 {label}"] == percentile([r["stall_ms"] for r in chunks], 50)
+        assert refs[f"P99, {label}"] == percentile([r["stall_ms"] for r in chunks], 99)
+        assert refs[f"P50, {label}"] == percentile([r["stall_ms"] for r in chunks], 50)
     assert max(r["stall_ms"] for r in logs["on-demand"]) > 0   # on-demand waits on the drive; shown as such
     check("host_rss", 0, "rss_bytes", MiB)
     check("pool", 0, "pool_used_bytes", MiB)
@@ -114,7 +116,7 @@ def test_a_pair_overlaid_every_view_plots_the_logs(pair, tmp_path):
         assert parts["store"]["y"] == pytest.approx([r["store_ms"] for r in chunks])
     capacity = {r["label"]: r["y"] for r in figure(out, "pool")["panels"][0]["refs"]}
     last_chunk = logs["prefetch"][-1]
-    assert capacity["capacity prefetch"] == (last_chunk["pool_used_bytes"] + last_chunk["pool_free_bytes"]) / MiB
+    assert capacity["capacity, prefetch"] == (last_chunk["pool_used_bytes"] + last_chunk["pool_free_bytes"]) / MiB
 
     page = Page()
     page.feed((out / "report.html").read_text(encoding="utf-8"))
@@ -223,3 +225,21 @@ def test_bench_store_draws_its_runs_with_the_report(tmp_path):
     assert stall["extra"]["labels"] == ["synthetic on-demand int4"] and stall["extra"]["logs"] == [str(log)]
     assert stall["panels"][0]["series"][0]["y"] == [r["stall_ms"] for r in chunks_of(log)]
     assert (figures / "report.html").is_file()
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no headless Chromium here (the parse test covers CI)")
+def test_the_page_opens_with_its_images_in_headless_chromium(pair, tmp_path):
+    """Only the embedded figures are coloured: the stacked chunk time's red must reach the screen."""
+    import numpy as np
+    from PIL import Image
+
+    out = tmp_path / "report"
+    assert run("report", str(pair[0]), "--out", str(out), "--view", "chunk_time").exit_code == 0
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1000,1200", (out / "report.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    with Image.open(shot) as image:
+        rgb = np.asarray(image.convert("RGB")).astype(int)
+    red = int(((rgb[..., 0] > 190) & (rgb[..., 1] < 80) & (rgb[..., 2] < 80)).sum())   # the denoise area, #d62728
+    assert red > 2000, red
