@@ -97,9 +97,9 @@ def cached_snapshot(repo_id: str) -> Path:
         return Path(snapshot_download(repo_id, cache_dir=_cache_dir(), local_files_only=True))
     except Exception as exc:   # not cached (LocalEntryNotFoundError) or a damaged cache entry
         where = _cache_dir() or "the hub cache"
-        raise CheckpointError(f"--checkpoint {repo_id} is not in {where} ({type(exc).__name__}): run "
-                              f"'{download_command(list(MODE_MODELS))}' (or --mode universal|gta|templerun) first, "
-                              "or give the directory holding the weights") from None
+        raise CheckpointError(f"--checkpoint {repo_id}: no such directory, and no hub repo {repo_id} in {where} "
+                              f"({type(exc).__name__}): run '{download_command(list(MODE_MODELS))}' (or --mode "
+                              "universal|gta|templerun) first, or give the directory holding the weights") from None
 
 
 def resolve_checkpoint(root: Path, needed: list[str]) -> Path:

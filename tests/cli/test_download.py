@@ -101,7 +101,7 @@ def test_checkpoint_as_a_repo_id_loads_from_the_cache(offline_env, tiny_files, t
 
 
 def test_a_repo_id_missing_from_the_cache_names_the_command(offline_env, tiny_files, tmp_path):
-    with pytest.raises(CheckpointError, match=r"not in .*empty-cache.*run 'worldpager download"):
+    with pytest.raises(CheckpointError, match=r"no such directory, and no hub repo .* in .*empty-cache.*run 'worldpager download"):
         load_models(model_config("tiny"), Path(REPO_ID), torch.device("cpu"), torch.float32)
     shared = [f for f in mode_files("universal") if "distilled" not in f]
     cache = hub_cache(tmp_path / "cache", tiny_files, only=shared)   # the VAE and CLIP, no DiT
