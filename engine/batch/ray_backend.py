@@ -75,6 +75,12 @@ class BatchActor:
         return os.getpid()
 
 
+def _actor_lost(ray) -> tuple[type[BaseException], ...]:
+    """The errors of an actor that died (its process, or its node), as this Ray version names them."""
+    names = ("RayActorError", "WorkerCrashedError", "NodeDiedError", "ActorUnavailableError")
+    return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))
+
+
 @dataclass
 class _Actor:
     label: str
@@ -97,7 +103,6 @@ class RayBackend:
         self.host_bytes = host_bytes
         self.actors: list[_Actor] = []
         self._stopping = False
-        self.on_actors = lambda actors: None   # called once the actors exist (tests kill one through it)
         self.started_ray = False
 
     def shutdown(self) -> None:
@@ -154,7 +159,6 @@ class RayBackend:
             handle = remote.options(**resources, max_concurrency=2, name=None).remote(
                 label, device, None if self.uses_gpus else 1, self.progress)
             self.actors.append(_Actor(label, handle))
-        self.on_actors(self.actors)
 
     def run(self, take, emit, stopping) -> None:
         self._start()
@@ -191,8 +195,7 @@ class RayBackend:
         job, actor.job, actor.ref = actor.job, None, None
         try:
             result = ray.get(ref)
-        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.NodeDiedError) as exc:
+        except _actor_lost(ray) as exc:
             actor.alive = False
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             emit(Event("lost", job.plan.name, actor.label, error=f"Ray actor died: {reason[:200]}"))
