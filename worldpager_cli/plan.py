@@ -1,31 +1,31 @@
 """``worldpager plan``: will a session fit, where does it spill, will it stall — before running it.
 
 Thin shell over ``engine.planner`` (the analytical model; no torch) and ``engine.planner_probe`` (a
-quick O_DIRECT write+read in ``--spill DIR``). Prints a table, then one JSON line last.
+quick O_DIRECT write+read in ``--spill DIR``). It takes ``generate``'s flags (``worldpager_cli.options``)
+and resolves the same config from them (presets and ``pool_slots`` included), plus its own: the measured
+chunk time, the process baseline (a figure, or a session log's header) and the probe's size. Prints a
+table, then one JSON line last.
 """
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
+from pathlib import Path
 
 import click
 
 from engine import planner
-from engine.config import session_model_config
+from engine.config import ARENA_MODEL, session_model_config
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config
 from engine.planner_probe import DEFAULT_PROBE_BYTES, probe_drive
+from worldpager_cli.options import session_options, session_overlay
 
 GiB = 1 << 30
 PLAN_BASE = {"model": "mg2-universal"}   # the planner models MG2-shaped KV: MG2 unless a preset says otherwise
+PLAN_PRESET = "mg2-4090-32g"             # the paper's platform, when neither a preset nor a model is given
 MiB = 1 << 20
-
-
-def memory_flags(host_mem, device_mem, kv_bits, drive_bw, spill, store) -> dict:
-    """Only the flags the user gave, as a ``memory`` overlay (flags override the preset)."""
-    given = {"host_mem_gib": host_mem, "device_mem_gib": device_mem, "kv_bits": kv_bits,
-             "drive_bw": drive_bw, "spill": spill, "store": store}
-    given = {k: v for k, v in given.items() if v is not None}
-    return {"memory": given} if given else {}
 
 
 def resolve_drive(cfg, probe_bytes: int, say) -> tuple[planner.DriveRates | None, int | None, str]:
@@ -58,15 +58,13 @@ def table_lines(p: planner.Plan, model, budgets: planner.Budgets, drive_source: 
     """The human table; every figure is also in the JSON line."""
     lines = [f"plan: {p.model}, store {p.store}, {p.format} KV, k={p.retrieve_k}, {p.chunks} chunks "
              f"({p.video_s / 60:.1f} min of video), chunk {p.chunk_s * 1e3:.0f} ms",
-             f"host {budgets.host / GiB:.2f} GiB - baseline {budgets.host_baseline / GiB:.2f} - margin "
-             f"{budgets.margin / GiB:.2f} = pool {p.pool_bytes / GiB:.2f} GiB"
+             _pool_line(p, budgets)
              + ("" if budgets.device is None else
                 f"; device {budgets.device / GiB:.2f} GiB - baseline {budgets.device_baseline / GiB:.2f} GiB "
                 f"- window/current/staging bf16 buffers"),
              "",
              f"{'format':<8}{'bytes/chunk':>14}{'slot bytes':>14}",]
-    slots = planner.slot_bytes(model)
-    lines += [f"{f:<8}{b:>14,}{slots[f]:>14,}" for f, b in p.bytes_by_format.items()]
+    lines += [f"{f:<8}{b:>14,}{-(-b // 4096) * 4096:>14,}" for f, b in p.bytes_by_format.items()]
     lines += ["", f"{'tier-format':<14}{'spill chunk':>12}  video before it"]
     lines += [f"{tier:<14}{n:>12}  {planner.video_seconds(model, n) / 60:6.2f} min" for tier, n in p.spill_chunk.items()]
     disk = ("none (give --spill DIR or --drive-bw GBPS)" if not p.disk_tier else
@@ -82,10 +80,29 @@ def table_lines(p: planner.Plan, model, budgets: planner.Budgets, drive_source: 
               f"read need         {p.read_Bps / 1e9:.3f} GB/s ({p.disk_reads_per_chunk:g} chunk(s) per chunk "
               f"from the drive)",
               f"stalls            {_stall_text(p)}",
+              f"shared drive      reads {p.read_s * 1e3:.0f} ms + write-back {p.write_s * 1e3:.0f} ms per chunk "
+              f"(once reading from the drive)",
               f"on-demand stall   {p.on_demand_stall_ms:.0f} ms per chunk once reading from the drive",
+              f"timeline          {_timeline_text(p)}",
               f"session stops     {_at(model, p.stop_chunk) if p.stop_chunk is not None else 'no'}",
               f"longest zero-stall session  {_at(model, p.max_zero_stall_chunks)}"]
     return lines
+
+
+def _pool_line(p: planner.Plan, budgets: planner.Budgets) -> str:
+    if budgets.pool_slots is not None:
+        return f"pool {p.pool_slots} slots of {p.slot_bytes:,} B (--pool-slots) = {p.pool_bytes / GiB:.2f} GiB"
+    staging = "" if not budgets.host_staging else f" - CPU staging {budgets.host_staging / GiB:.2f}"
+    return (f"host {budgets.host / GiB:.2f} GiB - baseline {budgets.host_baseline / GiB:.2f}{staging} - margin "
+            f"{budgets.margin / GiB:.2f} = pool {p.pool_bytes / GiB:.2f} GiB ({p.pool_slots} slots)")
+
+
+def _timeline_text(p: planner.Plan) -> str:
+    if p.reads_from is None:
+        return "not replayed (no drive reads in this session, or a store it does not model)"
+    first = "no chunk waits" if p.first_stall_chunk is None else f"first wait at chunk {p.first_stall_chunk}"
+    return (f"reads from chunk {p.reads_from}: {first}; stall P50 {p.stall_p50_ms:.0f} / P99 "
+            f"{p.stall_p99_ms:.0f} / max {p.stall_max_ms:.0f} ms from there on")
 
 
 def _stall_text(p: planner.Plan) -> str:
@@ -97,49 +114,112 @@ def _stall_text(p: planner.Plan) -> str:
         return "none (the session never reads from the drive)"
     if not p.stall_predicted:
         return f"none predicted (prefetch stalls below {p.threshold_Bps / 1e9:.3f} GB/s)"
-    return f"YES: about {p.prefetch_stall_ms:.0f} ms per chunk (needs {p.threshold_Bps / 1e9:.3f} GB/s)"
+    return (f"YES: about {p.prefetch_stall_ms:.0f} ms per chunk (reads {p.read_s * 1e3:.0f} ms + write-back "
+            f"{p.write_s * 1e3:.0f} ms take turns on the drive; one drive needs {p.threshold_Bps / 1e9:.3f} GB/s)")
+
+
+def log_baseline(path: Path) -> int:
+    """The process baseline a session's store measured (``host_baseline_bytes`` in its log header)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            header = json.loads(f.readline() or "{}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--baseline-from {path}: not a readable session log ({exc})") from None
+    value = header.get("host_baseline_bytes") if isinstance(header, dict) and header.get("type") == "header" else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"--baseline-from {path}: its header has no host_baseline_bytes "
+                          "(not a session log, or a session without a host pool)")
+    return value
+
+
+def planned_device(cfg) -> str:
+    """Where the session would run: ``auto`` is CUDA when this machine has an NVIDIA device node
+    (the plan imports no torch to ask), else the CPU."""
+    if cfg.device != "auto":
+        return "cpu" if cfg.device == "cpu" else "cuda"
+    return "cuda" if Path("/dev/nvidia0").exists() else "cpu"
+
+
+def plan_config(opts: dict):
+    """The session config ``generate`` would run with the same flags; without --preset, --model and
+    --checkpoint, the paper's platform (``PLAN_PRESET``): ``generate``'s default arena model is not
+    MG2-shaped."""
+    from worldpager_cli.main import chunks_for_length   # main imports this module: resolve at call time
+
+    preset = opts["preset"]
+    if preset is None and opts["model_name"] is None and opts["checkpoint"] is None:
+        preset = PLAN_PRESET
+    flags = session_overlay(opts)
+    cfg = resolve_session_config(preset, flags, PLAN_BASE)
+    if cfg.model == ARENA_MODEL:
+        raise ConfigError("plan models MG2-shaped KV (--model mg2-*, tiny, micro or synthetic); "
+                          "the arena model is not one")
+    m = session_model_config(cfg)
+    n = chunks_for_length(opts["chunks"], opts["seconds"], opts["minutes"], m.fps,
+                          m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
+    if n is not None:
+        cfg = resolve_session_config(preset, {**flags, "chunks": n}, PLAN_BASE)
+    return cfg, m
+
+
+def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float) -> planner.Budgets:
+    """The budgets as the session would size them (its pool, its CPU staging slots)."""
+    host = cfg.memory.host_mem_gib
+    base = planner.Budgets.from_gib(_host_gib(cfg), cfg.memory.device_mem_gib, 0.0, device_baseline_gib)
+    staging = (planner.cpu_staging_bytes(model, cfg.memory.store, cfg.memory.retrieve_k)
+               if planned_device(cfg) == "cpu" else 0)
+    return replace(base, host_baseline=host_baseline, pool_slots=cfg.memory.pool_slots,
+                   host_staging=staging, host_given=host is not None)
 
 
 @click.command()
-@click.option("--preset", default="mg2-4090-32g", show_default=True,
-              help="Session preset (presets/NAME.yaml) or a YAML file; flags override it.")
-@click.option("--host-mem", type=float, help="Host memory budget, GiB. Default: the preset's, else what this machine has available.")
-@click.option("--device-mem", type=float, help="Device memory, GiB (the whole GPU). Default: the preset's.")
-@click.option("--kv-bits", type=int, help="Storage format of the retrieval memory: 16 (bf16), 8, 4 or 2.")
-@click.option("--store", help="Store mode (prefetch, on-demand, sync, dram-only, device-only, window).")
-@click.option("--minutes", type=float, help="Session length in minutes of video (16 fps).")
-@click.option("--chunks", type=int, help="Session length in chunks. Default: the preset's.")
-@click.option("--chunk-ms", type=float, default=planner.CHUNK_S * 1e3, show_default=True,
-              help="Compute time of one chunk, ms (MG2 on an RTX 4090: 1200).")
-@click.option("--drive-bw", help="Drive bandwidth, GB/s: 0.25 or r=0.5,w=0.2 (caps the probe with --spill).")
-@click.option("--spill", type=click.Path(), help="Spill directory: probe its drive (O_DIRECT write+read, removed).")
+@session_options
+@click.option("--wall-ms", type=float, help="A chunk's wall time without stalls, ms (e.g. a log's wall_ms - "
+              "stall_ms). Default: --chunk-ms (MG2 on an RTX 4090: 1200).")
+@click.option("--stage-ms", type=float, default=planner.STAGE_S * 1e3, show_default=True,
+              help="On-demand: dequantising one loaded chunk on the loop's path, ms (a GPU: about 0).")
 @click.option("--probe-mib", type=int, default=DEFAULT_PROBE_BYTES // MiB, show_default=True,
               help="MiB the --spill probe writes and reads.")
-@click.option("--baseline-gib", type=float, default=planner.HOST_BASELINE_GIB, show_default=True,
-              help="Host memory of the process before the pool, GiB (MG2 on CUDA).")
+@click.option("--baseline-gib", type=float,
+              help=f"Host memory of the process before the pool, GiB. Default: {planner.HOST_BASELINE_GIB} (MG2 on CUDA).")
+@click.option("--baseline-from", type=click.Path(path_type=Path),
+              help="Take the process baseline a session measured from its log's header (host_baseline_bytes).")
 @click.option("--device-baseline-gib", type=float, default=planner.DEVICE_BASELINE_GIB, show_default=True,
               help="Device memory of model + runtime, GiB (MG2 on a 24 GiB RTX 4090).")
 @click.option("--disk-reads-per-chunk", type=float, default=planner.DISK_READS_PER_CHUNK, show_default=True,
               help="Retrieved chunks per chunk that must come from the drive.")
-def plan(preset, host_mem, device_mem, kv_bits, store, minutes, chunks, chunk_ms, drive_bw, spill, probe_mib,
-         baseline_gib, device_baseline_gib, disk_reads_per_chunk) -> None:
-    """Predict spill points, storage, bandwidth needs and stalls; the last line is JSON."""
-    from worldpager_cli.main import chunks_for_length   # main imports this module: resolve at call time
-
-    flags = memory_flags(host_mem, device_mem, kv_bits, drive_bw, spill, store)
-    m = session_model_config(resolve_session_config(preset, flags, PLAN_BASE))
-    n = chunks_for_length(chunks, None, minutes, m.fps, m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
-    cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}, PLAN_BASE)
-    budgets = planner.Budgets.from_gib(_host_gib(cfg), cfg.memory.device_mem_gib, baseline_gib,
-                                       device_baseline_gib)
+@click.option("--reads-from", type=int, help="First chunk whose retrieval comes back to a chunk the pool has "
+              "evicted (the trajectory's first revisit). Default: the chunk after the spill, the earliest.")
+def plan(wall_ms, stage_ms, probe_mib, baseline_gib, baseline_from, device_baseline_gib, disk_reads_per_chunk,
+         reads_from, **opts) -> None:
+    """Predict spill points, storage, bandwidth needs and stalls of the session `generate` would run
+    with the same flags; the last line is JSON."""
+    if wall_ms is not None and not (math.isfinite(wall_ms) and wall_ms > 0):
+        raise ConfigError(f"--wall-ms must be a positive number of ms, got {wall_ms}")
+    cfg, m = plan_config(opts)
+    budgets = plan_budgets(cfg, m, _baseline_bytes(baseline_gib, baseline_from), device_baseline_gib)
     if probe_mib < 1:
         raise ConfigError(f"--probe-mib must be at least 1, got {probe_mib}")
     drive, free, source = resolve_drive(cfg, probe_mib * MiB, click.echo)
-    p = planner.plan_session(cfg, budgets, drive=drive, disk_free_bytes=free, chunk_s=chunk_ms / 1e3,
-                             disk_reads_per_chunk=disk_reads_per_chunk)
+    p = planner.plan_session(cfg, budgets, drive=drive, disk_free_bytes=free,
+                             chunk_s=None if wall_ms is None else wall_ms / 1e3,
+                             disk_reads_per_chunk=disk_reads_per_chunk, stage_s=stage_ms / 1e3,
+                             reads_from=reads_from, raw_dtype="float32" if planned_device(cfg) == "cpu" else "bfloat16")
     for line in table_lines(p, m, budgets, source):
         click.echo(line)
-    click.echo(json.dumps({**p.summary(), "drive_source": source}, separators=(",", ":")))
+    click.echo(json.dumps({**p.summary(), "drive_source": source, "host_baseline_bytes": budgets.host_baseline,
+                           "device": planned_device(cfg)}, separators=(",", ":")))
+
+
+def _baseline_bytes(baseline_gib: float | None, baseline_from: Path | None) -> int:
+    if baseline_gib is not None and baseline_from is not None:
+        raise ConfigError("give only one of --baseline-gib, --baseline-from")
+    if baseline_from is not None:
+        return log_baseline(baseline_from)
+    gib = planner.HOST_BASELINE_GIB if baseline_gib is None else baseline_gib
+    if not (math.isfinite(gib) and gib >= 0):
+        raise ConfigError(f"--baseline-gib must be a non-negative number of GiB, got {gib}")
+    return int(gib * GiB)
 
 
 def _host_gib(cfg) -> float:

@@ -77,7 +77,7 @@ def test_spill_dir_is_probed_and_left_clean(tmp_path):
     (("--host-mem", "-4"), ("--host-mem",)),
     (("--device-mem", "0"), ("--device-mem",)),
     (("--preset", "no-such-preset"), ("unknown preset", "no-such-preset")),
-    (("--kv-bits", "3"), ("kv_bits",)),
+    (("--kv-bits", "3"), ("--kv-bits",)),
     (("--drive-bw", "fast"), ("--drive-bw",)),
     (("--minutes", "-5"), ("length",)),
     (("--chunk-ms", "0"), ("--chunk-ms",)),
@@ -89,3 +89,37 @@ def test_bad_flags_are_one_line_errors(args, needles):
 
 def test_a_missing_spill_dir_is_a_one_line_error(tmp_path):
     one_line_error(run("--spill", tmp_path / "absent"), "not a writable directory")
+
+
+def test_pool_slots_from_a_flag_or_a_preset_are_planned_as_the_session_runs_them(tmp_path):
+    """A preset with kv_scale 0.3 and pool_slots 12 was once planned with 507 slots and no stall."""
+    preset = tmp_path / "small-pool.yaml"
+    preset.write_text("model: synthetic\nkv_scale: 0.3\nmemory:\n  pool_slots: 12\n  host_mem_gib: 32\n")
+    from_preset = last_json(run("--preset", preset, "--chunks", 40, "--drive-bw", 0.02, "--wall-ms", 1500))
+    assert from_preset["pool_slots"] == from_preset["session_spill_chunk"] == 12
+    assert from_preset["stall_predicted"] is True and from_preset["first_stall_chunk"] is not None
+    from_flag = last_json(run("--model", "synthetic", "--kv-scale", 0.3, "--pool-slots", 4, "--chunks", 40,
+                              "--drive-bw", 1))
+    assert from_flag["pool_slots"] == 4 and from_flag["spill_chunk"]["host-int4"] == 4
+
+
+def test_generate_flags_are_taken_as_generate_takes_them(tmp_path):
+    summary = last_json(run("--model", "synthetic", "--kv-scale", 0.1, "--pool-slots", 6, "--seconds", 10,
+                            "--trajectory", "trajectories/yaw.yaml", "--out", tmp_path / "x.mp4", "--seed", 3,
+                            "--positions", "extend", "--retrieve-k", 2, "--store", "on-demand", "--drive-bw", 0.5,
+                            "--device", "cpu", "--save-every", 0, "--io-deadline", 5))
+    assert summary["store"] == "on-demand" and summary["retrieve_k"] == 2 and summary["chunks"] == 14
+    assert summary["device"] == "cpu" and not list(tmp_path.iterdir())
+
+
+def test_the_baseline_comes_from_a_session_logs_header(tmp_path):
+    log = tmp_path / "s.log.jsonl"
+    log.write_text('{"type": "header", "host_baseline_bytes": 1073741824}\n{"type": "chunk"}\n')
+    args = ("--model", "synthetic", "--kv-scale", 0.1, "--host-mem", 4, "--chunks", 100, "--device", "cpu")
+    summary = last_json(run(*args, "--baseline-from", log))
+    assert summary["host_baseline_bytes"] == 2**30
+    slot, staging = summary["slot_bytes"], 3 * summary["bytes_by_format"]["bf16"]   # float32 staging on a CPU
+    assert summary["pool_slots"] == (4 * 2**30 - 2**30 - staging - 2 * 2**30) // slot
+    (tmp_path / "no-pool.log.jsonl").write_text('{"type": "header", "host_baseline_bytes": null}\n')
+    one_line_error(run(*args, "--baseline-from", tmp_path / "no-pool.log.jsonl"), "host_baseline_bytes")
+    one_line_error(run(*args, "--baseline-from", log, "--baseline-gib", 1), "only one of")
