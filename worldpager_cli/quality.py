@@ -31,6 +31,8 @@ def _f(value: float, digits: int = 2) -> str:
 
 @click.command("quality")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Held-out arenas per gap.")
+@click.option("--seed-start", type=click.IntRange(min=0), default=0, show_default=True,
+              help="First held-out seed (to split a run over processes; read them together with --from-rows).")
 @click.option("--gaps", default="10,50,200", show_default=True, help="Chunks away from the place before returning.")
 @click.option("--arms", "arm_names", default="", help="Revisit arms (comma-separated). Default: all.")
 @click.option("--long-gaps", default="200", show_default=True,
@@ -51,7 +53,7 @@ def _f(value: float, digits: int = 2) -> str:
 @click.option("--from-rows", "from_rows", multiple=True, type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Run nothing: summarise these quality-rows.jsonl files (of earlier runs) into the tables and figure.")
 @click.option("--quick", is_flag=True, help="Every arm on one short episode; positions past a horizon moved to chunk 4.")
-def bench_quality(seeds, gaps, arm_names, long_gaps, position_seeds, prefix_chunks, drift_chunks, block, only,
+def bench_quality(seeds, seed_start, gaps, arm_names, long_gaps, position_seeds, prefix_chunks, drift_chunks, block, only,
                   out_dir, weights, workdir, threads, from_rows, quick) -> None:
     """Revisit consistency, retention, positions past the horizon and drift, against the rendered truth."""
     import torch
@@ -73,7 +75,7 @@ def bench_quality(seeds, gaps, arm_names, long_gaps, position_seeds, prefix_chun
         if quick:
             plan = quick_plan(Path(tmp), weights)
         else:
-            plan = Plan(seeds=seeds, gaps=_ints(gaps, "--gaps"), arms=arms,
+            plan = Plan(seeds=seeds, first_seed=seed_start, gaps=_ints(gaps, "--gaps"), arms=arms,
                         long_gaps=_ints(long_gaps, "--long-gaps") if long_gaps else (),
                         position_seeds=position_seeds, prefix_chunks=prefix_chunks, drift_chunks=drift_chunks,
                         block=block, weights=weights, workdir=Path(tmp))
@@ -86,7 +88,7 @@ def bench_quality(seeds, gaps, arm_names, long_gaps, position_seeds, prefix_chun
 
             summary = run_plan(plan, wanted, out_dir, on_row)
     _tables(summary)
-    params = {"seeds": plan.seeds, "gaps": list(plan.gaps), "long_gaps": list(plan.long_gaps),
+    params = {"seeds": plan.seeds, "seed_start": plan.first_seed, "gaps": list(plan.gaps), "long_gaps": list(plan.long_gaps),
               "arms": [a.name for a in plan.arms], "position_seeds": plan.position_seeds,
               "prefix_chunks": plan.prefix_chunks, "position_gap": plan.position_gap,
               "drift_chunks": plan.drift_chunks, "block": plan.block, "threads": threads, "quick": quick,

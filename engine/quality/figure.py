@@ -23,10 +23,11 @@ def quality_figure(summary: dict, path: Path) -> Path:
                    [table[a][g]["psnr_truth"] for a in arms if g in table[a]]) for g in gaps),
             ylabel="dB", kind="bar"))
         keeps = {a: r["psnr_truth"] for a, r in revisit["retention"].items() if a != "bf16"}
-        note = ", ".join(f"{a} [{r['ci_pct'][0]:.0f}, {r['ci_pct'][1]:.0f}]" for a, r in keeps.items())
+        note = ", ".join(f"{a} [{keeps[a]['ci_pct'][0]:.0f}, {keeps[a]['ci_pct'][1]:.0f}]"
+                         for a in ("int4", "int2") if a in keeps)
         panels.append(Panel("Retention of bf16 memory's gain over window-only (PSNR)",
                             (Series("retention %", list(keeps), [r["retention_pct"] for r in keeps.values()]),),
-                            ylabel="%", kind="bar", note="95 % intervals: " + note,
+                            ylabel="%", kind="bar", note="95 % CI: " + note,
                             refs=(RefLine(100.0, "bf16 (100 %)"), RefLine(95.0, "95 %", style="dotted"))))
     pos = summary.get("positions")
     if pos:
@@ -40,4 +41,4 @@ def quality_figure(summary: dict, path: Path) -> Path:
             Series(arm, d["block_start"], d["psnr"]) for arm, d in drift.items()),
             xlabel="block's first chunk", ylabel="dB"))
     return save_png(Figure("Does memory keep the world consistent? (arena model, held-out arenas)",
-                           tuple(panels), columns=2, panel_size=(6.0, 3.0), dpi=70), path)
+                           tuple(panels), columns=2, panel_size=(7.0, 3.0), dpi=70), path)

@@ -40,6 +40,7 @@ class Plan:
     """What one benchmark run does (the CLI's options; ``--quick`` is a small one)."""
 
     seeds: int = 3
+    first_seed: int = 0                      # seeds first_seed .. first_seed + seeds - 1 (runs can be split)
     gaps: tuple[int, ...] = (10, 50, 200)
     arms: tuple[Arm, ...] = ()
     long_gaps: tuple[int, ...] = (200,)
@@ -80,7 +81,7 @@ def episode_scores(trace: Trace, ep: LeaveReturn) -> dict:
 
 def revisit(plan: Plan, on_row: Callable[[dict], None] = lambda row: None, keep_gap: int | None = None) -> tuple[list[dict], Kept | None]:
     rows, kept = [], None
-    for seed in range(plan.seeds):
+    for seed in range(plan.first_seed, plan.first_seed + plan.seeds):
         for gap in plan.gaps:
             ep = leave_and_return(seed, gap)
             keep_this = seed == 0 and gap == keep_gap
@@ -99,7 +100,7 @@ def revisit(plan: Plan, on_row: Callable[[dict], None] = lambda row: None, keep_
 
 def positions(plan: Plan, on_row: Callable[[dict], None] = lambda row: None) -> list[dict]:
     rows = []
-    for seed in range(plan.position_seeds):
+    for seed in range(plan.first_seed, plan.first_seed + plan.position_seeds):
         runs = [(BELOW, leave_and_return(seed, plan.position_gap))]
         past = leave_and_return(seed, plan.position_gap, plan.prefix_chunks)
         runs += [(arm, past) for arm in POSITION_ARMS]
