@@ -100,25 +100,26 @@ def plan_jobs(jobs: list[Job], out_dir: Path, workers: int, device: str, host_me
               available_bytes: int, rss_bytes: int) -> list[JobPlan]:
     """Checked configs of every job for ``workers`` workers of ``device``'s kind (see the module docstring)."""
     share = _share(host_mem_gib, available_bytes, workers)
-    plans = []
-    for job in jobs:
-        cfg = replace(job_config(job, out_dir), device=device)
-        cfg = _with_share(cfg, job, share, workers, host_mem_gib)
-        _check_fits(cfg, job, rss_bytes, available_bytes // workers)
-        plans.append(JobPlan(job.name, cfg, fingerprint(job), job.where))
+    plans = [JobPlan(job.name, _with_share(replace(job_config(job, out_dir), device=device), job, share, workers,
+                                           host_mem_gib), fingerprint(job), job.where) for job in jobs]
     check_distinct_outputs(plans)
     if workers > 1:
         check_distinct_spills(plans, workers)
+    whole = "the memory available" if host_mem_gib is None else f"--host-mem {host_mem_gib:g} GiB"
+    for plan in plans:   # last: the only check that depends on what the machine has now
+        where = plan.where if share is None else (
+            f"{plan.where} (its worker's share: {share:g} GiB of {whole}, {workers} workers)")
+        _check_fits(plan.cfg, where, rss_bytes, available_bytes // workers)
     return plans
 
 
 def _share(host_mem_gib: float | None, available_bytes: int, workers: int) -> float | None:
     """A worker's host budget in GiB; None: one worker, which sizes its pool as ``generate`` does."""
     if host_mem_gib is None:
-        return None if workers == 1 else available_bytes / workers / GiB
+        return None if workers == 1 else math.floor(available_bytes / workers / GiB * 100) / 100
     if not math.isfinite(host_mem_gib) or host_mem_gib <= 0:
         raise ConfigError(f"--host-mem must be a positive number of GiB, got {host_mem_gib}")
-    return host_mem_gib / workers
+    return math.floor(host_mem_gib / workers * 100) / 100
 
 
 def _with_share(cfg: SessionConfig, job: Job, share: float | None, workers: int,
@@ -133,14 +134,14 @@ def _with_share(cfg: SessionConfig, job: Job, share: float | None, workers: int,
     return cfg
 
 
-def _check_fits(cfg: SessionConfig, job: Job, rss_bytes: int, available_share: int) -> None:
+def _check_fits(cfg: SessionConfig, where: str, rss_bytes: int, available_share: int) -> None:
     """The job's settings against its worker's host share (as ``Session`` checks at start, but now)."""
     dtype_bytes, dtype_name = (2, "bfloat16") if cfg.device.startswith("cuda") else (4, "float32")
     try:
         check_memory(cfg, model_spec(cfg).grid, model_kv_layout(cfg), dtype_bytes=dtype_bytes,
                      dtype_name=dtype_name, host=host_budget(cfg, rss_bytes, available_share))
     except ConfigError as exc:
-        raise ConfigError(f"{job.where}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def check_distinct_outputs(plans: list[JobPlan]) -> None:

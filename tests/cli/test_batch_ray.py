@@ -63,7 +63,8 @@ def same_frames(a: Path, b: Path) -> bool:
 def test_ray_actors_write_the_local_batchs_frames(local_ray, tmp_path):
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(f"jobs:\n  - {{name: one, arena_seed: 3, trajectory: {YAW}}}\n  - {{name: two, arena_seed: 4}}\n")
-    shared = ["--model", "arena", "--pool-slots", "4", "--chunks", "2", "--quiet"]
+    shared = ["--model", "arena", "--pool-slots", "4", "--chunks", "2", "--quiet",
+              "--host-mem", "12"]   # 6 GiB a worker, whatever else the machine is doing
     local = run(jobs, "--out-dir", tmp_path / "local", "--workers", "2", *shared)
     assert local.exit_code == 0, local.output
     on_ray = run(jobs, "--out-dir", tmp_path / "ray", "--ray", "auto", *shared)
@@ -88,7 +89,7 @@ def test_a_killed_actor_s_job_is_resubmitted_to_another(local_ray, tmp_path):
               "spill": str(tmp_path / "spill" / "{job}")}
     job_list = load_jobs(str(jobs), shared)
     backend = RayBackend.connect("auto", jobs=len(job_list))
-    plans = plan_jobs(job_list, tmp_path / "out", backend.workers, "cpu", None, backend.host_bytes, 0)
+    plans = plan_jobs(job_list, tmp_path / "out", backend.workers, "cpu", 12.0, backend.host_bytes, 0)
     killed = []
 
     def kill_victim_once(event):
