@@ -100,7 +100,7 @@ def test_a_failed_job_is_recorded_and_only_it_runs_again_once_fixed(tmp_path):
 def test_one_model_load_for_many_jobs_and_the_same_frames_as_generate(tmp_path):
     """Arena jobs (real weights, running state in the pipeline) through one worker."""
     jobs = tmp_path / "jobs.csv"
-    jobs.write_text(f"name,chunks,arena_seed,trajectory\nfirst,2,5,{YAW}\nsecond,2,12,\n")
+    jobs.write_text(f"name,chunks,arena_seed,trajectory\nfirst,1,5,{YAW}\nsecond,2,12,\n")
     out = tmp_path / "out"
     result = run(jobs, "--out-dir", out, *ARENA)
     assert result.exit_code == 0, result.output
