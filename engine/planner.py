@@ -41,8 +41,9 @@ The formulas (t = chunk compute time, default 1.2 s; k = retrieved chunks, 3):
              the pool has no clean slot (dirty + pinned by reads), reads that pin a slot until they
              land, the writer's yielding (and its urgency), the buckets' credit. It gives the stall of
              every chunk: ``stall_predicted`` (prefetch, on-demand), ``first_stall_chunk`` and the
-             P50 / P99 / max from the first chunk that reads from the drive (``reads_from``: a
-             trajectory's first return to an evicted chunk; default N + 1, the earliest).
+             P50 / P99 / max over the chunks from the first eviction (chunk N) on. Reads come from
+             ``reads_from`` on (a trajectory's first return to an evicted chunk; default N + 1, the
+             earliest; ``chunks`` or more: none), ``disk_reads_per_chunk`` of them per chunk.
   stall      prefetch: reads never stall the loop (a late chunk is a miss); puts wait for write-back.
              on-demand: the synchronous read of the missed bytes plus its dequantisation (``stage_s``;
              ~0 on a GPU) and any write-back it waits for, as soon as the session reads from the drive.
@@ -345,7 +346,7 @@ class Plan:
     prefetch_stall_ms: float        # predicted steady-state stall per chunk with prefetch
     on_demand_stall_ms: float       # on-demand: the synchronous read (+ any write-back it waits on)
     reads_from: int | None          # first chunk that reads from the drive (the timeline's assumption)
-    stall_p50_ms: float             # the timeline's stalls over the chunks from ``reads_from`` on
+    stall_p50_ms: float             # the timeline's stalls over the chunks from the first eviction on
     stall_p99_ms: float
     stall_max_ms: float
     first_stall_chunk: int | None   # the timeline's first chunk that waits (None: none in this session)
@@ -467,7 +468,7 @@ def plan(model: ModelConfig, chunks: int, budgets: Budgets, *, bits: int = 4, re
     overrun = ahead.period_s > chunk_s
     stalls, first_read = _timeline_stalls(store, uses_disk, chunks, spill, s, chunk_s, rates, disk_reads_per_chunk,
                                           stage_s, reads_from, urgent_writeback, chunk_times)
-    reading = stalls[first_read:] if stalls else []
+    evicting = stalls[spill:]             # stalls come only once the pool is full
     first_stall = next((c for c, x in enumerate(stalls) if x > STALL_EPS_S), None)
     return Plan(
         model=model.name, store=store, format=fmt, chunks=chunks, video_s=video_seconds(model, chunks),
@@ -485,8 +486,8 @@ def plan(model: ModelConfig, chunks: int, budgets: Budgets, *, bits: int = 4, re
         stall_predicted=(first_stall is not None if store in TIMELINE_STORES and uses_disk else
                          _stall_predicted(store, uses_disk, overrun, retrieve_k, chunks, w)),
         reads_from=first_read if stalls else None, first_stall_chunk=first_stall,
-        stall_p50_ms=percentile(reading, 50) * 1e3, stall_p99_ms=percentile(reading, 99) * 1e3,
-        stall_max_ms=max(reading, default=0.0) * 1e3,
+        stall_p50_ms=percentile(evicting, 50) * 1e3, stall_p99_ms=percentile(evicting, 99) * 1e3,
+        stall_max_ms=max(evicting, default=0.0) * 1e3,
         prefetch_stall_ms=(ahead.period_s - chunk_s) * 1e3 if uses_disk else 0.0,
         on_demand_stall_ms=(waited.period_s - chunk_s) * 1e3 if disk_tier else 0.0,
         stop_chunk=_stop_chunk(chunks, spill, stores_kv, disk_tier, disk_free_bytes, s),

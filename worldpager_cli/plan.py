@@ -101,8 +101,9 @@ def _timeline_text(p: planner.Plan) -> str:
     if p.reads_from is None:
         return "not replayed (no drive reads in this session, or a store it does not model)"
     first = "no chunk waits" if p.first_stall_chunk is None else f"first wait at chunk {p.first_stall_chunk}"
-    return (f"reads from chunk {p.reads_from}: {first}; stall P50 {p.stall_p50_ms:.0f} / P99 "
-            f"{p.stall_p99_ms:.0f} / max {p.stall_max_ms:.0f} ms from there on")
+    reads = f"reads from chunk {p.reads_from}" if p.reads_from < p.chunks else "no reads from the drive"
+    return (f"{reads}: {first}; stall P50 {p.stall_p50_ms:.0f} / P99 {p.stall_p99_ms:.0f} / max "
+            f"{p.stall_max_ms:.0f} ms from the first eviction (chunk {p.session_spill_chunk}) on")
 
 
 def _stall_text(p: planner.Plan) -> str:
