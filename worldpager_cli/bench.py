@@ -130,10 +130,27 @@ def resolve_device(name: str) -> str:
 @click.option("--backend", "backends", default="auto", show_default=True,
               help="Kernels: auto, reference, fused or triton, or a comma list timed side by side on one "
                    "chunk (triton on a CPU runs the Triton interpreter: slow, for parity only).")
+@click.option("--threads", type=click.IntRange(min=1),
+              help="torch intra-op threads on a CPU (1: as the store's worker threads run). Default: torch's.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
               help="Timed calls per operation (the median is reported).")
-def quant(name: str, bits: str, tokens: int | None, device: str, backends: str, repeats: int) -> None:
+def quant(name: str, bits: str, tokens: int | None, device: str, backends: str, threads: int | None,
+          repeats: int) -> None:
     """Quantise / dequantise one chunk's KV against a plain copy of it."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        _quant(name, bits, tokens, device, backends, repeats)
+    finally:
+        torch.set_num_threads(before)   # a process that goes on (tests) keeps its own setting
+
+
+def _quant(name: str, bits: str, tokens: int | None, device: str, backends: str, repeats: int) -> None:
+    import torch
+
     from engine.memory.bench_quant import bench_quant_backends
 
     cfg = model_config(name)
@@ -144,7 +161,8 @@ def quant(name: str, bits: str, tokens: int | None, device: str, backends: str, 
     n = tokens if tokens is not None else (min(full, CPU_TOKENS) if dev == "cpu" else full)
     why = " (reduced on a CPU; --tokens to change)" if reduced else ""
     click.echo(f"bench quant: {name}, int{bits}, {n} of {full} tokens per chunk{why}, "
-               f"{cfg.dit.num_layers} layers, device {dev} ({device_label(dev)}), median of {repeats}")
+               f"{cfg.dit.num_layers} layers, device {dev} ({device_label(dev)}), "
+               f"{torch.get_num_threads()} intra-op threads, median of {repeats}")
     results = bench_quant_backends(cfg, chosen, bits=int(bits), tokens=n, device=dev, repeats=repeats)
     r = results[0]
     labels = [quant_label(x["backend"], dev) for x in results]
@@ -159,7 +177,7 @@ def quant(name: str, bits: str, tokens: int | None, device: str, backends: str, 
     side = {"backends": [{k: x[k] for k in QUANT_PER_BACKEND} for x in results]} if len(results) > 1 else {}
     echo_json("quant", {**r, **side}, machine(device_label(dev)),
               {"preset": name, "bits": int(bits), "tokens": n, "full_tokens": full, "device": dev,
-               "backend": ",".join(chosen), "repeats": repeats})
+               "backend": ",".join(chosen), "threads": torch.get_num_threads(), "repeats": repeats})
 
 
 QUANT_PER_BACKEND = ("backend", "quant_s", "dequant_s", "quant_gbps", "dequant_gbps", "quant_vs_copy",

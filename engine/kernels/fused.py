@@ -18,8 +18,9 @@ Where the time goes instead (``worldpager bench quant --backend reference,fused`
 * packing and unpacking are shifts, ORs and one mask on the codes viewed as words (int16 for int4,
   int32 for int2: one packed byte's codes, one per byte of the word), all contiguous — instead of one
   strided byte operation per slot;
-* dequantisation is one ``addcmul`` (``zero + code * scale``: the product is exact, so this rounds
-  once, as the reference's multiply then add does);
+* key dequantisation is one ``addcmul`` (``zero + code * scale``: the product is exact, so this
+  rounds once, as the reference's multiply then add does; values keep multiply then add, because
+  ``addcmul`` with per-token-group scales is not vectorised);
 * rows go in tiles of about ``TILE_BYTES`` of fp32, so a tile stays in cache from one pass to the next.
 """
 from __future__ import annotations
@@ -152,11 +153,15 @@ def quantize_values(x: torch.Tensor, bits: int, group: int, codes: torch.Tensor,
         _encode_tile(grouped[rows], scale32[rows], zero32[rows], bits, codes[rows])
 
 
-def _decode_tile(q: torch.Tensor, scale32: torch.Tensor, zero32: torch.Tensor, out: torch.Tensor) -> None:
+def _decode_tile(q: torch.Tensor, scale32: torch.Tensor, zero32: torch.Tensor, out: torch.Tensor,
+                 per_group: bool) -> None:
     """``out = zero + q * scale`` for one row tile (``q`` uint8, grouped like ``out``)."""
     acc = out if out.dtype == torch.float32 else _work("fdecode", tuple(out.shape), torch.float32, out.device)
     acc.copy_(q)
-    torch.addcmul(zero32, acc, scale32, out=acc)    # exact product: rounds once, like mul then add
+    if per_group:   # scale/zero broadcast along the innermost axis: addcmul is not vectorised there
+        acc.mul_(scale32).add_(zero32)
+    else:           # one pass; the product is exact, so it rounds once, like mul then add
+        torch.addcmul(zero32, acc, scale32, out=acc)
     if acc is not out:
         out.copy_(acc)   # the one rounding to bf16/fp16
 
@@ -170,7 +175,7 @@ def dequantize_keys(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor
     step = _tile_rows(c)
     for r0 in range(0, t, step):
         rows = slice(r0, r0 + step)
-        _decode_tile(_unpack(codes[rows], bits), scale32, zero32, out[rows])
+        _decode_tile(_unpack(codes[rows], bits), scale32, zero32, out[rows], per_group=False)
 
 
 def dequantize_values(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
@@ -185,4 +190,5 @@ def dequantize_values(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tens
     for r0 in range(0, t, step):
         rows = slice(r0, r0 + step)
         q = _unpack(codes[rows], bits)
-        _decode_tile(q.view(q.shape[0], c // group, group), scale32[rows], zero32[rows], grouped[rows])
+        _decode_tile(q.view(q.shape[0], c // group, group), scale32[rows], zero32[rows], grouped[rows],
+                     per_group=True)

@@ -31,13 +31,14 @@ def test_bench_quant_prints_a_table_then_json():
         assert doc[key] > 0, key
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["device"]
     assert doc["params"] == {"preset": "micro", "bits": 4, "tokens": 8, "full_tokens": 24,
-                             "device": "cpu", "backend": "auto", "repeats": 1}
+                             "device": "cpu", "backend": "auto", "threads": doc["params"]["threads"],
+                             "repeats": 1}
     assert doc["backend"] == "fused"   # auto on a CPU
 
 
 def test_bench_quant_times_backends_side_by_side():
     result = run("quant", "--preset", "micro", "--tokens", "8", "--repeats", "1", "--device", "cpu",
-                 "--backend", "reference,fused")
+                 "--backend", "reference,fused", "--threads", "1")
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     for op in ("quantise", "dequantise"):
@@ -45,7 +46,7 @@ def test_bench_quant_times_backends_side_by_side():
     doc = last_json(result.stdout)
     assert [b["backend"] for b in doc["backends"]] == ["reference", "fused"]
     assert all(b["quant_vs_copy"] > 0 and b["dequant_vs_copy"] > 0 for b in doc["backends"])
-    assert doc["params"]["backend"] == "reference,fused"
+    assert doc["params"]["backend"] == "reference,fused" and doc["params"]["threads"] == 1
 
 
 @pytest.mark.parametrize("spec, named", [("fast", "'fast'"), ("fused,fused", "twice")])
