@@ -191,8 +191,9 @@ def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float) -> 
               help="Retrieved chunks per chunk that must come from the drive.")
 @click.option("--reads-from", type=int, help="First chunk whose retrieval comes back to a chunk the pool has "
               "evicted (the trajectory's first revisit). Default: the chunk after the spill, the earliest.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the JSON line.")
 def plan(wall_ms, stage_ms, probe_mib, baseline_gib, baseline_from, device_baseline_gib, disk_reads_per_chunk,
-         reads_from, **opts) -> None:
+         reads_from, quiet, **opts) -> None:
     """Predict spill points, storage, bandwidth needs and stalls of the session `generate` would run
     with the same flags; the last line is JSON."""
     if wall_ms is not None and not (math.isfinite(wall_ms) and wall_ms > 0):
@@ -201,13 +202,14 @@ def plan(wall_ms, stage_ms, probe_mib, baseline_gib, baseline_from, device_basel
     budgets = plan_budgets(cfg, m, _baseline_bytes(baseline_gib, baseline_from), device_baseline_gib)
     if probe_mib < 1:
         raise ConfigError(f"--probe-mib must be at least 1, got {probe_mib}")
-    drive, free, source = resolve_drive(cfg, probe_mib * MiB, click.echo)
+    say = (lambda text: None) if quiet else click.echo
+    drive, free, source = resolve_drive(cfg, probe_mib * MiB, say)
     p = planner.plan_session(cfg, budgets, drive=drive, disk_free_bytes=free,
                              chunk_s=None if wall_ms is None else wall_ms / 1e3,
                              disk_reads_per_chunk=disk_reads_per_chunk, stage_s=stage_ms / 1e3,
                              reads_from=reads_from, raw_dtype="float32" if planned_device(cfg) == "cpu" else "bfloat16")
     for line in table_lines(p, m, budgets, source):
-        click.echo(line)
+        say(line)
     click.echo(json.dumps({**p.summary(), "drive_source": source, "host_baseline_bytes": budgets.host_baseline,
                            "device": planned_device(cfg)}, separators=(",", ":")))
 

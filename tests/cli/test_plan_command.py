@@ -107,9 +107,10 @@ def test_generate_flags_are_taken_as_generate_takes_them(tmp_path):
     summary = last_json(run("--model", "synthetic", "--kv-scale", 0.1, "--pool-slots", 6, "--seconds", 10,
                             "--trajectory", "trajectories/yaw.yaml", "--out", tmp_path / "x.mp4", "--seed", 3,
                             "--positions", "extend", "--retrieve-k", 2, "--store", "on-demand", "--drive-bw", 0.5,
-                            "--device", "cpu", "--save-every", 0, "--io-deadline", 5))
+                            "--device", "cpu", "--save-every", 0, "--io-deadline", 5, "--quiet"))
     assert summary["store"] == "on-demand" and summary["retrieve_k"] == 2 and summary["chunks"] == 14
     assert summary["device"] == "cpu" and not list(tmp_path.iterdir())
+    assert len(run("--quiet", "--chunks", 10).output.strip().splitlines()) == 1   # only the JSON line
 
 
 def test_the_baseline_comes_from_a_session_logs_header(tmp_path):
