@@ -113,10 +113,13 @@ def _stall_text(p: planner.Plan) -> str:
         return f"YES: every read from the drive is waited for (about {p.on_demand_stall_ms:.0f} ms per chunk)"
     if not p.uses_disk:
         return "none (the session never reads from the drive)"
-    if not p.stall_predicted:
-        return f"none predicted (prefetch stalls below {p.threshold_Bps / 1e9:.3f} GB/s)"
-    return (f"YES: about {p.prefetch_stall_ms:.0f} ms per chunk (reads {p.read_s * 1e3:.0f} ms + write-back "
-            f"{p.write_s * 1e3:.0f} ms take turns on the drive; one drive needs {p.threshold_Bps / 1e9:.3f} GB/s)")
+    if not p.stall_predicted and p.prefetch_stall_ms <= 0:
+        return f"none predicted (no wait at {p.threshold_Bps / 1e9:.3f} GB/s or more, even in strict turns)"
+    if p.first_stall_chunk is not None:
+        return (f"YES: from chunk {p.first_stall_chunk}, P50 {p.stall_p50_ms:.0f} / P99 {p.stall_p99_ms:.0f} ms "
+                f"(timeline); at most {p.prefetch_stall_ms:.0f} ms if reads and write-back took strict turns")
+    return (f"none in this session (timeline); reads and write-back in strict turns would wait "
+            f"{p.prefetch_stall_ms:.0f} ms a chunk (one drive needs {p.threshold_Bps / 1e9:.3f} GB/s)")
 
 
 def log_baseline(path: Path) -> int:
