@@ -2,10 +2,11 @@
 
 Exit codes: 0 done, 1 bad input (any ``WorldPagerError``, and click's usage errors: a bad option value,
 an unknown option or command, a missing argument), 2 internal error, 3 ``tail``: the session ended
-without its summary line, 130 interrupted.
+without its summary line, 130 interrupted, 141 the reader of stdout went away (a closed pipe).
 """
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -14,6 +15,14 @@ import click
 from engine.errors import WorldPagerError
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a writer whose reader has gone
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of a closed pipe is silent."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class OneLineUsageError(click.ClickException):
@@ -56,6 +65,9 @@ class WorldPagerGroup(click.Group):
             ctx.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except BrokenPipeError:   # the reader went away (``worldpager plan | head``): stop quietly
+            silence_stdout()
+            ctx.exit(EXIT_BROKEN_PIPE)
         except Exception as exc:  # an internal bug: keep the traceback for the report
             traceback.print_exc(file=sys.stderr)
             click.echo(f"worldpager: internal error: {type(exc).__name__}: {exc}", err=True)
