@@ -15,7 +15,7 @@ from typing import Callable
 from engine.quality.figure import quality_figure
 from engine.quality.run import (Kept, Plan, drift, positions, revisit, summarise_drift, summarise_positions,
                                 summarise_revisit)
-from engine.quality.sidebyside import side_by_side, write_still, write_video
+from engine.quality.sidebyside import side_by_side, still_from_video, write_video
 
 
 def run_plan(plan: Plan, experiments: tuple[str, ...], out_dir: Path, on_row: Callable[[dict], None]) -> dict:
@@ -61,7 +61,7 @@ def write_videos(kept: Kept, out_dir: Path) -> dict:
         shown[arm] = str(path)
         if arm == "int4":
             index = int(kept.episode.returning[min(3, len(kept.episode.returning) - 1)])
-            write_still(out_dir / "sidebyside-int4.png", rows, index)
+            still_from_video(path, index, out_dir / "sidebyside-int4.png")
             shown["still"] = str(out_dir / "sidebyside-int4.png")
             shown["still_frame"] = index
     shown["episode"] = {"arena_seed": kept.episode.arena_seed, "gap": kept.episode.gap_chunks}

@@ -32,7 +32,7 @@ from engine.quality.episodes import LeaveReturn, leave_and_return
 from engine.quality.retention import paired_difference, retention
 from engine.quality.session_run import Trace, run_arm
 
-METRICS = ("psnr_truth", "ssim_truth", "psnr_first", "ssim_first")
+METRICS = ("psnr_truth", "ssim_truth", "psnr_first", "ssim_first", "psnr_first_truth")
 
 
 @dataclass
@@ -76,6 +76,7 @@ def episode_scores(trace: Trace, ep: LeaveReturn) -> dict:
     first = trace.frames[int(ep.first_visit[-1])].expand_as(frames)
     return {"psnr_truth": float(psnr(frames, truth).mean()), "ssim_truth": float(ssim(frames, truth).mean()),
             "psnr_first": float(psnr(frames, first).mean()), "ssim_first": float(ssim(frames, first).mean()),
+            "psnr_first_truth": float(trace.psnr[ep.first_visit].mean()),   # how good the first visit itself was
             "psnr_all": float(trace.psnr[3:].mean()), "returning_frames": int(len(back)), **trace.totals}
 
 
@@ -136,7 +137,7 @@ def drift(plan: Plan, on_row: Callable[[dict], None] = lambda row: None) -> list
 # ---- summaries ------------------------------------------------------------------------------------
 
 def _mean(rows: list[dict], key: str) -> float:
-    vals = [r[key] for r in rows if r[key] == r[key]]
+    vals = [r[key] for r in rows if key in r and r[key] == r[key]]
     return float(np.mean(vals)) if vals else float("nan")
 
 

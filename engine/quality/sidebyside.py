@@ -3,8 +3,8 @@
 Owns how ``worldpager bench quality`` shows an episode: the three rows of latent frames ``[F, 3, h,
 w]`` in [-1, 1] are put side by side, enlarged ``scale`` times by pixel repetition (the model's pixels
 stay visible), and written as H.264 MP4 through the product's writer (``engine.io.video``) at the
-latent frame rate (4 a second: each latent frame stands for 4 video frames at 16 fps), or one of them
-as a PNG still.
+latent frame rate (4 a second: each latent frame stands for 4 video frames at 16 fps); a still is
+one frame decoded back from that MP4 (what a viewer sees, after H.264), written as PNG.
 """
 from __future__ import annotations
 
@@ -33,6 +33,14 @@ def write_video(path: Path, frames: torch.Tensor) -> None:
         writer.write(frames.numpy())
 
 
-def write_still(path: Path, frames: torch.Tensor, index: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_png(path, frames[index].numpy())
+def still_from_video(video: Path, index: int, path: Path) -> None:
+    """Frame ``index`` of ``video`` (decoded) as a PNG at ``path``."""
+    import av
+
+    with av.open(str(video)) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i == index:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                save_png(path, frame.to_ndarray(format="rgb24"))
+                return
+    raise AssertionError(f"{video} has no frame {index}")
