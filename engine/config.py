@@ -284,6 +284,9 @@ ARENA_MODEL = "arena"                  # --model arena: our own world model of p
 DEFAULT_ARENA_SEED = 1_000_017         # a held-out arena (training draws seeds below 1,000,000)
 STORE_MODES = ("prefetch", "on-demand", "sync", "dram-only", "device-only", "window")
 POSITION_MODES = ("native", "extend", "rerotate")
+# background: dirty chunks are written when the pool runs low (write-back); through: every stored chunk
+# is written at once in the background (write-through); sync: put waits for its write-back (a baseline).
+WRITEBACK_MODES = ("background", "through", "sync")
 
 
 @dataclass(frozen=True)
@@ -318,7 +321,7 @@ class MemoryConfig:
     device_mem_gib: float | None = None      # the device's memory (model + buffers + KV); None = unbounded
     spill: Path | None = None                # disk tier directory; None = no disk tier
     drive_bw: str | None = None              # emulated drive bandwidth, GB/s: "0.25" or "r=0.5,w=0.5"
-    writeback: str = "background"            # background | sync (a baseline: the loop waits for it)
+    writeback: str = "background"            # WRITEBACK_MODES: when a stored chunk goes to the drive
     io_deadline_s: float = 30.0              # a synchronous read or a write-back late by this much fails
 
 
@@ -347,6 +350,7 @@ class SessionConfig:
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
     save_every: int | None = None      # save point every N chunks; None = about every 30 s of wall time; 0 = none
     keep_savepoints: int = 2           # newest save points kept (each is a chunk a run can be resumed or forked at)
+    decode_overlap: bool = False       # decode and mux chunk c on a worker thread while c+1 denoises (engine/session_decode.py)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
@@ -374,8 +378,8 @@ class SessionConfig:
             (self.memory.retrieve_k >= 0, f"retrieve_k must be >= 0, got {self.memory.retrieve_k}"),
             (math.isfinite(self.memory.io_deadline_s) and self.memory.io_deadline_s > 0,
              f"--io-deadline (memory.io_deadline_s) must be a positive number of seconds, got {self.memory.io_deadline_s}"),
-            (self.memory.writeback in ("background", "sync"),
-             f"writeback must be background or sync, got {self.memory.writeback!r}"),
+            (self.memory.writeback in WRITEBACK_MODES,
+             f"writeback must be one of {', '.join(WRITEBACK_MODES)}, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),
              f"predictor must be constant-velocity or reuse-current, got {self.memory.predictor!r}"),
             (math.isfinite(self.chunk_ms) and self.chunk_ms >= 0,

@@ -107,7 +107,8 @@ class SessionMemory:
         self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes, device, dtype),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
                              k_slots=max(self.k, 1), dtype=dtype,
-                             sync_writeback=cfg.memory.writeback == "sync", resume_before=resume_before,
+                             sync_writeback=cfg.memory.writeback == "sync",
+                             write_through=cfg.memory.writeback == "through", resume_before=resume_before,
                              base_layers=self.base_layers)
 
     # ---- save points (engine.session_save) ----------------------------------------------------------
@@ -359,7 +360,13 @@ class SessionMemory:
                 "corrupt_blocks": c.get("corrupt_blocks", 0),   # disk reads that failed their crc32 (misses)
                 "pool_bytes": c.get("pool_bytes", 0)}
 
-    def close(self) -> None:
-        if self.store is not None:
-            # A stuck drive would hold the close for as long as its write hangs: give up at once.
-            self.store.close(timeout=1.0) if self._stuck else self.store.close()
+    def close(self, abort: bool = False) -> None:
+        """``abort`` (a second signal): wait for nothing the drive holds."""
+        if self.store is None:
+            return
+        if abort and isinstance(self.store, KVStore):
+            self.store.close(abort=True)
+        elif self._stuck:   # a stuck drive would hold the close for as long as its write hangs
+            self.store.close(timeout=1.0)
+        else:
+            self.store.close()

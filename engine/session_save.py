@@ -37,6 +37,7 @@ from engine.savepoint import SavePoint, write_savepoint
 
 AUTO_SAVE_S = 30.0
 KEEP = 2
+ABORT_JOIN_S = 0.2   # an aborted close waits this long for a save point that is almost done
 
 
 def savepoint_dir(out: Path) -> Path:
@@ -45,9 +46,9 @@ def savepoint_dir(out: Path) -> Path:
 
 def config_digest(cfg: SessionConfig) -> str:
     """What must not change between a run and its resumption (the output paths and how many save
-    points are kept may)."""
+    points are kept, and whether decoding overlaps denoising, may)."""
     data = config_to_json(cfg)
-    for name in ("out", "log", "keep_savepoints"):
+    for name in ("out", "log", "keep_savepoints", "decode_overlap"):
         data.pop(name, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -124,10 +125,15 @@ class SavePointWriter:
             except queue.Empty:
                 return out
 
-    def close(self, timeout: float = 60.0) -> list[Written]:
-        """Finish the save point in flight, then stop; what finished since the last ``finished``."""
-        self._jobs.put(None)
-        self._thread.join(timeout)
+    def close(self, timeout: float = 60.0, abort: bool = False) -> list[Written]:
+        """Finish the save point in flight, then stop; what finished since the last ``finished``.
+        ``abort`` (a second signal): wait for none; one still waiting on the drive is left unfinished
+        (it was never renamed into place, so the newest whole save point stays the newest)."""
+        try:
+            self._jobs.put(None, timeout=0 if abort else None)
+        except queue.Full:   # one was just submitted and not yet taken: the thread is a daemon
+            return self.finished()
+        self._thread.join(ABORT_JOIN_S if abort else timeout)
         return self.finished()
 
     def _run(self) -> None:

@@ -7,7 +7,9 @@ interrupted (see ``worldpager_cli.errors``).
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -167,14 +169,17 @@ class _abort_on_signals:
 
 class _stop_on_signals:
     """First Ctrl-C, SIGTERM or SIGHUP: finish the chunk in hand, then stop cleanly (exit 130).
-    A second one of any of them: interrupt at once."""
+    A second one of any of them: interrupt at once — the session closes the MP4 and the log without
+    waiting on the drive, and the process exits without waiting for threads still on it."""
 
     def __init__(self, session):
         self.session = session
         self.previous: dict[int, object] = {}
+        self.aborted = False
 
     def _handler(self, signum, frame) -> None:
         if self.session._stop.is_set():
+            self.aborted = True
             raise KeyboardInterrupt
         self.session.request_stop()
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
@@ -187,9 +192,16 @@ class _stop_on_signals:
         self.previous = {sig: signal.signal(sig, self._handler) for sig in STOP_SIGNALS}
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         for sig, previous in self.previous.items():
             signal.signal(sig, previous)
+        if self.aborted and exc_type is KeyboardInterrupt:
+            # The MP4 and the log are closed; what is left are transfer threads that may be blocked on
+            # the drive, and the interpreter's teardown would wait for them (or for seconds of freeing).
+            click.echo("worldpager: interrupted", err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
 
 
 @cli.command()

@@ -424,12 +424,14 @@ class DiskTier:
         self._index = {int(c): e for c, e in doc["blocks"].items()}
         self._next = max((e["offset"] + e["length"] for e in self._index.values()), default=0)
 
-    def close(self) -> None:
-        """Write the index, close the file, release the lock (idempotent)."""
+    def close(self, write_index: bool = True) -> None:
+        """Write the index (unless told not to: an abort keeps the last durable one), close the
+        file, release the lock (idempotent)."""
         if self._lock_fd < 0:
             return
         try:
-            self.flush_index()
+            if write_index:
+                self.flush_index()
         except (OSError, DiskFullError) as exc:
             # A full drive: the index written last (at the last save point, or every few blocks)
             # stays; blocks written since are not findable, and a resume makes them again.

@@ -11,7 +11,11 @@ ever evicted:
     prepare_writeback() -> [WriteBackSpec]    complete_writeback(c, success)
 
 Policies. Allocation takes the lowest free slot, else evicts the least recently used clean unpinned
-block (its disk copy remains). Write-back is needed when reclaimable space (free + clean unpinned slots,
+block (its disk copy remains). Loads never hold the whole pool: at most ``n_slots - 1`` blocks (at
+least one) are pinned by loads (disk reads in flight or pool copies being staged), and no disk read
+takes a slot while a store waits for one, so a store only ever waits for write-back, never for a read
+(a slow drive's reads become misses instead). Write-back is *urgent* while a store waits or the next one
+would (no reclaimable slot): the writer then does not step aside for reads. Write-back is needed when reclaimable space (free + clean unpinned slots,
 counting write-backs already in flight as soon reclaimable) falls below ``low_water`` chunks; it then
 picks dirty blocks coldest first until the projection reaches ``high_water``. A block being written
 stays readable. Without a disk tier (dram-only) a full pool of dirty blocks is a ``CapacityError``.
@@ -60,6 +64,8 @@ class PlacementManager:
         self._disk: set[ChunkId] = set()
         self._events: deque[ManagerEvent] = deque(maxlen=max_events)
         self.counters = Counters()
+        self._store_waiting = False                 # a store was refused and has not got a slot yet
+        self.max_load_slots = max(1, n_slots - 1)   # blocks loads may pin at once (one is the stores')
 
     # ---- queries ------------------------------------------------------------------------------
 
@@ -95,6 +101,17 @@ class PlacementManager:
     def writeback_pending(self) -> int:
         return sum(1 for b in self._host.values() if b.writing)
 
+    def writeback_urgent(self) -> bool:
+        """A store waits for a slot, or the next one would: write-back must not step aside for reads."""
+        return self.has_disk and (self._store_waiting or self.reclaimable() == 0)
+
+    def may_load_later(self, chunk: ChunkId) -> bool:
+        """``prepare_load(chunk)`` refused, but something in flight (a store, a read, a pin) may let it
+        through once it completes: the caller defers the load instead of reporting a miss."""
+        if self.state_of(chunk) in (STORING, LOADING):
+            return True
+        return self.lookup(chunk) is not None and (self._store_waiting or self.has_pins())
+
     def stats(self) -> dict[str, int]:
         blocks = self._host.values()
         return {
@@ -128,10 +145,21 @@ class PlacementManager:
                 raise CapacityError(
                     f"host pool full: {self.n_slots} chunks stored and no disk tier (dram-only); "
                     f"give --spill DIR or more --host-mem")
+            self._note_store_wait()
             return None
+        self._store_waiting = False
         slot, evicted = got
         self._host[chunk] = _Block(slot, STORING, pins=1)
         return StoreSpec(chunk, slot, evicted)
+
+    def _note_store_wait(self) -> None:
+        """Count a store's wait once, and whether only loads held the pool when it began."""
+        if self._store_waiting:
+            return
+        self._store_waiting = True
+        self.counters.store_waits += 1
+        if not any(b.state == DIRTY for b in self._host.values()):
+            self.counters.store_waits_on_loads += 1
 
     def complete_store(self, chunk: ChunkId, success: bool) -> None:
         block = self._host[chunk]
@@ -152,17 +180,24 @@ class PlacementManager:
     def prepare_load(self, chunk: ChunkId) -> LoadSpec | None:
         """Pin a pool copy (HOST source) or take a slot to read the disk copy into (DISK source).
 
-        None means the chunk cannot be loaded now (unknown, still being stored or read, or no slot to
-        read into); the caller reports a miss and never waits.
+        None means the chunk cannot be loaded now (unknown, still being stored or read, no slot to read
+        into, loads already pin all but one slot, or a store waits); the caller defers it when
+        ``may_load_later`` says so, else reports a miss, and never waits.
         """
         block = self._host.get(chunk)
         if block is not None:
             if not block.readable:
                 return None
+            if not self._held_by_load(block) and not self._room_for_load():
+                self.counters.load_refusals += 1
+                return None
             block.pins += 1
             self._host.move_to_end(chunk)
             return LoadSpec(chunk, Tier.HOST, block.slot)
         if chunk not in self._disk:
+            return None
+        if self._store_waiting or not self._room_for_load():
+            self.counters.load_refusals += 1
             return None
         got = self._allocate()
         if got is None:
@@ -256,6 +291,13 @@ class PlacementManager:
     @staticmethod
     def _evictable(block: _Block) -> bool:
         return block.state == CLEAN and block.pins == 0
+
+    @staticmethod
+    def _held_by_load(block: _Block) -> bool:
+        return block.state == LOADING or (block.readable and block.pins > int(block.writing))
+
+    def _room_for_load(self) -> bool:
+        return sum(1 for b in self._host.values() if self._held_by_load(b)) < self.max_load_slots
 
     def _allocate(self) -> tuple[int, tuple[ChunkId, ...]] | None:
         if self._free:

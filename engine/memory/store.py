@@ -6,8 +6,12 @@ Contract.
                         the device, then an event-ordered copy to the pinned slot), so the caller may
                         overwrite kv at once.
                         With ``sync_writeback`` (a baseline for measurement) it also waits for the
-                        write-back it triggers.
-                        Blocks only when every slot is dirty or pinned (write-back is behind); raises
+                        write-back it triggers. With ``write_through`` every stored chunk is written
+                        to the drive in the background at once (a clean block's eviction is free and
+                        ``persist_through`` finds little left to write); else dirty blocks are written
+                        when reclaimable slots run low (write-back).
+                        Blocks only when every slot is dirty or pinned (write-back is behind; loads
+                        never hold every slot, see ``PlacementManager``), never on a read; raises
                         ``CapacityError`` when the pool is full with no disk tier or a failed one.
   ``stage(ids)``        starts bringing up to ``k_slots`` chunks into the device staging slots (disk →
                         host → dequantised) on worker threads and returns at once; a new ``stage`` makes
@@ -15,6 +19,8 @@ Contract.
   ``take_staged(t)``    waits at most ``t`` seconds (0: not at all), then reports per id hit or miss and
                         hands out the hits' per-layer (k, v) views. The views stay valid until the
                         ``n_banks``-th following ``stage``/``load_now``: copy them out (``copy_into``).
+                        Disk reads of a superseded set that no reader has started yet are dropped and
+                        give their pool slot back (``reads_dropped``).
   ``load_now(ids)``     the same, synchronously (on-demand and sync baseline modes).
   ``counters()``        bytes and seconds per tier, pool slots/bytes, write-back depth, hits/misses,
                         failed reads and, among them, ``corrupt_blocks`` (disk blocks failing their crc32).
@@ -27,8 +33,8 @@ a chunk is read from the own spill directory if there, else from the newest base
 chunks are only ever written to the own spill directory.
 
 Threads. One lock guards the manager and the staging state; the caller's thread only takes it for
-bookkeeping. Disk reads run on reader threads, write-back on one writer thread that yields to reads,
-dequantisation on one stage thread (the only writer of staging banks, so banks need no locks). Every
+bookkeeping. Disk reads run on reader threads, write-back on one writer thread that yields to reads
+unless urgent, dequantisation on one stage thread (the only writer of staging banks, so banks need no locks). Every
 background failure is a ``TransferResult`` kept in ``errors()``, counted and logged.
 """
 from __future__ import annotations
@@ -49,11 +55,12 @@ from engine.memory.host_pool import HostPool, pool_slots, process_baseline_bytes
 from engine.memory.manager import PlacementManager
 from engine.memory.transfer import (CudaCopier, DriveIO, DriveThrottle, HostCopier, Job, Worker,
                                     parse_drive_bw)
-from engine.memory.types import (KV, CapacityError, ChunkId, CorruptBlockError, LoadSpec, StagedSet, Tier,
-                                 TransferResult)
+from engine.memory.types import (KV, CapacityError, ChunkId, CorruptBlockError, DiskFullError, LoadSpec,
+                                 StagedSet, Tier, TransferResult)
 
 log = logging.getLogger("worldpager.memory")
 __all__ = ["KVStore", "StagedSet"]
+ABORT_JOIN_S = 0.2   # an aborted close gives each transfer thread this long to finish its job
 
 
 @dataclass
@@ -66,7 +73,20 @@ class _Staging:
     failed: set = field(default_factory=set)
     pending: int = 0                                  # loads started or deferred, not yet done
     deferred: list = field(default_factory=list)      # (j, chunk) on disk, waiting for a free slot
+    reads: list = field(default_factory=list)         # _Read of this set's disk reads
     taken: StagedSet | None = None
+
+
+@dataclass
+class _Read:
+    """One disk read for a staged set; dropped (its slot given back) if the set is superseded before
+    a reader starts it."""
+    st: _Staging
+    j: int
+    spec: LoadSpec
+    tier: object
+    started: bool = False
+    dropped: bool = False
 
 
 def _format_tag(fmt) -> str:
@@ -81,7 +101,8 @@ class KVStore:
                  k_slots: int = 3, n_banks: int = 1, dtype: torch.dtype | None = None,
                  readers: int = 2, resume: bool = False, low_water: int = 3,
                  put_timeout_s: float = 120.0, disk_options: dict | None = None,
-                 sync_writeback: bool = False, resume_before: ChunkId | None = None,
+                 sync_writeback: bool = False, write_through: bool = False,
+                 resume_before: ChunkId | None = None,
                  base_layers: list[tuple[object, ChunkId]] = ()):
         assert (host_bytes is None) != (n_slots is None), "give exactly one of host_bytes, n_slots"
         self.layout, self.fmt, self.k_slots, self.n_banks = layout, fmt, k_slots, n_banks
@@ -91,6 +112,7 @@ class KVStore:
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.put_timeout_s = put_timeout_s
         self.sync_writeback = sync_writeback   # baseline: put waits for the write-back it triggers
+        self.write_through = write_through     # every stored chunk goes to the drive at once
         self._resume_before = resume_before    # resumed at this chunk: later chunks are made again
         resume = resume or resume_before is not None
         if n_slots is None:
@@ -128,7 +150,7 @@ class KVStore:
                                  "host_read_bytes", "disk_read_bytes", "disk_read_s",
                                  "disk_write_bytes", "disk_write_s", "device_stage_bytes",
                                  "stage_s", "hits", "misses", "failed_reads", "corrupt_blocks", "late",
-                                 "errors"), 0)
+                                 "reads_dropped", "errors"), 0)
         self._disk_error: BaseException | None = None
         self._pending_stores: list[tuple[ChunkId, object]] = []
         self._staging: _Staging | None = None
@@ -180,6 +202,7 @@ class KVStore:
             self._c["puts"] += 1
             self._c["host_write_bytes"] += self.fmt.nbytes
             self._kick_writeback()
+            self._retry_deferred()   # disk reads held back while this put waited for its slot
             if self.sync_writeback:
                 self._cond.wait_for(lambda: self.manager.writeback_pending() == 0
                                     or self._disk_error is not None, self.put_timeout_s)
@@ -235,7 +258,8 @@ class KVStore:
     def _kick_writeback(self) -> None:
         if self.disk is None or self._disk_error is not None:
             return
-        for spec in self.manager.prepare_writeback(everything=self._persist_all):
+        self.io.gate.set_urgent(self.manager.writeback_urgent())
+        for spec in self.manager.prepare_writeback(everything=self._persist_all or self.write_through):
             self._write_started[spec.chunk] = time.monotonic()
             run = partial(self.disk.write, spec.chunk, self.pool.slot(spec.slot), self._write_pace)
             self.io.submit_write(Job("writeback", spec.chunk, run,
@@ -290,6 +314,8 @@ class KVStore:
         assert not self._closed
         with self._cond:
             self._reap_stores()
+            if self._staging is not None:
+                self._drop_queued_reads(self._staging)
             self._gen += 1
             st = _Staging(self._gen, self._gen % self.n_banks, ids, self.copier.bank_free_marker())
             self._staging = st
@@ -302,9 +328,7 @@ class KVStore:
         st.pending += 1
         spec = self.manager.prepare_load(chunk)
         if spec is None:
-            state = self.manager.state_of(chunk)
-            if state == "storing" or (self.manager.lookup(chunk) is Tier.DISK
-                                      and self.manager.has_pins()):
+            if self.manager.may_load_later(chunk):
                 st.deferred.append((j, chunk))   # a slot may come free, or a copy is in flight
             else:
                 st.pending -= 1
@@ -313,8 +337,31 @@ class KVStore:
         if spec.src is Tier.HOST:
             self.stager.submit(self._dequant_job(st, j, spec))
             return
-        run = partial(self._tier_of(chunk).read, chunk, self.pool.slot(spec.slot), self.throttle.read)
-        self.io.submit_read(Job("load", chunk, run, partial(self._disk_read_done, st, j, spec)))
+        read = _Read(st, j, spec, self._tier_of(chunk))
+        st.reads.append(read)
+        self.io.submit_read(Job("load", chunk, partial(self._run_read, read),
+                                partial(self._disk_read_done, read)))
+
+    def _run_read(self, read: _Read) -> int:
+        """On a reader thread: read the block unless its set was superseded while it was queued."""
+        with self._cond:
+            if read.dropped:
+                return 0
+            read.started = True
+        return read.tier.read(read.spec.chunk, self.pool.slot(read.spec.slot), self.throttle.read)
+
+    def _drop_queued_reads(self, st: _Staging) -> None:
+        """``st`` is superseded: its reads no reader has started give their slots back now, so slow
+        reads queued for sets nobody wants pin nothing (called under the lock)."""
+        for read in st.reads:
+            if not read.started and not read.dropped:
+                read.dropped = True
+                self.manager.cancel_load(read.spec.chunk)
+                st.pending -= 1
+                self._c["reads_dropped"] += 1
+        st.reads = [r for r in st.reads if not r.dropped]
+        st.pending -= len(st.deferred)
+        st.deferred = []
 
     def _tier_of(self, chunk: ChunkId) -> DiskTier:
         """Where ``chunk``'s block is: the own spill directory, else the newest base holding it."""
@@ -337,8 +384,12 @@ class KVStore:
                 self._start_load(st, j, chunk)
         self._cond.notify_all()
 
-    def _disk_read_done(self, st: _Staging, j: int, spec: LoadSpec, result: TransferResult) -> None:
+    def _disk_read_done(self, read: _Read, result: TransferResult) -> None:
+        st, j, spec = read.st, read.j, read.spec
         with self._cond:
+            if read.dropped:
+                return   # its slot went back when it was dropped
+            st.reads.remove(read)
             self.manager.complete_load(spec.chunk, result.ok)
             host = None
             if not result.ok:
@@ -459,29 +510,62 @@ class KVStore:
                      disk_blocks=self.disk.blocks if self.disk else 0,
                      disk_bytes=self.disk.used_bytes if self.disk else 0,
                      disk_io_mode=self.disk.io_mode if self.disk else "none",
-                     disk_failed=self._disk_error is not None)
+                     disk_failed=self._disk_error is not None,
+                     writer_yield_timeouts=self.io.gate.yield_timeouts)
             return c
 
     # ---- shutdown -------------------------------------------------------------------------------
 
-    def close(self, persist_all: bool = False, timeout: float = 120.0) -> None:
-        """Finish write-back (every dirty block with ``persist_all``), write the index, unlock."""
+    def close(self, persist_all: bool = False, timeout: float = 120.0, abort: bool = False) -> None:
+        """Finish write-back (every dirty block with ``persist_all``), write the index, unlock.
+
+        ``abort`` (a second Ctrl-C): wait for nothing the drive holds — no write-back drain, threads
+        given ``ABORT_JOIN_S``, the drive's index left as the last save point made it durable. An
+        interrupt (KeyboardInterrupt) during the drain turns the close into an abort."""
         if self._closed:
             return
         self._closed = True
+        try:
+            if not abort:
+                self._drain(persist_all, timeout)
+        except BaseException:
+            self._shut(ABORT_JOIN_S, abort=True)
+            raise
+        self._shut(ABORT_JOIN_S if abort else timeout, abort)
+
+    def _drain(self, persist_all: bool, timeout: float) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)   # every put's copy to its pinned slot is done
         with self._cond:
             self._reap_stores()
+            if self._staging is not None:
+                self._drop_queued_reads(self._staging)   # nobody will take them
             self._persist_all = persist_all
             self._kick_writeback()
             self._cond.wait_for(lambda: self.manager.writeback_pending() == 0, timeout)
-        stopped = [self.stager.stop(timeout), self.io.stop(timeout)]
+
+    def _shut(self, join_s: float, abort: bool) -> None:
+        """Stop the threads; close the drive and the pool unless a thread still uses them (a stuck
+        drive: the process's exit closes them, and the spill lock goes with it)."""
+        with self._cond:
+            if self._staging is not None:
+                self._drop_queued_reads(self._staging)
+        stopped = [self.stager.stop(join_s), self.io.stop(join_s)]
         if not all(stopped):
+            if abort:
+                log.warning("KV store: aborted while the drive was busy; the spill directory keeps its "
+                            "last durable index")
+                return
             log.warning("KV store: a transfer thread was still busy at close; left it running")
+            if self.disk is not None:
+                try:
+                    self.disk.flush_index()   # the blocks finished so far stay findable
+                except (OSError, DiskFullError) as exc:
+                    log.warning("%s: index not rewritten at close (%s)", self.disk.dir, exc)
+            return
         try:
             if self.disk is not None:
-                self.disk.close()
+                self.disk.close(write_index=not abort)
         finally:
             for base in self.bases:
                 base.close()

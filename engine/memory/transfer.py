@@ -9,7 +9,8 @@ Primitives:
   ``DriveIO``        the drive: ``readers`` threads on a read queue, one writer thread on a write queue;
                      reads have priority — the writer yields before every piece while any read is
                      queued or running (bounded by ``max_yield_s`` so a hung read cannot stop
-                     write-back forever).
+                     write-back forever), except while write-back is urgent (``gate.set_urgent``:
+                     a put waits for the slot it frees), so reads never starve write-back.
   ``TokenBucket``    a byte-rate cap; ``reserve(n)`` is pure arithmetic on an injectable clock (it
                      returns the seconds to wait), ``acquire(n)`` sleeps that long.
   ``DriveThrottle``  separate read and write buckets from ``--drive-bw`` (``parse_drive_bw``).
@@ -152,12 +153,22 @@ class Worker:
 
 
 class ReadGate:
-    """Counts reads queued or running so the writer can step aside for them."""
+    """Counts reads queued or running so the writer can step aside for them, unless write-back is
+    urgent. ``yield_timeouts`` counts pieces for which the writer waited the whole ``max_yield_s``."""
 
     def __init__(self, max_yield_s: float = 1.0):
         self.max_yield_s = max_yield_s
         self._reads = 0
+        self._urgent = False
+        self.yield_timeouts = 0
         self._cond = threading.Condition()
+
+    def set_urgent(self, urgent: bool) -> None:
+        """Urgent write-back does not step aside (a waiting writer goes on at once)."""
+        with self._cond:
+            if urgent and not self._urgent:
+                self._cond.notify_all()
+            self._urgent = urgent
 
     def read_queued(self) -> None:
         with self._cond:
@@ -171,7 +182,8 @@ class ReadGate:
 
     def wait_reads_idle(self) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: self._reads == 0, self.max_yield_s)
+            if not self._cond.wait_for(lambda: self._reads == 0 or self._urgent, self.max_yield_s):
+                self.yield_timeouts += 1
 
     @property
     def reads(self) -> int:

@@ -94,6 +94,8 @@ class Counters:
     loads_disk: int = 0
     load_failures: int = 0
     load_refusals: int = 0      # prepare_load found no slot to read into (reported as a miss)
+    store_waits: int = 0        # prepare_store found no slot (the put waits for write-back)
+    store_waits_on_loads: int = 0   # ... and no dirty block either: only loads held the pool
     writebacks: int = 0
     writeback_failures: int = 0
     extra: dict = field(default_factory=dict)

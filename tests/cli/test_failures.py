@@ -203,6 +203,31 @@ def test_a_second_sigterm_aborts_at_once(tmp_path):
     assert stderr.strip().splitlines()[-1].startswith("worldpager: interrupted")
 
 
+def test_a_second_signal_aborts_at_once_whatever_the_drive_does(tmp_path):
+    """A spill drive that crawls (100 kB/s, a 4.3 MB chunk every 43 s): after a few chunks the loop waits
+    for write-back and a save point waits for the drive, so the first SIGTERM's stop would wait on it
+    for minutes; a second signal ends the run without waiting for the drive."""
+    out, log = tmp_path / "crawl.mp4", tmp_path / "crawl.log.jsonl"
+    proc = subprocess.Popen(WORLDPAGER + ["generate", *SYNTHETIC, "--chunks", "500", "--out", str(out),
+                                          "--spill", str(tmp_path / "spill"), "--pool-slots", "4", "--save-every", "2",
+                                          "--drive-bw", "0.0001", "--io-deadline", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    wait_for_chunks(log, 4, proc)      # chunk 4 or 5 now waits for a pool slot, the save point for the drive
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert proc.poll() is None, proc.communicate()   # the stop is still waiting on the drive
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=120)
+    assert time.monotonic() - t0 < 10, stderr   # a hang guard (it took 84 s before), not a timing test
+    assert proc.returncode == 130 and "Traceback" not in stderr, (stdout, stderr)
+    assert "SIGTERM: stopping after the current chunk" in stderr
+    assert stderr.strip().splitlines()[-1] == "worldpager: interrupted", stderr
+    records = read_log(log)
+    assert records[-1]["type"] == "summary" and records[-1]["status"] == "interrupted", records[-1]
+    assert count_frames(out) == records[-1]["frames"] == sum(r["frames"] for r in records if r["type"] == "chunk")
+
+
 # ---- 6. tail ----------------------------------------------------------------------------------------------
 
 def _write_log(path, records, pid=None):
