@@ -5,8 +5,9 @@ For chunk c (DESIGN §2):
   2–4. memory — select c's retrieval set, take what was staged, start staging c+1 (``SessionMemory``);
   5. denoise  — the model's steps (MG2: plus the clean pass), which write c's KV into the context;
   6. store    — c's clean KV enters the retrieval memory; the context's window rolls (``commit``);
-  7. decode + mux — the streaming VAE decoder's frames are appended to the MP4;
-  8. log      — one JSON line, then the caller's hook.
+  7. decode + mux — the streaming VAE decoder's frames are appended to the MP4 (``decode_overlap``: on
+     a worker thread while chunk c+1 denoises, ``engine.session_decode``);
+  8. log      — one JSON line per chunk whose frames are in the file, then the caller's hook.
 
 The session drives every model through the ``WorldModel`` protocol only (``engine.model.interface``):
 the model comes from the one factory (``engine.model.registry``), whose ``ModelSpec`` gives what set-up
@@ -49,6 +50,7 @@ from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.savepoint import SavePoint
 from engine.session_fork import Fork, base_layers
 from engine.session_memory import SessionMemory
+from engine.session_decode import DecodeStage, Decoded
 from engine.session_save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.telemetry import SessionLog, available_memory, process_rss
 
@@ -275,6 +277,13 @@ class Session:
             return None
         return SavePointWriter(savepoint_dir(self.cfg.out), durable=memory.durable, keep=self.cfg.keep_savepoints)
 
+    def _log_decoded(self, done: list[Decoded]) -> None:
+        """Step 8 for chunks whose frames are in the file: their log line, then the caller's hook."""
+        for d in done:
+            d.record.update(frames=d.frames, frames_total=d.frames_total, decode_ms=d.decode_ms)
+            self.log.chunk(d.record)
+            self.on_chunk(d.record)
+
     @torch.no_grad()
     def _loop(self, ctx: AttentionContext, memory: SessionMemory) -> tuple[int, int]:
         model = self.model
@@ -298,41 +307,48 @@ class Session:
 
     def _chunks(self, ctx, memory, start, frames_total, saver, schedule) -> tuple[int, int]:
         model = self.model
-        for chunk in range(start, self.cfg.chunks):
-            stopping = self._stop.is_set()
-            if saver is not None:
-                self._log_savepoints(saver.finished())
-                # Stopped on request (Ctrl-C, SIGTERM): a save point here loses nothing on resume.
-                if chunk > start and (stopping or schedule.due(chunk)) and not saver.busy:
-                    saver.submit(capture(chunk, frames_total, self.cfg, model, ctx, memory))
-                    schedule.saved()
-            if stopping:
-                return chunk, frames_total
-            t0 = time.perf_counter()
-            # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
-            mem = memory.prepare(chunk)
-            t1 = time.perf_counter()
-            # 5. denoise (the chunk's clean K/V end up in the context's current region)
-            latents = model.denoise(chunk, ctx)
-            t2 = time.perf_counter()
-            self.on_output(chunk, latents)
-            # 6. store the chunk's KV, then roll the window
-            tiers = memory.store_chunk(chunk)
-            if (failure := memory.drive_failure()) is not None:
-                raise self._drive_stopped(failure, chunk + 1, memory)
-            mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot
-            ctx.commit()
-            t3 = time.perf_counter()
-            # 7. decode and mux
-            video = model.decode(latents, chunk)          # float [T, 3, H, W] or uint8 [T, H, W, 3]
-            self.writer.write(video)
-            frames_total += video.shape[0]
-            # 8. log
-            record = {"chunk": chunk, "frames": video.shape[0], "frames_total": frames_total,
-                      "wall_ms": (time.perf_counter() - t0) * 1e3, "compute_ms": (t2 - t1) * 1e3,
-                      "memory_ms": (t1 - t0) * 1e3, "store_ms": (t3 - t2) * 1e3,
-                      "decode_ms": (time.perf_counter() - t3) * 1e3, **mem, **tiers,
-                      "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device)}
-            self.log.chunk(record)
-            self.on_chunk(record)
-        return self.cfg.chunks, frames_total
+        stage = DecodeStage(model.decode, self.writer, overlap=self.cfg.decode_overlap, frames_total=frames_total)
+        try:
+            for chunk in range(start, self.cfg.chunks):
+                stopping = self._stop.is_set()
+                if saver is not None:
+                    self._log_savepoints(saver.finished())
+                    # Stopped on request (Ctrl-C, SIGTERM): a save point here loses nothing on resume.
+                    if chunk > start and (stopping or schedule.due(chunk)) and not saver.busy:
+                        # The chunk in flight first: the model's decoder and the frame count the save
+                        # point holds are then those of every chunk before this one.
+                        self._log_decoded(stage.drain())
+                        saver.submit(capture(chunk, stage.frames_total, self.cfg, model, ctx, memory))
+                        schedule.saved()
+                if stopping:
+                    self._log_decoded(stage.close())
+                    return chunk, stage.frames_total
+                t0 = time.perf_counter()
+                # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
+                mem = memory.prepare(chunk)
+                t1 = time.perf_counter()
+                # 5. denoise (the chunk's clean K/V end up in the context's current region)
+                latents = model.denoise(chunk, ctx)
+                t2 = time.perf_counter()
+                self.on_output(chunk, latents)
+                # 6. store the chunk's KV, then roll the window
+                tiers = memory.store_chunk(chunk)
+                if (failure := memory.drive_failure()) is not None:
+                    raise self._drive_stopped(failure, chunk + 1, memory)
+                mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot
+                ctx.commit()
+                t3 = time.perf_counter()
+                # 7. decode and mux: here, or (decode_overlap) on a worker while the next chunk denoises
+                record = {"chunk": chunk, "frames": 0, "frames_total": 0, "wall_ms": 0.0,
+                          "compute_ms": (t2 - t1) * 1e3, "memory_ms": (t1 - t0) * 1e3,
+                          "store_ms": (t3 - t2) * 1e3, "decode_ms": 0.0, **mem, **tiers,
+                          "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device)}
+                done = stage.submit(chunk, latents, record)
+                record["wall_ms"] = (time.perf_counter() - t0) * 1e3
+                record["decode_wait_ms"] = stage.wait_ms   # waiting for the chunk before to be in the file
+                # 8. log the chunks now in the file (this one, or with decode_overlap the one before)
+                self._log_decoded(done)
+            self._log_decoded(stage.close())
+            return self.cfg.chunks, stage.frames_total
+        finally:
+            self._log_decoded(stage.close())   # a failed loop: the chunk in flight still reaches the file

@@ -72,6 +72,7 @@ SESSION_OPTIONS = [
     click.option("--device", help="auto, cpu, cuda or cuda:N. Default: auto."),
     click.option("--save-every", type=int, help="Save point every N chunks (0: none). Default: about every 30 s of wall time."),
     click.option("--keep-savepoints", type=int, help="Newest save points kept (where the run can be resumed or forked). Default: 2."),
+    click.option("--decode-overlap/--no-decode-overlap", default=None, help="Decode and mux each chunk on a worker thread while the next one denoises (same MP4). Default: off."),
     click.option("--io-deadline", type=float, help="Seconds a synchronous read or a write-back may take before the drive counts as stuck. Default: 30."),
     click.option("--writeback", type=click.Choice(WRITEBACK_MODES), help="When stored chunks go to the spill drive: background (when the pool runs low), through (each at once, in the background) or sync (a baseline: the loop waits). Default: background."),
 ]
@@ -122,7 +123,7 @@ def session_overlay(opts: Mapping) -> dict:
                   device=o["device"], positions=o["positions"], chunk_ms=o["chunk_ms"], kv_scale=o["kv_scale"],
                   arena_seed=None if o["arena_seed"] is None else parse_arena_seed(o["arena_seed"]),
                   arena_weights=o["arena_weights"], save_every=o["save_every"],
-                  keep_savepoints=o["keep_savepoints"])
+                  keep_savepoints=o["keep_savepoints"], decode_overlap=o["decode_overlap"])
     mem = memory_flags(o["store"], o["spill"], o["host_mem"], o["pool_slots"], o["device_mem"], o["kv_bits"],
                        o["drive_bw"], o["retrieve_k"], o["sink"])
     if o["io_deadline"] is not None:
