@@ -20,14 +20,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.arena.config import ArenaModelConfig
 from engine.arena.data import TRAIN_ARENAS
 from engine.arena.episodes import Episode, _segments_to_actions, walk
 from engine.arena.world import Arena
 
 QUALITY_ARENA_BASE = TRAIN_ARENAS + 500_000
 HOLD_CHUNKS = 3                 # still chunks at the place, before leaving and after returning
-VIDEO_PER_CHUNK = 12            # video frames a chunk after the first (MG2's grid, the arena's too)
-TEMPORAL = 4                    # video frames per latent frame
+_MODEL = ArenaModelConfig()
+LATENT_PER_CHUNK = _MODEL.frames_per_chunk                 # latent frames a chunk
+TEMPORAL = _MODEL.temporal                                 # video frames per latent frame
+VIDEO_PER_CHUNK = TEMPORAL * LATENT_PER_CHUNK              # video frames a chunk after the first (9 in chunk 0)
 TURN_RATE, SPIN_RATE = 0.3, 0.1  # mouse yaw per frame: 4.5 and 1.5 degrees
 TURN_FRAMES = (40, 30, 20, 50)  # 180, 135, 90, 225 degrees: tried in turn until the walk is unclamped
 WALK_FRAMES = 20                # about 2.5 world units (a cell and a quarter)
@@ -62,7 +65,8 @@ def _away(gap_chunks: int, turn_frames: int, sign: float) -> list[tuple[str, flo
 
 def chunks_for(video_frames: int) -> int:
     """The most chunks whose video frames fit in ``video_frames`` actions (9 in chunk 0, 12 after)."""
-    return 1 + max(0, video_frames - 9) // VIDEO_PER_CHUNK
+    first = 1 + TEMPORAL * (LATENT_PER_CHUNK - 1)            # chunk 0: 9 video frames
+    return 1 + max(0, video_frames - first) // VIDEO_PER_CHUNK
 
 
 def leave_and_return(seed: int, gap_chunks: int, prefix_chunks: int = 0) -> LeaveReturn:
@@ -82,12 +86,12 @@ def leave_and_return(seed: int, gap_chunks: int, prefix_chunks: int = 0) -> Leav
     else:
         raise ValueError(f"arena {arena_seed}: every leave-and-return path is blocked")
     chunks = chunks_for(len(keyboard))
-    latent = poses[::TEMPORAL][:chunks * 3]
+    latent = poses[::TEMPORAL][:chunks * LATENT_PER_CHUNK]
     at_place = np.linalg.norm(latent - poses[0], axis=1) < POSE_TOL
     leave = int(np.argmin(at_place))                     # first latent frame away from the place
     frames = np.arange(len(latent))
-    first = frames[at_place & (frames < leave) & (frames >= 3)]
-    back = frames[at_place & (frames >= leave) & (frames < chunks * 3)]
+    first = frames[at_place & (frames < leave) & (frames >= LATENT_PER_CHUNK)]
+    back = frames[at_place & (frames >= leave) & (frames < chunks * LATENT_PER_CHUNK)]
     assert len(first) and len(back), (arena_seed, gap_chunks)
     episode = Episode(arena_seed, f"gap{gap_chunks}", keyboard, mouse, poses, clamped)
     return LeaveReturn(episode, gap_chunks, prefix_chunks, chunks, first, back)

@@ -39,5 +39,5 @@ def quick_plan(workdir: Path, weights: Path | None = None) -> Plan:
 
     moved = weights_with_horizon(weights or packaged_weights_path(), QUICK_HORIZON, workdir / "arena-horizon4.safetensors")
     return Plan(seeds=1, gaps=(3,), arms=REVISIT_ARMS, long_gaps=(), position_gap=3, prefix_chunks=QUICK_HORIZON,
-                position_seeds=1, drift_chunks=20, drift_gap=3, block=10, ssim_every=2, weights=weights,
+                position_seeds=1, drift_chunks=10, drift_gap=3, block=5, ssim_every=2, weights=weights,
                 position_weights=moved, workdir=workdir)

@@ -77,7 +77,7 @@ def episode_scores(trace: Trace, ep: LeaveReturn) -> dict:
     return {"psnr_truth": float(psnr(frames, truth).mean()), "ssim_truth": float(ssim(frames, truth).mean()),
             "psnr_first": float(psnr(frames, first).mean()), "ssim_first": float(ssim(frames, first).mean()),
             "psnr_first_truth": float(trace.psnr[ep.first_visit].mean()),   # how good the first visit itself was
-            "psnr_all": float(trace.psnr[3:].mean()), "returning_frames": int(len(back)), **trace.totals}
+            "psnr_all": float(trace.psnr[trace.frames_per_chunk:].mean()), "returning_frames": int(len(back)), **trace.totals}
 
 
 def revisit(plan: Plan, on_row: Callable[[dict], None] = lambda row: None, keep_gap: int | None = None) -> tuple[list[dict], Kept | None]:
@@ -110,7 +110,7 @@ def positions(plan: Plan, on_row: Callable[[dict], None] = lambda row: None) -> 
             trace = run_arm(arm, ep.episode, ep.chunks, plan.workdir, weights=weights)
             row = {"experiment": "positions", "arm": arm.name, "seed": seed, "gap": plan.position_gap,
                    "prefix_chunks": ep.prefix_chunks, "arena_seed": ep.arena_seed, "chunks": ep.chunks,
-                   "return_chunk": int(ep.returning[0]) // 3, **episode_scores(trace, ep)}
+                   "return_chunk": int(ep.returning[0]) // trace.frames_per_chunk, **episode_scores(trace, ep)}
             rows.append(row)
             on_row(row)
     return rows
@@ -121,7 +121,7 @@ def drift(plan: Plan, on_row: Callable[[dict], None] = lambda row: None) -> list
     rows = []
     for arm in DRIFT_ARMS:
         trace = run_arm(arm, ep.episode, plan.drift_chunks, plan.workdir, keep=plan.ssim_every, weights=plan.weights)
-        fpc = 3
+        fpc = trace.frames_per_chunk
         for start in range(0, plan.drift_chunks, plan.block):
             lo, hi = max(start, 1) * fpc, min(start + plan.block, plan.drift_chunks) * fpc
             sampled = (trace.ssim_frames >= lo) & (trace.ssim_frames < hi)

@@ -42,6 +42,7 @@ class Trace:
     ssim_frames: np.ndarray | None = None            # latent frames whose SSIM was scored (keep=n)
     ssim: np.ndarray | None = None                   # their SSIM against the truth
     totals: dict = field(default_factory=dict)
+    frames_per_chunk: int = 3                        # latent frames a chunk (the model's layout)
 
 
 def session_config(arm: Arm, episode: Episode, chunks: int, workdir: Path, weights: Path | None = None,
@@ -85,7 +86,7 @@ def run_arm(arm: Arm, episode: Episode, chunks: int, workdir: Path | None = None
         frames_per_chunk = session.model.layout.frames_per_chunk
         session.run()
         shutil.rmtree(Path(tmp) / "spill", ignore_errors=True)   # a long bf16 run spills gigabytes
-    trace = Trace(torch.cat(scores).numpy(), totals=totals)
+    trace = Trace(torch.cat(scores).numpy(), totals=totals, frames_per_chunk=frames_per_chunk)
     frames, truth = torch.cat([f for _, f, _ in kept]), torch.cat([t for _, _, t in kept])
     if keep is None:
         trace.frames, trace.truth = frames, truth
