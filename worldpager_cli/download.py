@@ -15,7 +15,6 @@ import click
 
 from engine.config import MODEL_CONFIGS, model_config
 from engine.model.hub import MODE_MODELS, REPO_ID, fetch, files_for
-from engine.model.load import check_checkpoint
 
 MODES = (*MODE_MODELS, "all")
 
@@ -34,6 +33,7 @@ def download(mode: str, local_dir: Path | None, check_as: str | None, quiet: boo
     modes = list(MODE_MODELS) if mode == "all" else [mode]
     root = fetch(modes, local_dir, progress=not quiet)
     checked = list(dict.fromkeys(check_as or MODE_MODELS[m] for m in modes))
+    from engine.model.load import check_checkpoint   # imports torch: not at start-up (``plan`` needs none)
     for name in checked:
         check_checkpoint(model_config(name), root)
     files = {f: (root / f).stat().st_size for f in files_for(modes)}
