@@ -291,3 +291,16 @@ def test_cuda_round_trip_through_pinned_pool_and_disk(spill, fmt):
                     assert ((v.float().cpu() - v_ref).abs() <= int4_bound(v_ref, 1) * 1.05).all()
                 else:
                     assert torch.equal(k.float().cpu(), k_ref) and torch.equal(v.float().cpu(), v_ref)
+
+
+@pytest.mark.parametrize("through", [False, True])
+def test_write_through_writes_every_chunk_at_once_write_back_only_under_pressure(spill, through):
+    with KVStore(LAYOUT, RAW, n_slots=16, spill_dir=spill, write_through=through) as store:
+        put_all(store, range(4))                           # 12 slots free: no pressure on the pool
+        if through:
+            wait_until(lambda: store.manager.disk_chunks() == {0, 1, 2, 3})
+            assert store.counters()["pool_clean_slots"] == 4   # evicting them costs nothing
+        else:
+            assert store.manager.disk_chunks() == set() and store.counters()["disk_write_bytes"] == 0
+        assert store.persist_through(4, timeout=20)
+        assert store.manager.disk_chunks() == {0, 1, 2, 3}
