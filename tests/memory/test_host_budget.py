@@ -17,10 +17,10 @@ from engine.telemetry import read_log
 from tests_support import WORLDPAGER
 
 GiB = 1 << 30
-HOST_MEM_GIB = 2.75
-CHUNKS = 130   # more than the budget's slots (about 48 of 4.3 MB here): the pool is budget-bound
-FLAGS = ["--model", "synthetic", "--chunk-ms", "0", "--kv-scale", "0.034", "--chunks", str(CHUNKS),
-         "--host-mem", str(HOST_MEM_GIB), "--save-every", "0"]
+HOST_MEM_GIB = 3.25
+CHUNKS = 30    # more than the budget's slots (about 22 unquantised chunks of 33 MB): the pool is budget-bound
+FLAGS = ["--model", "synthetic", "--chunk-ms", "0", "--kv-scale", "0.034", "--kv-bits", "16", "--chunks",
+         str(CHUNKS), "--host-mem", str(HOST_MEM_GIB), "--save-every", "0"]
 
 
 def test_every_chunk_rss_stays_under_host_mem(tmp_path):
@@ -32,9 +32,9 @@ def test_every_chunk_rss_stays_under_host_mem(tmp_path):
     header, summary = records[0], records[-1]
     chunks = [r for r in records if r["type"] == "chunk"]
     cfg = resolve_session_config(None, {"model": "synthetic", "kv_scale": 0.034, "chunks": CHUNKS, "out": out,
-                                        "memory": {"host_mem_gib": HOST_MEM_GIB}})
+                                        "memory": {"host_mem_gib": HOST_MEM_GIB, "kv_bits": 16}})
     layout = model_kv_layout(cfg)
-    slot = ChunkFormat.from_layout(layout, bits=4, raw_dtype="float32").slot_bytes
+    slot = ChunkFormat.from_layout(layout, bits=16, raw_dtype="float32").slot_bytes
     staging = staging_chunks(cfg) * layout.bytes_per_chunk(4)
     budget = int(HOST_MEM_GIB * GiB)
     # the pool is what the budget leaves after the measured baseline, the staging slots and the margin
