@@ -87,3 +87,13 @@ def sigkill_when_ready(code: str, *args: str, cwd: Path, env: dict) -> int:
         child.stdout.close()
         child.stderr.close()
     return child.returncode
+
+
+def one_line_error(result, *needles: str) -> str:
+    """A click runner result that is one ``worldpager: error:`` line, exit 1, holding every needle."""
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("worldpager: error: "), result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

@@ -45,6 +45,19 @@ class Backend(Protocol):
     def stop(self) -> None: ...
 
 
+class PooledBackend:
+    """A backend of several workers: start them, hand out jobs until none are left, then close them
+    whatever happened (subclasses give ``_start``, ``_loop`` and ``_close``)."""
+
+    def run(self, take: Callable[[], JobRun | None], emit: Callable[[Event], None],
+            stopping: Callable[[], bool]) -> None:
+        self._start()
+        try:
+            self._loop(take, emit, stopping)
+        finally:
+            self._close()
+
+
 @dataclass
 class BatchResult:
     jobs: list[str]

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.batch.driver import Event
+from engine.batch.driver import Event, PooledBackend
 from engine.batch.worker import JobRun, Worker
 
 POLL_S = 0.2
@@ -95,7 +95,7 @@ class _Proc:
     alive: bool = True
 
 
-class ProcessBackend:
+class ProcessBackend(PooledBackend):
     """One worker process per device (``devices``: e.g. ``["cpu", "cpu"]`` or ``["cuda:0", "cuda:1"]``)."""
 
     kind = "local"
@@ -122,13 +122,6 @@ class ProcessBackend:
                       self._stop))
             process.start()
             self._procs.append(_Proc(label, process, tasks))
-
-    def run(self, take, emit, stopping) -> None:
-        self._start()
-        try:
-            self._loop(take, emit, stopping)
-        finally:
-            self._close()
 
     def _loop(self, take, emit, stopping) -> None:
         by_label = {p.label: p for p in self._procs}

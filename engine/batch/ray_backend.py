@@ -22,7 +22,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from engine.batch.driver import Event
+from engine.batch.driver import Event, PooledBackend
 from engine.batch.worker import JobRun, Worker
 from engine.errors import ConfigError
 
@@ -91,7 +91,7 @@ class _Actor:
     told_stop: bool = False
 
 
-class RayBackend:
+class RayBackend(PooledBackend):
     """Jobs on Ray actors (see the module docstring); ``connect`` first."""
 
     kind = "ray"
@@ -159,13 +159,6 @@ class RayBackend:
             handle = remote.options(**resources, max_concurrency=2, name=None).remote(
                 label, device, None if self.uses_gpus else 1, self.progress)
             self.actors.append(_Actor(label, handle))
-
-    def run(self, take, emit, stopping) -> None:
-        self._start()
-        try:
-            self._loop(take, emit, stopping)
-        finally:
-            self._close()
 
     def _loop(self, take, emit, stopping) -> None:
         ray = self.ray

@@ -30,7 +30,7 @@ from click.testing import CliRunner
 
 from engine.batch.manifest import MANIFEST_NAME
 from engine.telemetry import read_log
-from tests_support import WORLDPAGER
+from tests_support import WORLDPAGER, one_line_error
 from worldpager_cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,15 +146,6 @@ def test_a_killed_batch_resumes_its_job_from_the_save_point(tmp_path):
 
 
 # ---- bad input: one line, nothing written -------------------------------------------------------
-
-def one_line_error(result, *needles: str) -> str:
-    assert result.exit_code == 1, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("worldpager: error: "), result.output
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
 
 @pytest.mark.parametrize("name, text, needles", [
     ("jobs.jsonl", '{"chunks": 2}\n{"chunks": 2,\n', ["jobs.jsonl line 2", "not valid JSON"]),

@@ -6,6 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from tests_support import one_line_error
 from worldpager_cli.main import cli
 
 REQUIRED = ("bytes_per_chunk", "spill_chunk", "writeback_gbps", "read_gbps", "storage_bytes", "stall_predicted")
@@ -18,15 +19,6 @@ def run(*args):
 def last_json(result) -> dict:
     assert result.exit_code == 0, result.output
     return json.loads(result.output.strip().splitlines()[-1])
-
-
-def one_line_error(result, *needles) -> str:
-    assert result.exit_code == 1, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("worldpager: error: "), result.output
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def test_the_papers_session_plans_without_stalls():
