@@ -15,13 +15,13 @@ it counts as interrupted.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from engine.durable import fsync_directory
+from engine.file_lock import release_lock, try_lock
 from engine.errors import InputError, OutputError
 
 MANIFEST_NAME, LOCK_NAME = "batch-manifest.json", "batch.lock"
@@ -47,21 +47,17 @@ class Manifest:
             raise OutputError(f"cannot create the output directory {self.dir}: {exc.strerror}") from None
         if not os.access(self.dir, os.W_OK | os.X_OK):
             raise OutputError(f"output directory {self.dir} is not writable")
-        fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(self.dir / LOCK_NAME, 0o644)
+        if fd is None:
             raise OutputError(f"another batch is running in {self.dir} (lock {self.dir / LOCK_NAME} is held); "
-                              "wait for it or choose another --out-dir") from None
+                              "wait for it or choose another --out-dir")
         self._lock_fd = fd
         self.jobs = self._read()
         return self
 
     def close(self) -> None:
         if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
+            release_lock(self._lock_fd)
             self._lock_fd = -1
 
     def __enter__(self) -> "Manifest":

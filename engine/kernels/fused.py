@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.kernels.reference import (FP16_MAX, _f32, _work, codes_per_byte,  # noqa: F401 (FP16_MAX: contract)
+from engine.kernels.reference import (FP16_MAX, _check_rows, _f32, _work, codes_per_byte,  # noqa: F401 (FP16_MAX: contract)
                                       scale_zero_into)
 
 TILE_BYTES = 1 << 20                  # fp32 bytes of one row tile: a tile stays in cache between passes
@@ -116,11 +116,6 @@ def _encode_tile(x: torch.Tensor, scale32: torch.Tensor, zero32: torch.Tensor, b
         return
     q = _work("fcodes", tuple(words.shape), torch.uint8, x.device).copy_(words)   # [R, C]
     _pack_into(q, bits, codes)
-
-
-def _check_rows(x: torch.Tensor) -> None:
-    assert x.dim() == 2 and x.stride(1) == 1, (
-        f"want a [T, C] row matrix with unit channel stride, got {tuple(x.shape)} strides {x.stride()}")
 
 
 # ---------------------------------------------------------------------------------------------

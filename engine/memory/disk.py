@@ -26,7 +26,6 @@ Thread-safe: reads and writes may run on different threads.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from typing import Callable
 import torch
 
 from engine.durable import fsync_directory
+from engine.file_lock import release_lock, try_lock
 from engine.errors import ConfigError, OutputError
 from engine.memory.types import ChunkId, CorruptBlockError, DiskFullError, SpillLockedError
 
@@ -163,22 +163,18 @@ class DiskTier:
 
     def _take_lock(self) -> int:
         path = self.dir / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(path, 0o600)
+        if fd is None:
             raise SpillLockedError(
                 f"spill directory {self.dir} is in use by another WorldPager session "
-                f"(lock {path} is held); choose another --spill directory") from None
+                f"(lock {path} is held); choose another --spill directory")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
 
     def _release_lock(self) -> None:
         if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
+            release_lock(self._lock_fd)
             self._lock_fd = -1
 
     def _open_data(self, direct: bool, resume: bool) -> None:
