@@ -119,7 +119,8 @@ def test_one_model_load_for_many_jobs_and_the_same_frames_as_generate(tmp_path):
 def test_a_killed_batch_resumes_its_job_from_the_save_point(tmp_path):
     args = ["--model", "synthetic", "--chunk-ms", "100", "--kv-scale", "0.034", "--pool-slots", "4",
             "--kv-bits", "16", "--save-every", "2", "--spill", str(tmp_path / "spill" / "{job}")]
-    jobs = write_jsonl(tmp_path / "jobs.jsonl", {"name": "long", "chunks": 10})
+    chunks_total = 40   # seconds of chunks after the save point waited for, so the kill lands mid-way
+    jobs = write_jsonl(tmp_path / "jobs.jsonl", {"name": "long", "chunks": chunks_total})
     out = tmp_path / "out"
     proc = subprocess.Popen(WORLDPAGER + ["batch", str(jobs), "--out-dir", str(out), *args, "--quiet"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -140,9 +141,9 @@ def test_a_killed_batch_resumes_its_job_from_the_save_point(tmp_path):
     entry = manifest(out)["long"]
     assert entry["status"] == "done" and entry["resumed_at"] >= 4 and entry["attempts"] == 2
     chunks = [r for r in read_log(log) if r.get("type") == "chunk"]
-    assert [r["chunk"] for r in chunks] == list(range(10))   # the log kept up to the save point, then went on
+    assert [r["chunk"] for r in chunks] == list(range(chunks_total))   # kept up to the save point, then went on
     assert any(r.get("type") == "resume" for r in read_log(log))
-    assert len(frames(out / "long.mp4")) == chunks[-1]["frames_total"] == 9 + 9 * 12
+    assert len(frames(out / "long.mp4")) == chunks[-1]["frames_total"] == 9 + (chunks_total - 1) * 12
 
 
 # ---- bad input: one line, nothing written -------------------------------------------------------
