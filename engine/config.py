@@ -350,7 +350,7 @@ class SessionConfig:
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
     save_every: int | None = None      # save point every N chunks; None = about every 30 s of wall time; 0 = none
     keep_savepoints: int = 2           # newest save points kept (each is a chunk a run can be resumed or forked at)
-    decode_overlap: bool = False       # decode and mux chunk c on a worker thread while c+1 denoises (engine/session_decode.py)
+    decode_overlap: bool = False       # decode and mux chunk c on a worker thread while c+1 denoises (engine/session/decode.py)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 

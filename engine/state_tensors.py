@@ -2,7 +2,7 @@
 
 Owns the convention every stateful piece of a generation follows so that a save point can capture it
 and a resumed run can put it back bit for bit (DESIGN §2: the chunk loop; the save-point file itself is
-``engine.savepoint``):
+``engine.session.savepoint``):
 
 * ``state_tensors() -> dict[str, Tensor]`` returns CPU copies under names relative to the object;
   ``load_state_tensors(tensors)`` restores from such a map (names relative again) onto the object's

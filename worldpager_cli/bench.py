@@ -151,7 +151,7 @@ def quant(name: str, bits: str, tokens: int | None, device: str, backends: str, 
 def _quant(name: str, bits: str, tokens: int | None, device: str, backends: str, repeats: int) -> None:
     import torch
 
-    from engine.memory.bench_quant import bench_quant_backends
+    from engine.bench.quant import bench_quant_backends
 
     cfg = model_config(name)
     dev = resolve_device(device)
@@ -234,7 +234,7 @@ def _mib(value: float | None, flag: str) -> int | None:
 def disk(spill: Path, total_gib: float, block_mib: float | None, rounds: int, raw_method: str,
          piece_mib: float | None) -> None:
     """The disk tier's write and read throughput against the raw drive, in the same directory."""
-    from engine.memory.bench_disk import bench_disk, check_disk_bench
+    from engine.bench.disk import bench_disk, check_disk_bench
 
     if total_gib <= 0:
         raise ConfigError(f"--total-gib must be positive, got {total_gib}")
@@ -303,7 +303,7 @@ def _bw(value: str) -> str | None:
 def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int, pool_slots: int,
           kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None) -> None:
     """Stalls and per-chunk cost of store modes side by side (synthetic model, real store and disk)."""
-    from engine.experiments import run_synthetic
+    from engine.bench.experiments import run_synthetic
 
     if not spill.is_dir():
         raise ConfigError(f"--spill directory not found: {spill}")
@@ -363,7 +363,7 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
 def memory(spill: Path, chunks: int, kv_scale: float, pool_slots: int | None, host_mem: float | None,
            chunk_ms: float, warmup: int, block: int, trajectory: Path | None) -> None:
     """Host RSS over a long session: medians of blocks of chunks (synthetic model, real store and disk)."""
-    from engine.bench_memory import bench_memory
+    from engine.bench.memory import bench_memory
 
     if not spill.is_dir():
         raise ConfigError(f"--spill directory not found: {spill}")

@@ -58,7 +58,7 @@ def default_output_path() -> Path:
 def generate(quiet, **opts) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     from engine.model.registry import model_spec
-    from engine.session import Session   # keeps `worldpager --help` fast
+    from engine.session.loop import Session   # keeps `worldpager --help` fast
     from worldpager_cli.progress import make_progress
 
     preset, chunks, seconds, minutes = (opts[k] for k in ("preset", *LENGTH_KEYS))
@@ -87,8 +87,8 @@ def generate(quiet, **opts) -> None:
 def resume(out, quiet) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
     from engine.model.registry import model_spec
-    from engine.session import Session
-    from engine.session_resume import resume_point
+    from engine.session.loop import Session
+    from engine.session.resume import resume_point
     from worldpager_cli.progress import make_progress
 
     cfg, sp, notes = resume_point(out)
@@ -117,8 +117,8 @@ def resume(out, quiet) -> None:
 def fork(parent, at, trajectory, out, chunks, spill, quiet) -> None:
     """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
     from engine.model.registry import model_spec
-    from engine.session import Session
-    from engine.session_fork import prepare_fork
+    from engine.session.loop import Session
+    from engine.session.fork import prepare_fork
     from worldpager_cli.progress import make_progress
 
     if chunks is not None and chunks < 1:

@@ -1,6 +1,6 @@
 """``worldpager plan``: will a session fit, where does it spill, will it stall — before running it.
 
-Thin shell over ``engine.planner`` (the analytical model; no torch) and ``engine.planner_probe`` (a
+Thin shell over ``engine.planner.model`` (the analytical model; no torch) and ``engine.planner.probe`` (a
 quick O_DIRECT write+read in ``--spill DIR``). It takes ``generate``'s flags (``worldpager_cli.options``)
 and resolves the same config from them (presets and ``pool_slots`` included), plus its own: the measured
 chunk time, the process baseline (a figure, or a session log's header) and the probe's size. Prints a
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import click
 
-from engine import planner
+from engine.planner import model as planner
 from engine.config import ARENA_MODEL, session_model_config
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config
-from engine.planner_probe import DEFAULT_PROBE_BYTES, probe_drive
-from worldpager_cli.options import session_options, session_overlay
+from engine.planner.probe import DEFAULT_PROBE_BYTES, probe_drive
+from worldpager_cli.options import chunks_for_length, session_options, session_overlay
 
 GiB = 1 << 30
 PLAN_BASE = {"model": "mg2-universal"}   # the planner models MG2-shaped KV: MG2 unless a preset says otherwise
@@ -148,8 +148,6 @@ def plan_config(opts: dict):
     """The session config ``generate`` would run with the same flags; without --preset, --model and
     --checkpoint, the paper's platform (``PLAN_PRESET``): ``generate``'s default arena model is not
     MG2-shaped."""
-    from worldpager_cli.main import chunks_for_length   # main imports this module: resolve at call time
-
     preset = opts["preset"]
     if preset is None and opts["model_name"] is None and opts["checkpoint"] is None:
         preset = PLAN_PRESET

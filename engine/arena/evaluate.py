@@ -2,7 +2,7 @@
 
 Owns the evaluation behind ``worldpager bench arena``: ``episodes`` held-out episodes (arena seeds
 never drawn in training; glance away and back, spin, out and back, in turn; chunk 0 given, as in every
-arena session), each run twice through ``engine.session.Session`` from an action-CSV trajectory —
+arena session), each run twice through ``engine.session.loop.Session`` from an action-CSV trajectory —
 once with the retrieval memory (``--store prefetch``, int4, a small host pool and a spill directory, so
 retrieved chunks come back through the disk tier) and once window-only (``--store window``). The
 generated latent frames (before video encoding) are scored against the renderer's truth at the same
@@ -84,7 +84,7 @@ class EpisodeScore:
 def run_episode(episode: Episode, store: str, workdir: Path, weights: Path | None = None, kv_bits: int = 4,
                 pool_slots: int = 4, chunks: int = EVAL_CHUNKS, **memory) -> tuple[torch.Tensor, object, dict]:
     """One session of ``episode``: the generated latent frames ``[F, 3, h, w]``, the pipeline, and totals."""
-    from engine.session import Session
+    from engine.session.loop import Session
 
     traj = workdir / f"episode-{episode.arena_seed}.csv"
     write_action_csv(traj, episode)

@@ -18,6 +18,8 @@ from engine.arena.pipeline import ArenaPipeline
 from engine.arena.weights import config_of, load_model, packaged_weights_path, read_metadata
 from engine.arena.world import Arena
 from engine.errors import ConfigError
+from engine.layout import KVLayout
+from engine.model.spec import Family, ModelSpec, weights_stamp
 
 DEFAULT_TRAJECTORY = "arena_tour.yaml"
 
@@ -40,9 +42,7 @@ def _facts_of(path: str, stamp: int | None) -> tuple[ArenaModelConfig, dict, int
     return m, read_metadata(Path(path)), sum(p.numel() for p in _meta_model(m).parameters())
 
 
-def spec(cfg):
-    from engine.model.registry import ModelSpec
-
+def spec(cfg) -> ModelSpec:
     if cfg.image is not None:
         raise ConfigError(f"--image {cfg.image}: the arena model starts from its world's own rendered view; "
                           "choose a world with --arena-seed instead")
@@ -66,8 +66,6 @@ def _meta_model(m: ArenaModelConfig):
 
 
 def build(cfg, image, trajectory, device, dtype, cache):
-    from engine.model.registry import weights_stamp
-
     path = _weights(cfg)
     model = cache.get(("arena", weights_stamp(path), str(device), dtype), lambda: load_model(path, device, dtype))
     return ArenaPipeline(model, Arena.generate(cfg.arena_seed), trajectory, cfg.seed, cfg.positions, device, dtype,
@@ -83,3 +81,11 @@ def header_facts(cfg) -> dict:
             "frames_per_chunk": m.frames_per_chunk, "tokens_per_chunk": m.tokens_per_chunk,
             "window_frames": m.window_frames, "sampler_steps": list(m.steps),
             "kv_bytes_per_chunk_fp32": layout.bytes_per_chunk(4.0), "horizon_chunk": m.horizon_chunk}
+
+
+def layout(cfg) -> KVLayout:
+    """The arena model's shape is in its weights file's metadata (read without the weights)."""
+    return config_of(_weights(cfg)).kv_layout()
+
+
+FAMILY = Family(spec, build, header_facts, layout)

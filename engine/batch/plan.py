@@ -5,7 +5,7 @@ job's files go (``out`` relative to the output directory, default ``OUT_DIR/NAME
 beside it, as ``generate`` writes them), the spill template (``{job}`` is the job's name; ``~`` and
 ``$VARS`` are expanded by the worker, on its own node), and the refusals that must come before a
 single job runs: an option value ``generate`` would refuse, two jobs writing one file, two workers
-given one spill directory, a host memory share too small for a job (``engine.preflight``).
+given one spill directory, a host memory share too small for a job (``engine.session.preflight``).
 
 The host budget (``--host-mem`` for the whole batch, or the memory available now) is divided equally
 between the workers; a job that sets its own ``host_mem`` must fit in its worker's share. One worker
@@ -24,7 +24,7 @@ from engine.config import SessionConfig
 from engine.errors import ConfigError, InputError, WorldPagerError
 from engine.model.registry import model_kv_layout, model_spec
 from engine.overlay import resolve_session_config
-from engine.preflight import check_memory, host_budget
+from engine.session.preflight import check_memory, host_budget
 
 GiB = 2 ** 30
 MEMORY_KEYS = {"store": "store", "spill": "spill", "host_mem": "host_mem_gib", "pool_slots": "pool_slots",

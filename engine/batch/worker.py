@@ -2,7 +2,7 @@
 
 Owns what running a job means, wherever the worker lives (the batch's own process, a worker process,
 a Ray actor): a job marked for resumption continues from its newest intact save point
-(``engine.session_resume``; none usable: it starts over, with a note); a fresh start first removes what
+(``engine.session.resume``; none usable: it starts over, with a note); a fresh start first removes what
 an earlier attempt of the same job left (its MP4, log, config and save points — only when the manifest
 says the job ran before); the session gets the worker's ``ModelCache``, so only the first job of a
 model loads weights, and every job builds its own noise, caches and memory (its frames equal a fresh
@@ -29,7 +29,7 @@ from engine.batch.plan import JobPlan
 from engine.config import SessionConfig
 from engine.errors import WorldPagerError
 from engine.model.model_cache import ModelCache
-from engine.session_save import savepoint_dir
+from engine.session.save import savepoint_dir
 from engine.telemetry import read_log
 
 
@@ -126,7 +126,7 @@ class Worker:
         return result
 
     def _run(self, job: JobRun, on_chunk, result: JobResult) -> None:
-        from engine.session import Session   # the session pulls in torch and the models
+        from engine.session.loop import Session   # the session pulls in torch and the models
 
         cfg = node_config(job.plan.cfg, self.device)
         savepoint = None
@@ -148,7 +148,7 @@ class Worker:
         result.frames_made = result.frames - (0 if savepoint is None else savepoint.facts["frames_total"])
 
     def _resume_point(self, cfg: SessionConfig, result: JobResult):
-        from engine.session_resume import resume_point
+        from engine.session.resume import resume_point
 
         try:
             saved_cfg, sp, notes = resume_point(cfg.out)

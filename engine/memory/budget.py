@@ -2,7 +2,7 @@
 
 Owns the ``--drive-bw`` grammar (``0.25`` = both directions, ``r=0.5,w=0.2`` = separate, ``none``) and
 the host-pool sizing rule (slots that fit in budget − process baseline − 2 GiB margin, at least 8), so
-that ``engine.planner`` predicts with exactly the rules the store runs with.
+that ``engine.planner.model`` predicts with exactly the rules the store runs with.
 """
 from __future__ import annotations
 

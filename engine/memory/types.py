@@ -117,7 +117,7 @@ class StagedSet:
 
     def copy_into(self, dest: Mapping[ChunkId, Sequence[tuple[torch.Tensor, torch.Tensor]]]) -> list:
         """Copy each hit into ``dest[c]`` (per-layer (k, v) views, e.g. an attention context's memory
-        slot, ``engine.session_memory.context_slot_views``)."""
+        slot, ``engine.session.memory.context_slot_views``)."""
         copied = []
         for chunk, layers in self.kv.items():
             if chunk in dest:

@@ -4,7 +4,7 @@ Owns the angle formulas and the rotation. Angles are computed for any position o
 never ends: for positions inside MG2's native table (1024 latent frames) the values are exactly the
 ones the native table holds (same formula, same float64 arithmetic), which keeps outputs below the
 horizon bit-identical to an unextended model. Whether positions past the horizon are allowed is the
-caller's policy (``engine.positions``); this module only computes.
+caller's policy (``engine.session.positions``); this module only computes.
 
 Rotation convention (both RoPEs): adjacent channels (2j, 2j+1) form a pair, rotated as
 ``(a, b) -> (a cos - b sin, a sin + b cos)``.

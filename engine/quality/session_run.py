@@ -1,4 +1,4 @@
-"""One arm on one path: a real ``engine.session.Session`` of the arena model, scored as it runs.
+"""One arm on one path: a real ``engine.session.loop.Session`` of the arena model, scored as it runs.
 
 Owns how a benchmark session is configured and scored. The path goes in as the project's action CSV;
 the base config is the product's (arena model, ``--store prefetch``, int4, a small host pool, a spill
@@ -60,7 +60,7 @@ def session_config(arm: Arm, episode: Episode, chunks: int, workdir: Path, weigh
 def run_arm(arm: Arm, episode: Episode, chunks: int, workdir: Path | None = None, keep: int | None = None,
             weights: Path | None = None, pool_slots: int = POOL_SLOTS) -> Trace:
     """Run ``arm`` on ``episode`` for ``chunks`` chunks in a temporary folder under ``workdir``."""
-    from engine.session import Session
+    from engine.session.loop import Session
 
     scores: list[torch.Tensor] = []
     kept: list[tuple[int, torch.Tensor, torch.Tensor]] = []

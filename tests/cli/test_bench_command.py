@@ -84,7 +84,7 @@ def test_bench_disk_prints_ratios_and_leaves_the_spill_dir_empty(tmp_path, raw):
 
 
 def test_bench_disk_without_dd_measures_the_raw_drive_in_python(tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.memory.bench_disk.shutil.which", lambda name: None)
+    monkeypatch.setattr("engine.bench.disk.shutil.which", lambda name: None)
     result = run("disk", "--spill", tmp_path, "--total-gib", 8 / 1024, "--rounds", 1)
     assert result.exit_code == 0, result.output
     doc = last_json(result.stdout)
@@ -127,7 +127,7 @@ def test_unwritable_spill_dir_is_a_one_line_error(tmp_path, monkeypatch):
     spill = tmp_path / "ro"
     spill.mkdir(mode=0o500)
     if os.geteuid() == 0:   # root writes through directory permissions: make access() say what a user gets
-        monkeypatch.setattr("engine.memory.bench_disk.os.access", lambda path, mode: not mode & os.W_OK)
+        monkeypatch.setattr("engine.bench.disk.os.access", lambda path, mode: not mode & os.W_OK)
     try:
         one_line_error(run("disk", "--spill", spill, "--total-gib", 0.01), spill, "not a writable directory")
     finally:

@@ -18,7 +18,7 @@ from engine.errors import OutputError
 from engine.io.video import count_frames
 from engine.memory.disk import DATA_NAME, INDEX_NAME
 from engine.overlay import resolve_session_config
-from engine.session import Session
+from engine.session.loop import Session
 from engine.telemetry import read_log
 from tests_support import WORLDPAGER, start_generate, wait_for_chunks
 from worldpager_cli.main import cli
@@ -134,7 +134,7 @@ def test_a_failing_output_is_reported_and_only_what_was_created_is_removed(tmp_p
 def test_a_log_that_fails_to_open_does_not_hide_its_error(tmp_path, monkeypatch):
     def refuse(path):
         raise OutputError(f"cannot write log {path}: Read-only file system; choose another --log")
-    monkeypatch.setattr("engine.session.SessionLog", refuse)
+    monkeypatch.setattr("engine.session.loop.SessionLog", refuse)
     one_line(run("generate", "--model", "micro", "--chunks", "1", "--out", tmp_path / "o.mp4"), 1,
              "Read-only file system")
     no_outputs(tmp_path)
@@ -329,7 +329,7 @@ def test_corrupt_spill_blocks_are_counted_per_chunk_and_in_the_summary(tmp_path)
     result = Session(cfg, on_chunk=after).run()
     assert result.status == "done" and damaged
     records = read_log(cfg.log_path)
-    chunks, summary = records[1:-1], records[-1]
+    chunks, summary = [r for r in records if r["type"] == "chunk"], records[-1]
     per_chunk = [r["corrupt_blocks"] for r in chunks]
     assert sum(per_chunk) == summary["corrupt_blocks"] > 0, per_chunk
     assert all(n == 0 for n in per_chunk[:13])

@@ -22,7 +22,7 @@ import av
 import numpy as np
 import pytest
 
-from engine.session_save import savepoint_dir
+from engine.session.save import savepoint_dir
 from engine.telemetry import read_log
 from tests_support import WORLDPAGER
 

@@ -27,9 +27,10 @@ def test_generate_with_a_trajectory_writes_a_log_that_tail_summarises(tmp_path):
                  "--chunks", "4", "--out", str(out))
     assert result.exit_code == 0, result.output
     records = read_log(tmp_path / "yaw.log.jsonl")
-    assert [r["type"] for r in records] == ["header"] + ["chunk"] * 4 + ["summary"]
+    chunks = [r for r in records if r["type"] == "chunk"]     # save points may come between them
+    assert records[0]["type"] == "header" and len(chunks) == 4 and records[-1]["type"] == "summary"
     assert records[0]["config"]["trajectory"].endswith("yaw.yaml") and "yaw.yaml" in records[0]["trajectory"]
-    for i, r in enumerate(records[1:-1]):
+    for i, r in enumerate(chunks):
         assert r["chunk"] == i and {"wall_ms", "compute_ms", "stall_ms", "rss_bytes"} <= r.keys()
     summary = records[-1]
     assert summary["status"] == "done" and summary["chunks"] == 4 and summary["frames"] == 45

@@ -12,7 +12,7 @@ from engine.kv_format import ChunkFormat
 from engine.memory.budget import pool_slots
 from engine.model.registry import model_kv_layout
 from engine.overlay import resolve_session_config
-from engine.preflight import staging_chunks
+from engine.session.preflight import staging_chunks
 from engine.telemetry import read_log
 from tests_support import WORLDPAGER
 

@@ -2,7 +2,7 @@
 
 A synthetic session (real KV bytes at 1 MG2 layer, a 16-chunk pool, the disk tier, no device time, so
 chunks, and whatever each allocates, come as fast as they can) in a fresh process; per-chunk RSS from
-its log as medians of 100-chunk blocks after a 20-chunk warm-up (``engine.bench_memory.rss_blocks``);
+its log as medians of 100-chunk blocks after a 20-chunk warm-up (``engine.bench.memory.rss_blocks``);
 every block stays within 1 % of the first. With the allocator pinned at 480 KiB the medians were 632.7,
 633.2, 633.3, 635.6 and 635.6 MiB on the development machine (+0.45 %; the step after chunk 340 is the
 keys' first re-rotation past the model's horizon).
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.bench_memory import bench_memory, rss_blocks
+from engine.bench.memory import bench_memory, rss_blocks
 
 
 @pytest.mark.slow
@@ -55,20 +55,21 @@ def _session_cfg(tmp_path, **memory):
 
 
 def test_log_header_says_how_the_pool_was_sized(tmp_path):
-    from engine.session import Session
+    from engine.session.loop import Session
     from engine.telemetry import read_log
 
     Session(_session_cfg(tmp_path)).run()
     records = read_log(tmp_path / "s.log.jsonl")
     header = records[0]
     assert header["type"] == "header" and set(header["allocator"]) >= {"applied", "libc", "reason"}
-    assert 0 < header["host_baseline_bytes"] <= records[1]["rss_bytes"]   # measured before the pool
+    first = next(r for r in records if r["type"] == "chunk")
+    assert 0 < header["host_baseline_bytes"] <= first["rss_bytes"]   # measured before the pool
 
 
 def test_a_session_whose_memory_fails_to_start_still_logs_a_header(tmp_path):
     from engine.memory.disk import DiskTier
     from engine.memory.types import SpillLockedError
-    from engine.session import Session
+    from engine.session.loop import Session
     from engine.telemetry import read_log
 
     with DiskTier(tmp_path / "spill", 4096):   # another session holds the spill directory

@@ -26,7 +26,7 @@ from engine.config import model_config
 from engine.memory.types import Tier
 from engine.model.kv_context import AttentionContext
 from engine.overlay import resolve_session_config
-from engine.session_memory import SessionMemory, context_slot_views
+from engine.session.memory import SessionMemory, context_slot_views
 
 MICRO = model_config("micro")
 LAYOUT = MICRO.kv_layout()

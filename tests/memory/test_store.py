@@ -17,7 +17,7 @@ from engine.memory.store import KVStore
 from engine.memory.transfer import TokenBucket
 from engine.memory.types import CapacityError, CorruptBlockError, SpillLockedError, Tier
 from engine.model.kv_context import AttentionContext
-from engine.session_memory import context_slot_views
+from engine.session.memory import context_slot_views
 
 CFG = model_config("tiny")
 LAYOUT = CFG.kv_layout()

@@ -1,6 +1,6 @@
 """CLIP vision tower: parity with the official MG2 code (fixture §7.3) and fast structural checks.
 
-The slow test replays the fixture through ``engine.model.parity_clip`` (the same code as
+The slow test replays the fixture through ``engine.model.parity.clip`` (the same code as
 ``python -m engine.model.parity``): full-size ViT-H/14 weights (31 of 32 blocks, ~610 M values) rebuilt
 from the key list and checked against ``clip.weights.checksum``, then the preprocessed pixels and the
 output tokens compared with the stored reference. The fast tests use a tiny config.
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from engine.config import CLIPConfig
 from engine.model import parity_clip
 from engine.model.clip import (CLIPVisionTower, clip_visual_state_dict, is_unused_checkpoint_key)
-from engine.model.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
+from engine.model.parity.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
 from engine.model.seeded_weights import fill_module_
 
 TINY = CLIPConfig(width=64, layers=3, heads=2, used_layers=2)

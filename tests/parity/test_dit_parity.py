@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine.model import mg2, parity_dit
-from engine.model.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
+from engine.model.parity.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
 from engine.model.kv_context import AttentionContext
 
 

@@ -23,7 +23,7 @@ import torch
 
 from engine.overlay import resolve_session_config
 from engine.retrieval.retriever import Retriever
-from engine.session import Session
+from engine.session.loop import Session
 from engine.telemetry import read_log
 
 TRAJECTORY = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"

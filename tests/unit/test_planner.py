@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from engine import planner
+from engine.planner import model as planner
 from engine.config import model_config
 from engine.errors import ConfigError
-from engine.planner import GB, GiB, Budgets, DriveRates
-from engine.planner_probe import probe_drive
+from engine.planner.model import GB, GiB, Budgets, DriveRates
+from engine.planner.probe import probe_drive
 from worldpager_cli.main import chunks_for_length
 
 MG2 = model_config("mg2-universal")
@@ -235,7 +235,7 @@ def test_bad_plan_inputs_are_config_errors(kw):
 # ---- the import rule and the probe ----------------------------------------------------------------
 
 def test_planner_probe_and_plan_command_import_no_torch():
-    code = ("import sys, engine.planner, engine.planner_probe, worldpager_cli.plan, worldpager_cli.main; "
+    code = ("import sys, engine.planner.model, engine.planner.probe, worldpager_cli.plan, worldpager_cli.main; "
             "bad = [m for m in ('torch', 'numpy', 'triton') if m in sys.modules]; "
             "assert not bad, bad")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -299,7 +299,7 @@ def test_the_mirrored_constants_are_the_stores():
     from engine.memory.disk import DiskTier
     from engine.memory.store import KVStore
     from engine.memory.transfer import DriveIO, TokenBucket
-    from engine import planner_timeline as tl
+    from engine.planner import timeline as tl
 
     default = lambda fn, name: inspect.signature(fn).parameters[name].default   # noqa: E731
     assert planner.BUCKET_BURST_BYTES == default(TokenBucket.__init__, "burst")
@@ -311,7 +311,7 @@ def test_the_mirrored_constants_are_the_stores():
 # ---- the drive timeline ---------------------------------------------------------------------------
 
 def timeline_of(**kw):
-    from engine.planner_timeline import TimelineInputs, timeline
+    from engine.planner.timeline import TimelineInputs, timeline
 
     base = dict(chunks=40, slots=8, block_bytes=32 << 20, chunk_s=1.0, read_rate=None, write_rate=None,
                 burst=planner.BUCKET_BURST_BYTES)

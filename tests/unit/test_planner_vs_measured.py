@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine import planner
+from engine.planner import model as planner
 from engine.config import synthetic_model_config
 
 MEASURED_DRIVE_GBPS = 1.1   # `worldpager bench disk` on the same directory

@@ -9,7 +9,7 @@ from engine.config import model_config
 from engine.model.facts import horizon_chunk
 from engine.model.rope import DiTRope
 from engine.overlay import resolve_session_config
-from engine.positions import Rerotation
+from engine.session.positions import Rerotation
 
 CFG = model_config("mg2-universal")
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from engine.errors import InputError, OutputError, SavePointError
-from engine.savepoint import (HEADER, SavePoint, latest_savepoint, read_savepoint, savepoint_name,
+from engine.session.savepoint import (HEADER, SavePoint, latest_savepoint, read_savepoint, savepoint_name,
                               savepoint_paths, write_savepoint)
 from tests_support import hang_guard as _hang_guard
 
@@ -125,7 +125,7 @@ def test_failed_rename_leaves_previous_newest(tmp_path, monkeypatch):
 
     def disk_gone(src, dst):
         raise OSError(5, "Input/output error")
-    monkeypatch.setattr("engine.savepoint.os.replace", disk_gone)
+    monkeypatch.setattr("engine.session.savepoint.os.replace", disk_gone)
     with pytest.raises(OutputError, match="savepoint-00000020.wps"):
         write_savepoint(tmp_path, mixed_savepoint(20))
     assert [p.name for p in tmp_path.iterdir()] == ["savepoint-00000010.wps"]
@@ -137,7 +137,7 @@ def test_kill_between_temporary_write_and_rename(tmp_path):
     child = textwrap.dedent(f"""
         import os, signal, sys
         sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
-        import engine.savepoint as s
+        import engine.session.savepoint as s
         from tests.unit.test_savepoint import mixed_savepoint
         s.os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)
         s.write_savepoint(s.Path({str(tmp_path)!r}), mixed_savepoint(20))

@@ -1,4 +1,4 @@
-"""Decode and mux off the loop's critical path (``engine.session_decode``, ``decode_overlap``).
+"""Decode and mux off the loop's critical path (``engine.session.decode``, ``decode_overlap``).
 
 The stage on its own (a real MP4 writer, frames that differ per chunk): same bytes inline and on the
 worker, chunks back oldest first and at most one behind, the decode on the worker's thread, a worker
@@ -15,9 +15,9 @@ import torch
 
 from engine.io.video import VideoWriter
 from engine.overlay import resolve_session_config
-from engine.session import Session
-from engine.session_decode import DecodeStage
-from engine.session_resume import resume_point
+from engine.session.loop import Session
+from engine.session.decode import DecodeStage
+from engine.session.resume import resume_point
 from engine.telemetry import read_log
 
 H, W, FPS = 16, 24, 8

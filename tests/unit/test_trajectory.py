@@ -1,6 +1,7 @@
 """load_trajectory: every format, the shipped files, repeat modes, pose <-> action round trips, errors."""
 from __future__ import annotations
 
+import csv
 import json
 import math
 import tempfile
@@ -198,6 +199,70 @@ def test_sniffs_format_without_extension(tmp_path):
     assert load_trajectory(csv, "universal", 8).format == "pose csv"
     yml = write(tmp_path, "path", "# c\nsegments: [{frames: 3}]\n")
     assert load_trajectory(yml, "universal", 3).format == "yaml"
+
+
+def write_quoted(tmp_path: Path, name: str, rows: list[list[str]], comment: str = "") -> Path:
+    """``rows`` as ``csv.writer(..., quoting=csv.QUOTE_ALL)`` writes them (every field in quotes), after
+    ``comment`` lines."""
+    path = tmp_path / name
+    with open(path, "w", newline="") as f:
+        f.write(comment)
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(rows)
+    return path
+
+
+def assert_same_trajectory(a, b):
+    assert (a.format, a.source_frames, a.repeat, a.tracking) == (b.format, b.source_frames, b.repeat, b.tracking)
+    assert torch.equal(a.actions.keyboard, b.actions.keyboard)
+    assert (a.actions.mouse is None) == (b.actions.mouse is None)
+    if a.actions.mouse is not None:
+        assert torch.equal(a.actions.mouse, b.actions.mouse)
+    np.testing.assert_array_equal(a.poses, b.poses)
+
+
+QUOTED_POSES = [["T", "x", "Y", "z", "yaw", "Pitch", "roll"],
+                ["0", "0", "0", "0", "0", "0", "0"],
+                ["0.5", "0.2", "0", "-0.6", "12", "3", "0"],
+                ["1.25", "0.5", "0", "-1.5", "30", "-2", "1"]]
+QUOTED_ACTIONS = [["frame", "w", "s", "a", "d", "mouse_pitch", "mouse_yaw"],
+                  ["0", "1", "0", "0", "0", "0", "0.1"],
+                  ["1", "1", "0", "1", "0", "-0.1", "0"],
+                  ["2", "0", "1", "0", "1", "0.05", "-0.1"]]
+
+
+@pytest.mark.parametrize("rows, fmt", [(QUOTED_POSES, "pose csv"), (QUOTED_ACTIONS, "action csv")])
+def test_quoted_csv_loads_like_the_unquoted_file(tmp_path, rows, fmt):
+    """A CSV written with csv.QUOTE_ALL (every field quoted, also the header) is the same trajectory."""
+    comment = "# written by csv.writer\n\n"
+    plain = write(tmp_path, "plain.csv", comment + "".join(",".join(row) + "\n" for row in rows))
+    quoted = write_quoted(tmp_path, "quoted.csv", rows, comment)
+    assert quoted.read_text().splitlines()[2].startswith('"')            # really quoted
+    for frames in (3, 40):
+        expected = load_trajectory(plain, "universal", frames)
+        assert expected.format == fmt
+        assert_same_trajectory(load_trajectory(quoted, "universal", frames), expected)
+    sniffed = tmp_path / "quoted"                                           # no extension: sniffed
+    sniffed.write_bytes(quoted.read_bytes())
+    assert_same_trajectory(load_trajectory(sniffed, "universal", 40), load_trajectory(plain, "universal", 40))
+
+
+@pytest.mark.parametrize("rows, line, field", [
+    (QUOTED_POSES[:2] + [["1", "0", "0", "zero", "0", "0", "0"]], 4, "z"),
+    (QUOTED_ACTIONS[:3] + [["2", "yes", "0", "0", "0", "0", "0"]], 5, "w"),
+])
+def test_quoted_csv_non_number_is_one_line_error(tmp_path, rows, line, field):
+    path = write_quoted(tmp_path, "q.csv", rows, "# a comment\n")
+    bad = rows[-1][QUOTED_POSES[0].index("z") if field == "z" else 1]
+    with pytest.raises(InputError) as info:
+        load_trajectory(path, "universal", 8)
+    assert str(info.value) == f"{path} line {line}: {field}: {bad!r} is not a number"
+
+
+def test_csv_broken_quote_is_one_line_error(tmp_path):
+    path = write(tmp_path, "q.csv", 't,x,y,z,yaw,pitch\n0,0,0,0,0,0\n"1,0,0,0,0,0\n')
+    with pytest.raises(InputError, match=r"line 3: invalid CSV") as info:
+        load_trajectory(path, "universal", 8)
+    assert "\n" not in str(info.value) and str(info.value).startswith(str(path))
 
 
 def nerfstudio_file(tmp_path, fps=30.0, seconds=2.0, nested=False):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.io.trajectory import load_trajectory, packaged_trajectory
-from engine.io.trajectory_splice import splice_yaml
+from engine.io.trajectory.splice import splice_yaml
 
 
 @pytest.mark.parametrize("mode, first, second", [

@@ -17,7 +17,7 @@ import yaml
 
 from engine.io.actions import KEYBOARD_KEYS
 from engine.io.poses import state_from_pose
-from engine.io.trajectory import Trajectory
+from engine.io.trajectory.build import Trajectory
 
 
 def splice_yaml(first: Trajectory, frames: int, second: Trajectory, comment: str = "") -> str:

@@ -5,7 +5,7 @@ Owns the replay of a DiT case: rebuild the weights from the fixture's key list, 
 (2) free-running: run the chunks through ``denoise_chunk`` with the stored noise and re-noise draws and
 compare x0s, re-noised inputs, final latents, and (with the ``_caches`` companion file) the
 self-attention KV of the first and last layer after every chunk and one action block's caches.
-Results are rows ``(name, relative error)`` with the error metric of ``engine.model.fixture``.
+Results are rows ``(name, relative error)`` with the error metric of ``engine.model.parity.fixture``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 
 from engine.config import ModelConfig, SamplerConfig
 from engine.model.chunk import ChunkInputs, denoise_chunk
-from engine.model.fixture import Fixture, relative_error
+from engine.model.parity.fixture import Fixture, relative_error
 from engine.model.kv_context import AttentionContext
 from engine.model.mg2 import CausalDiT
 from engine.model.mg2_context import mg2_state

@@ -16,8 +16,8 @@ from pathlib import Path
 from engine.config import SessionConfig
 from engine.errors import InputError
 from engine.overlay import resolve_session_config
-from engine.savepoint import SavePoint, latest_savepoint
-from engine.session_save import config_digest, savepoint_dir
+from engine.session.savepoint import SavePoint, latest_savepoint
+from engine.session.save import config_digest, savepoint_dir
 from engine.telemetry import read_log
 
 

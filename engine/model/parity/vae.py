@@ -10,7 +10,7 @@ Owns
 * the replay of the start-image encoder case (§7.2, ``vaeenc.*``): rows ``vaeenc.encoder_out``,
   ``vaeenc.mu_raw``, ``vaeenc.latent``, ``vaeenc.cond_concat``.
 
-Rows are ``(name, max |ours - ref| / std(ref))`` as in :mod:`engine.model.parity_dit`.
+Rows are ``(name, max |ours - ref| / std(ref))`` as in :mod:`engine.model.parity.dit`.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from engine.errors import InputError
-from engine.model.fixture import Fixture, relative_error
-from engine.model.parity_dit import Row
+from engine.model.parity.fixture import Fixture, relative_error
+from engine.model.parity.dit import Row
 from engine.model.seeded_weights import checksum
 from engine.model.vae import StartImageEncoder, StreamingDecoder, WanVAE
 

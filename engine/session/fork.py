@@ -3,11 +3,11 @@
 Owns what a branch needs before the session starts, and nothing of the chunk loop:
 
 * **Where.** ``--at`` must be one of the parent's save points (``<parent>.save/``; omitted: the newest
-  intact one), checked against the parent's config like a resume (``engine.session_resume``).
+  intact one), checked against the parent's config like a resume (``engine.session.resume``).
 * **Config.** The parent's resolved config with the branch's output, log (beside it), spill directory
   (``--spill``, default ``<branch>.spill/``), length and trajectory; written as ``<branch>.config.json``.
 * **Trajectory.** ``<branch>.trajectory.yaml``: the parent's actions for the video frames before the save
-  point, then OTHER's (``engine.io.trajectory_splice``), so the camera goes on from where the parent was
+  point, then OTHER's (``engine.io.trajectory.splice``), so the camera goes on from where the parent was
   and the branch is an ordinary run of its own config (it can be resumed, and forked again).
 * **Outputs.** The parent's MP4 and log are copied to the branch's paths; the session cuts the copy back
   to the save point's frames and continues it, keeps the log's records before the save point and adds a
@@ -32,12 +32,12 @@ from pathlib import Path
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
 from engine.io.trajectory import load_trajectory, packaged_trajectory
-from engine.io.trajectory_splice import splice_yaml
+from engine.io.trajectory.splice import splice_yaml
 from engine.memory.disk import INDEX_NAME
 from engine.overlay import write_resolved_config
-from engine.savepoint import SavePoint, latest_savepoint, read_savepoint, savepoint_name, savepoint_paths
-from engine.session_resume import run_config
-from engine.session_save import config_digest, savepoint_dir
+from engine.session.savepoint import SavePoint, latest_savepoint, read_savepoint, savepoint_name, savepoint_paths
+from engine.session.resume import run_config
+from engine.session.save import config_digest, savepoint_dir
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Save points of a generation session: when to make one, what goes in, and putting it back.
 
-Owns the session's side of crash survival (the file format is ``engine.savepoint``):
+Owns the session's side of crash survival (the file format is ``engine.session.savepoint``):
 
 * **When.** ``SaveSchedule``: every ``save_every`` chunks, or, by default (``save_every`` None), at the
   first chunk boundary after about ``AUTO_SAVE_S`` seconds of wall time since the last one; 0 = never.
@@ -18,7 +18,7 @@ Owns the session's side of crash survival (the file format is ``engine.savepoint
 * **Back.** ``restore`` puts everything back into a freshly built model, context and memory.
 
 Save points live in ``<out>.save/`` (the newest ``keep_savepoints``, default two, are kept): they belong
-to the video they continue, and a run can be resumed or forked (``engine.session_fork``) at any of them.
+to the video they continue, and a run can be resumed or forked (``engine.session.fork``) at any of them.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from engine.config import SessionConfig
 from engine.state_tensors import nest, sub
 from engine.overlay import config_to_json
-from engine.savepoint import SavePoint, write_savepoint
+from engine.session.savepoint import SavePoint, write_savepoint
 
 AUTO_SAVE_S = 30.0
 KEEP = 2

@@ -18,7 +18,7 @@ from typing import Callable
 from engine.errors import WorldPagerError
 from engine.overlay import resolve_session_config
 from engine.resources import data_dir
-from engine.session import Session
+from engine.session.loop import Session
 from engine.telemetry import percentile, read_log
 
 YAW = data_dir("trajectories") / "yaw.yaml"
@@ -82,7 +82,7 @@ def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name:
         full = {"model": "synthetic", "trajectory": str(YAW), **overlay, "memory": memory,
                 "out": str(work / f"{name}.mp4")}
         cfg = resolve_session_config(None, full)   # validate here, before a process is started
-        subprocess.run([sys.executable, "-m", "engine.experiments", json.dumps(full)], check=True)
+        subprocess.run([sys.executable, "-m", "engine.bench.experiments", json.dumps(full)], check=True)
         if keep_log is not None:
             shutil.copyfile(cfg.log_path, keep_log)
         return reduce(read_log(cfg.log_path), warmup)

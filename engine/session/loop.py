@@ -6,7 +6,7 @@ For chunk c (DESIGN §2):
   5. denoise  — the model's steps (MG2: plus the clean pass), which write c's KV into the context;
   6. store    — c's clean KV enters the retrieval memory; the context's window rolls (``commit``);
   7. decode + mux — the streaming VAE decoder's frames are appended to the MP4 (``decode_overlap``: on
-     a worker thread while chunk c+1 denoises, ``engine.session_decode``);
+     a worker thread while chunk c+1 denoises, ``engine.session.decode``);
   8. log      — one JSON line per chunk whose frames are in the file, then the caller's hook.
 
 The session drives every model through the ``WorldModel`` protocol only (``engine.model.interface``):
@@ -16,7 +16,7 @@ attention context is shaped by ``model.layout``, the retriever keyed by ``model.
 ``model.grid``, re-rotation done by ``model.rotate_time``.
 
 Set-up validates every user input (start image, trajectory, output and log paths) and checks that the
-settings fit the memory budget (``engine.preflight``) before anything is written; if set-up or loading
+settings fit the memory budget (``engine.session.preflight``) before anything is written; if set-up or loading
 fails, only the files this session created are removed. The MP4 and the log are closed on every exit
 path (the log with its summary line), so a failed or interrupted run leaves a playable file and a
 complete log. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
@@ -44,14 +44,14 @@ from engine.model.interface import WorldModel
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.overlay import config_to_json, write_resolved_config
-from engine.positions import Rerotation
-from engine.preflight import Budget, check_memory, check_output_paths, device_budget, host_budget
+from engine.session.positions import Rerotation
+from engine.session.preflight import Budget, check_memory, check_output_paths, device_budget, host_budget
 from engine.retrieval.retriever import PREDICTORS, Retriever
-from engine.savepoint import SavePoint
-from engine.session_fork import Fork, base_layers
-from engine.session_memory import SessionMemory
-from engine.session_decode import DecodeStage, Decoded
-from engine.session_save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
+from engine.session.savepoint import SavePoint
+from engine.session.fork import Fork, base_layers
+from engine.session.memory import SessionMemory
+from engine.session.decode import DecodeStage, Decoded
+from engine.session.save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.telemetry import SessionLog, available_memory, process_rss
 
 @dataclass
@@ -90,9 +90,9 @@ class Session:
                  on_output: Callable[[int, torch.Tensor], None] | None = None,
                  resume_from: SavePoint | None = None, fork_of: Fork | None = None,
                  models: ModelCache | None = None):
-        """``resume_from``: continue the run that wrote this save point (``engine.session_resume``):
+        """``resume_from``: continue the run that wrote this save point (``engine.session.resume``):
         its MP4 and log are continued, not created. With ``fork_of``, ``resume_from`` is the parent's
-        save point and the MP4 and log are the branch's copies of the parent's (``engine.session_fork``).
+        save point and the MP4 and log are the branch's copies of the parent's (``engine.session.fork``).
         ``models``: networks loaded by earlier sessions of this process, reused when they are the ones
         this session needs (a batch worker's; ``engine.model.model_cache``)."""
         # First, before anything sizable is allocated: fixed malloc thresholds keep RSS flat (DESIGN §3).

@@ -4,7 +4,7 @@ Owns the replay of the CLIP case: build the full-size tower without random init,
 fixture's key list one key at a time (so the peak memory stays near the model size plus one float64
 temporary), verify every generated tensor against ``clip.weights.checksum``, then compare our
 preprocessing (``clip.pixel_values``) and our output tokens (``clip.tokens``). Rows are
-``(name, max |ours - ref| / std(ref))`` as in :mod:`engine.model.parity_dit`.
+``(name, max |ours - ref| / std(ref))`` as in :mod:`engine.model.parity.dit`.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from engine.config import CLIPConfig
 from engine.errors import InputError
 from engine.model.clip import VISUAL_PREFIX, CLIPVisionTower, is_unused_checkpoint_key
-from engine.model.fixture import Fixture, relative_error
-from engine.model.parity_dit import Row
-from engine.model.parity_vae import check_checksum, checksum_table, weight_seed
+from engine.model.parity.fixture import Fixture, relative_error
+from engine.model.parity.dit import Row
+from engine.model.parity.vae import check_checksum, checksum_table, weight_seed
 from engine.model.seeded_weights import seeded_array
 
 

@@ -36,7 +36,7 @@ The formulas (t = chunk compute time, default 1.2 s; k = retrieved chunks, 3):
              (``after_credit_s``; a fixed point, ``drive_load``). Strict turns give the steady-state
              bound ``prefetch_stall_ms`` = read_s + write_s − t; write-back that is *urgent* (a put
              waits, or no clean slot is left) no longer steps aside, so reads and writes then overlap.
-  timeline   ``engine.planner_timeline`` replays the session chunk by chunk as the store runs it:
+  timeline   ``engine.planner.timeline`` replays the session chunk by chunk as the store runs it:
              write-back from chunk N − 3 on (reclaimable space below 3 slots), a put that waits while
              the pool has no clean slot (dirty + pinned by reads), reads that pin a slot until they
              land, the writer's yielding (and its urgency), the buckets' credit. It gives the stall of
@@ -101,7 +101,7 @@ from engine.config import ModelConfig, SessionConfig, model_config, session_mode
 from engine.errors import ConfigError
 from engine.kv_format import ChunkFormat
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw
-from engine.planner_timeline import TimelineInputs, percentile, timeline
+from engine.planner.timeline import TimelineInputs, percentile, timeline
 
 GB = 1e9
 GiB = 1 << 30
@@ -119,7 +119,7 @@ BUCKET_BURST_BYTES = 4 << 20
 STAGE_S = 0.0                   # dequantising one staged chunk on the loop's path (on-demand; a GPU: ~0)
 TIERED_STORES = ("prefetch", "on-demand", "sync", "dram-only")   # stores with a host pool
 TIMELINE_STORES = ("prefetch", "on-demand")   # the stores whose drive traffic the timeline replays
-STALL_EPS_S = 0.5e-3            # a chunk "stalled" above this (as engine.experiments counts them)
+STALL_EPS_S = 0.5e-3            # a chunk "stalled" above this (as engine.bench.experiments counts them)
 FORMAT_BITS = {"bf16": 16, "int8": 8, "int4": 4, "int2": 2}
 DISK_STORES = ("prefetch", "on-demand", "sync")   # store modes that have a disk tier
 
@@ -156,7 +156,7 @@ def pool_bytes(host_bytes: int, baseline_bytes: int, margin_bytes: int = MARGIN_
 
 
 def window_chunks(model: ModelConfig) -> int:
-    """w: chunks (partly) in the local window — as engine.session_memory counts them."""
+    """w: chunks (partly) in the local window — as engine.session.memory counts them."""
     return model.kv_layout().window_chunks
 
 
@@ -306,7 +306,7 @@ def spill_chunks(model: ModelConfig, budgets: Budgets, retrieve_k: int = 3,
 
 
 def cpu_staging_bytes(model: ModelConfig, store: str, retrieve_k: int) -> int:
-    """The float32 staging slots a tiered store allocates on a CPU (``engine.preflight.staging_chunks``)."""
+    """The float32 staging slots a tiered store allocates on a CPU (``engine.session.preflight.staging_chunks``)."""
     return max(retrieve_k, 1) * model.kv_bytes_per_chunk(4.0) if store in TIERED_STORES else 0
 
 
@@ -448,7 +448,7 @@ def plan(model: ModelConfig, chunks: int, budgets: Budgets, *, bits: int = 4, re
     ``chunk_s`` is a chunk's wall time without stalls; ``stage_s`` the on-demand loop's dequantisation
     of a loaded chunk; ``reads_from`` the first chunk whose retrieval comes back to an evicted chunk (a
     trajectory's revisit; None: the first chunk after the spill, the earliest possible); ``chunk_times``
-    replays a run's measured per-chunk times in the drive timeline (``engine.planner_timeline``);
+    replays a run's measured per-chunk times in the drive timeline (``engine.planner.timeline``);
     ``raw_dtype`` is what ``--kv-bits 16`` stores (the model's dtype: float32 on a CPU).
     """
     _check_inputs(chunks, chunk_s, disk_reads_per_chunk, retrieve_k, stage_s)

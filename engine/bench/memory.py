@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from engine.experiments import run_synthetic
+from engine.bench.experiments import run_synthetic
 from engine.telemetry import percentile
 
 

@@ -1,7 +1,7 @@
-"""``python -m engine.model.parity FIXTURE [FIXTURE ...]``: replay official-MG2 parity fixtures.
+"""``python -m engine.model.parity.runner FIXTURE [FIXTURE ...]``: replay official-MG2 parity fixtures.
 
 Owns the command: which cases a fixture file holds (decided from its tensor keys alone), running each
-case through the one replay implementation in ``parity_dit`` / ``parity_vae`` / ``parity_clip`` (the
+case through the one replay implementation in ``dit`` / ``vae`` / ``clip`` (the
 tests call the same functions), the result table, and the exit status.
 
 Cases: ``forward.velocity`` -> DiT (its weight checksums, then ``dit_rows``, which also reads the
@@ -29,10 +29,10 @@ from typing import Callable
 from safetensors import SafetensorError
 
 from engine.errors import InputError, WorldPagerError
-from engine.model.fixture import DEFAULT_TOLERANCE, Fixture
-from engine.model.parity_clip import clip_rows
-from engine.model.parity_dit import Row, dit_rows
-from engine.model.parity_vae import vae_decoder_rows, vae_encoder_rows, verified_weights
+from engine.model.parity.fixture import DEFAULT_TOLERANCE, Fixture
+from engine.model.parity.clip import clip_rows
+from engine.model.parity.dit import Row, dit_rows
+from engine.model.parity.vae import vae_decoder_rows, vae_encoder_rows, verified_weights
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2
 NAME_WIDTH = 44

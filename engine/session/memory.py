@@ -3,7 +3,7 @@
 Owns the per-chunk memory steps of DESIGN §2 and the store modes of §5; the session calls
 ``prepare(c)`` before chunk c's denoise (steps 2–4) and ``store_chunk(c)`` after its clean pass (step 6).
 It is the glue between the components — the tiered store (``engine.memory``), the retriever
-(``engine.retrieval``), the attention context and the model's re-rotation (``engine.positions``) — so
+(``engine.retrieval``), the attention context and the model's re-rotation (``engine.session.positions``) — so
 it sits on the session's side: the components know nothing of one another. Shapes come from the model's
 ``KVLayout``; no model is named here.
 
@@ -38,8 +38,8 @@ from engine.memory.store import KVStore
 from engine.memory.types import KV, CapacityError
 from engine.model.kv_context import AttentionContext
 from engine.state_tensors import cpu_copy
-from engine.positions import Rerotation
-from engine.preflight import staging_chunks
+from engine.session.positions import Rerotation
+from engine.session.preflight import staging_chunks
 
 GIB = 2 ** 30
 
@@ -81,7 +81,7 @@ class SessionMemory:
                  clock: Callable[[], float] = time.perf_counter, resume_before: int | None = None,
                  base_layers: list[tuple[str, int]] = ()):
         """``base_layers``: a forked run's read-only spill directories and the chunk each serves below
-        (``engine.session_fork``); they go into every save point, so that a resumed branch finds them."""
+        (``engine.session.fork``); they go into every save point, so that a resumed branch finds them."""
         self.mode = cfg.memory.store
         self._staged: list[int] = []       # the set staged for the next chunk (a save point keeps it)
         self.io_deadline_s = cfg.memory.io_deadline_s
@@ -111,7 +111,7 @@ class SessionMemory:
                              write_through=cfg.memory.writeback == "through", resume_before=resume_before,
                              base_layers=self.base_layers)
 
-    # ---- save points (engine.session_save) ----------------------------------------------------------
+    # ---- save points (engine.session.save) ----------------------------------------------------------
 
     @property
     def savepoints_possible(self) -> str | None:

@@ -1,0 +1,149 @@
+"""The ``Trajectory`` a load returns, and how a file's actions become one: extended (loop or ping-pong)
+or cut to the session's frames, then integrated into poses.
+
+Owns the data types ``Trajectory``, ``TrackingError`` and ``_Actions`` (what every format module hands
+back: the file's own per-frame actions and start pose), ``MODES`` / ``REPEATS``, and the public builders
+from given actions, ``trajectory_from_actions`` and ``poses_from_actions``. The poses are always those
+the actions drive, so ``poses_from_actions(trajectory.actions) == trajectory.poses``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.io.actions import KEYBOARD_KEYS, ActionTrack
+from engine.io.poses import ORIGIN, Calibration, CameraState, states_to_poses
+from engine.io.trajectory.kinematics import _integrate_actions
+
+MODES = tuple(KEYBOARD_KEYS)
+REPEATS = ("loop", "pingpong")
+
+# Keyboard column permutation that plays an action backwards (ping-pong).
+_MIRROR = {"universal": [1, 0, 3, 2], "gta_drive": [1, 0], "templerun": [0, 1, 2, 4, 3, 6, 5]}
+
+
+@dataclass(frozen=True)
+class TrackingError:
+    """Largest deviation of the action-driven path from a pose file's resampled poses (0 for actions)."""
+
+    position: float = 0.0      # world units (3-D distance)
+    yaw_deg: float = 0.0
+    pitch_deg: float = 0.0
+
+
+@dataclass
+class Trajectory:
+    """What a session consumes: per-video-frame actions and the camera pose of every frame."""
+
+    actions: ActionTrack       # keyboard [T, k] float32, mouse [T, 2] float32 (None for templerun)
+    poses: np.ndarray          # [T, 7] float64: x, y, z, qw, qx, qy, qz (c2w; engine.geometry convention)
+    mode: str
+    source: str                # the file (or what produced the actions)
+    format: str                # yaml | pose csv | action csv | nerfstudio | actions
+    source_frames: int         # frames the file itself describes
+    repeat: str                # none | loop | pingpong — how it was extended to ``frames``
+    tracking: TrackingError
+
+    @property
+    def frames(self) -> int:
+        return self.actions.frames
+
+    def describe(self) -> str:
+        """One line for logs: where from, how long, how extended, how well poses were tracked."""
+        text = f"{self.source} ({self.format}, {self.source_frames} frames"
+        if self.repeat != "none":
+            text += f", {self.repeat} x{self.frames / self.source_frames:.2f}"
+        elif self.frames < self.source_frames:
+            text += ", cut"
+        text += f") -> {self.frames} frames, {self.mode}"
+        if self.tracking != TrackingError():
+            t = self.tracking
+            text += (f"; tracked within {t.position:.3g} units, {t.yaw_deg:.3g} deg yaw, "
+                     f"{t.pitch_deg:.3g} deg pitch")
+        return text
+
+
+@dataclass
+class _Actions:
+    """A file's own frames: keyboard [N, k] and mouse [N, 2] | None (float64), the start pose.
+
+    Only the frames a session can use are made: a file longer than the session is read to its end but
+    made into actions only up to the session's length (tracking is causal, so those frames are the same
+    as for the whole file); ``file_frames`` counts the frames of the whole file."""
+
+    keyboard: np.ndarray
+    mouse: np.ndarray | None
+    start: CameraState
+    tracking: TrackingError
+    format: str
+    file_frames: int | None = None    # None: len(keyboard), the file was made into actions whole
+
+    @property
+    def frames_in_file(self) -> int:
+        return len(self.keyboard) if self.file_frames is None else self.file_frames
+
+    def appended(self, keyboard: np.ndarray, mouse: np.ndarray | None, file_frames: int, fmt: str) -> "_Actions":
+        mouse_all = None if mouse is None else np.concatenate([self.mouse, mouse])
+        return _Actions(np.concatenate([self.keyboard, keyboard]), mouse_all, self.start, self.tracking, fmt,
+                        self.frames_in_file + file_frames)
+
+
+def trajectory_from_actions(track: ActionTrack, mode: str, calibration: Any = None,
+                            source: str = "built-in schedule", start: CameraState = ORIGIN) -> Trajectory:
+    """A ``Trajectory`` of given actions (e.g. ``builtin_schedule``), with their integrated poses."""
+    assert mode in MODES
+    cal = Calibration.coerce(calibration)
+    mouse = None if track.mouse is None else track.mouse.double().numpy()
+    acts = _Actions(track.keyboard.double().numpy(), mouse, start, TrackingError(), "actions")
+    return _build(acts, mode, track.frames, "loop", cal, source)
+
+
+def poses_from_actions(track: ActionTrack, mode: str, calibration: Any = None,
+                       start: CameraState = ORIGIN) -> np.ndarray:
+    """[T, 7] poses of frames [0, T) driven by ``track`` from ``start`` (frame 0 is ``start``)."""
+    mouse = None if track.mouse is None else track.mouse.double().numpy()
+    cal = Calibration.coerce(calibration)
+    states = _integrate_actions(track.keyboard.double().numpy(), mouse, mode, cal, start)
+    return states_to_poses(states[:track.frames])
+
+
+def _empty(mode: str) -> tuple[np.ndarray, np.ndarray | None]:
+    return np.zeros((0, len(KEYBOARD_KEYS[mode]))), (None if mode == "templerun" else np.zeros((0, 2)))
+
+
+def _still(mode: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """One frame of no motion (templerun's 'none' is a key of its own)."""
+    keyboard, mouse = np.zeros((1, len(KEYBOARD_KEYS[mode]))), None
+    if mode == "templerun":
+        keyboard[0, 0] = 1.0
+    else:
+        mouse = np.zeros((1, 2))
+    return keyboard, mouse
+
+
+def _build(acts: _Actions, mode: str, frames: int, repeat: str, cal: Calibration, source: str) -> Trajectory:
+    """Extend or cut the file's actions to ``frames``, then integrate them into poses."""
+    keyboard, mouse = acts.keyboard, acts.mouse
+    if len(keyboard) == 0:                  # a single keyframe: a still camera
+        keyboard, mouse = _still(mode)
+    n = max(len(keyboard), acts.frames_in_file)
+    assert n == len(keyboard) or len(keyboard) >= frames, "a file cut shorter than the session"
+    used = "none"
+    if n < frames:
+        used = repeat
+        if repeat == "pingpong":             # forward, then backwards mirrored: a period of 2n frames
+            keyboard = np.concatenate([keyboard, keyboard[::-1][:, _MIRROR[mode]]])
+            mouse = None if mouse is None else np.concatenate([mouse, -mouse[::-1]])
+        index = np.arange(frames) % len(keyboard)
+        keyboard, mouse = keyboard[index], (None if mouse is None else mouse[index])
+    frames = int(frames)
+    keyboard = keyboard[:frames].astype(np.float32)
+    mouse = None if mouse is None else mouse[:frames].astype(np.float32)
+    # Integrate the float32 values the model receives, so poses_from_actions(actions) == poses.
+    states = _integrate_actions(keyboard.astype(np.float64), None if mouse is None else mouse.astype(np.float64),
+                                mode, cal, acts.start)
+    track = ActionTrack(torch.from_numpy(keyboard), None if mouse is None else torch.from_numpy(mouse))
+    return Trajectory(track, states_to_poses(states[:frames]), mode, source, acts.format, n, used, acts.tracking)

@@ -1,0 +1,70 @@
+"""MG2's entries in the model registry: the released modes and the seeded tiny / micro models
+(``MG2``), and the synthetic model (``SYNTHETIC``: MG2-shaped KV, no math).
+
+Owns how a session config becomes an MG2 spec (image size, action space, grid, default trajectory,
+banner), an MG2 pipeline (networks from the worker's ``ModelCache`` or ``engine.model.load``), the log
+header's facts and the KV layout (MG2's shape config says it all).
+"""
+from __future__ import annotations
+
+from engine.config import SYNTHETIC_MODEL, SessionConfig, session_model_config
+from engine.layout import KVLayout
+from engine.model.facts import horizon_chunk, model_facts
+from engine.model.interface import WorldModel
+from engine.model.load import load_models
+from engine.model.model_cache import ModelCache
+from engine.model.pipeline import MG2Pipeline
+from engine.model.spec import Family, ModelSpec, weights_stamp
+from engine.model.synthetic import FRAME_DOWNSCALE, SyntheticPipeline
+
+DEFAULT_TRAJECTORIES = {"universal": "revisit_loop.yaml", "gta_drive": "revisit_loop.yaml",
+                        "templerun": "templerun_run.yaml"}
+
+
+def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
+    m = session_model_config(cfg)
+    size = (m.video_height, m.video_width)
+    if cfg.checkpoint is None:
+        banner = (f"worldpager: using the built-in {cfg.model} model (seeded random weights, no checkpoint): "
+                  "the video shows the pipeline, not a trained world model")
+    else:
+        banner = f"worldpager: loading {cfg.model} from {cfg.checkpoint}"
+    return ModelSpec(m.name, size, m.mode, m.video_grid(), size, horizon_chunk(m),
+                     DEFAULT_TRAJECTORIES[m.mode], True, banner)
+
+
+def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype, cache: ModelCache) -> WorldModel:
+    m = session_model_config(cfg)
+    key = ("mg2", m, weights_stamp(cfg.checkpoint), str(device), dtype)
+    models = cache.get(key, lambda: load_models(m, cfg.checkpoint, device, dtype))
+    return MG2Pipeline(models, m, image, trajectory, cfg.seed, cfg.positions, device, dtype)
+
+
+def _mg2_facts(cfg: SessionConfig) -> dict:
+    return model_facts(session_model_config(cfg))
+
+
+def _synthetic_spec(cfg: SessionConfig) -> ModelSpec:
+    m = session_model_config(cfg)
+    frame = (m.video_height // FRAME_DOWNSCALE, m.video_width // FRAME_DOWNSCALE)
+    banner = (f"worldpager: synthetic model ({m.dit.num_layers} layers of MG2-shaped KV, "
+              f"{cfg.chunk_ms:.0f} ms per chunk, no math), store {cfg.memory.store}")
+    return ModelSpec(m.name, (m.video_height, m.video_width), m.mode, m.video_grid(), frame, horizon_chunk(m),
+                     DEFAULT_TRAJECTORIES[m.mode], True, banner)
+
+
+def _synthetic_build(cfg: SessionConfig, image, trajectory, device, dtype, cache: ModelCache) -> WorldModel:
+    return SyntheticPipeline(session_model_config(cfg), trajectory.poses, cfg.chunk_ms, device, dtype,
+                             cfg.seed)
+
+
+def _synthetic_facts(cfg: SessionConfig) -> dict:
+    return {"model": SYNTHETIC_MODEL, "fps": session_model_config(cfg).fps}
+
+
+def _mg2_layout(cfg: SessionConfig) -> KVLayout:
+    return session_model_config(cfg).kv_layout()
+
+
+MG2 = Family(_mg2_spec, _mg2_build, _mg2_facts, _mg2_layout)
+SYNTHETIC = Family(_synthetic_spec, _synthetic_build, _synthetic_facts, _mg2_layout)
