@@ -255,7 +255,12 @@ _TINY = dataclasses.replace(
 )
 
 # The tiny model at 32x64 video: for smoke tests and long CPU sessions where only the pipeline matters.
-_MICRO = dataclasses.replace(_TINY, name="micro", vae=VAEConfig(dim=8), latent_height=4, latent_width=8)
+# Its rotary table is 15 latent frames, so its positional horizon is chunk 5 (MG2's is 341): sessions
+# past the horizon (extend, rerotate, native's stop) take seconds to reach, not a 341-chunk run. Below
+# the horizon the table's length changes nothing (RoPE computes its angles for any position).
+MICRO_ROPE_TABLE_FRAMES = 15
+_MICRO = dataclasses.replace(_TINY, name="micro", vae=VAEConfig(dim=8), latent_height=4, latent_width=8,
+                             dit=dataclasses.replace(_TINY.dit, rope_table_frames=MICRO_ROPE_TABLE_FRAMES))
 
 MODEL_CONFIGS: dict[str, ModelConfig] = {
     c.name: c for c in (_UNIVERSAL, _GTA, _TEMPLERUN, _TINY, _MICRO)
@@ -348,7 +353,8 @@ class SessionConfig:
     kv_scale: float = 1.0              # synthetic model only: KV bytes relative to MG2 (via layers)
     arena_seed: int = DEFAULT_ARENA_SEED  # arena model only: which procedural world
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
-    save_every: int | None = None      # save point every N chunks; None = about every 30 s of wall time; 0 = none
+    save_every: int | None = None      # save point every N chunks; None = about every save_interval_s of wall time; 0 = none
+    save_interval_s: float = 30.0      # with save_every None: wall time between save points (a slow machine makes them at fewer chunks)
     keep_savepoints: int = 2           # newest save points kept (each is a chunk a run can be resumed or forked at)
     decode_overlap: bool = False       # decode and mux chunk c on a worker thread while c+1 denoises (engine/session/decode.py)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
@@ -369,6 +375,8 @@ class SessionConfig:
             (self.chunks >= 1, f"chunks must be at least 1, got {self.chunks}"),
             (self.save_every is None or self.save_every >= 0,
              f"--save-every (save_every) must be a number of chunks >= 0, got {self.save_every}"),
+            (math.isfinite(self.save_interval_s) and self.save_interval_s > 0,
+             f"save_interval_s must be a number of seconds > 0, got {self.save_interval_s}"),
             (self.keep_savepoints >= 1,
              f"--keep-savepoints (keep_savepoints) must be at least 1, got {self.keep_savepoints}"),
             (self.repeat in ("loop", "pingpong"), f"repeat must be loop or pingpong, got {self.repeat!r}"),

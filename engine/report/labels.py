@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from engine.report.read import SessionRecords
 
-IGNORED = {"out", "log", "image", "checkpoint", "arena_weights", "spill", "save_every", "keep_savepoints"}
+IGNORED = {"out", "log", "image", "checkpoint", "arena_weights", "spill", "save_every", "save_interval_s", "keep_savepoints"}
 ORDER = ("model", "memory.store", "memory.kv_bits", "memory.retrieve_k", "memory.pool_slots",
          "memory.host_mem_gib", "memory.drive_bw", "memory.writeback", "memory.sink", "positions")
 LONE = ("model", "memory.store", "memory.kv_bits")

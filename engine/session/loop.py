@@ -212,7 +212,7 @@ class Session:
         why_not = memory.savepoints_possible
         if why_not is not None:
             return f"none: {why_not}"
-        every = "about every 30 s" if self.cfg.save_every is None else f"every {self.cfg.save_every} chunks"
+        every = f"about every {self.cfg.save_interval_s:g} s" if self.cfg.save_every is None else f"every {self.cfg.save_every} chunks"
         return f"{every} to {savepoint_dir(self.cfg.out)}"
 
     def _header(self, host_baseline_bytes: int | None, savepoints: str | None = None) -> None:
@@ -294,7 +294,7 @@ class Session:
             start = self.resume_from.chunk
             frames_total = self.resume_from.facts["frames_total"]
         saver = self._saver(memory)
-        schedule = SaveSchedule(self.cfg.save_every)
+        schedule = SaveSchedule(self.cfg.save_every, self.cfg.save_interval_s)
         aborted = False
         try:
             return self._chunks(ctx, memory, start, frames_total, saver, schedule)

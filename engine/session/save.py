@@ -3,7 +3,9 @@
 Owns the session's side of crash survival (the file format is ``engine.session.savepoint``):
 
 * **When.** ``SaveSchedule``: every ``save_every`` chunks, or, by default (``save_every`` None), at the
-  first chunk boundary after about ``AUTO_SAVE_S`` seconds of wall time since the last one; 0 = never.
+  first chunk boundary after ``save_interval_s`` (default 30) seconds of wall time since the last one;
+  0 = never. Only that default depends on the wall clock: how many chunks lie between two save points
+  then depends on the machine's speed (a reader of the log selects records by type).
   A boundary is always a valid place: the video writer closes a segment per chunk (``VideoWriter``),
   so the MP4 up to any chunk is a complete prefix that a resumed run continues exactly.
 * **What.** ``capture`` takes, between chunks c−1 and c: the model's running state and the attention
@@ -35,7 +37,6 @@ from engine.state_tensors import nest, sub
 from engine.overlay import config_to_json
 from engine.session.savepoint import SavePoint, write_savepoint
 
-AUTO_SAVE_S = 30.0
 KEEP = 2
 ABORT_JOIN_S = 0.2   # an aborted close waits this long for a save point that is almost done
 
@@ -48,14 +49,14 @@ def config_digest(cfg: SessionConfig) -> str:
     """What must not change between a run and its resumption (the output paths and how many save
     points are kept, and whether decoding overlaps denoising, may)."""
     data = config_to_json(cfg)
-    for name in ("out", "log", "keep_savepoints", "decode_overlap"):
+    for name in ("out", "log", "keep_savepoints", "decode_overlap", "save_interval_s"):
         data.pop(name, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class SaveSchedule:
-    def __init__(self, save_every: int | None, clock=time.monotonic):
-        self.every, self.clock = save_every, clock
+    def __init__(self, save_every: int | None, interval_s: float = 30.0, clock=time.monotonic):
+        self.every, self.interval_s, self.clock = save_every, interval_s, clock
         self.last = clock()
 
     def due(self, chunk: int) -> bool:
@@ -63,7 +64,7 @@ class SaveSchedule:
         if chunk <= 0 or self.every == 0:
             return False
         if self.every is None:
-            return self.clock() - self.last >= AUTO_SAVE_S
+            return self.clock() - self.last >= self.interval_s
         return chunk % self.every == 0
 
     def saved(self) -> None:

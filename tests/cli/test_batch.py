@@ -30,7 +30,7 @@ from click.testing import CliRunner
 
 from engine.batch.manifest import MANIFEST_NAME
 from engine.telemetry import read_log
-from tests_support import WORLDPAGER, one_line_error
+from tests_support import PATIENCE_S, WORLDPAGER, one_line_error
 from worldpager_cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def test_a_killed_batch_resumes_its_job_from_the_save_point(tmp_path):
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     log = out / "long.log.jsonl"
-    deadline = time.time() + 120
+    deadline = time.time() + PATIENCE_S
     while not (log.exists() and any(r.get("type") == "savepoint" and "path" in r and r["chunk"] >= 4
                                     for r in read_log(log))):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()

@@ -20,7 +20,7 @@ from engine.memory.disk import DATA_NAME, INDEX_NAME
 from engine.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.telemetry import read_log
-from tests_support import WORLDPAGER, start_generate, wait_for_chunks
+from tests_support import PATIENCE_S, WORLDPAGER, start_generate, wait_for_chunks
 from worldpager_cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,7 +174,7 @@ def test_default_settings_pass_the_memory_check(tmp_path):
 # ---- 5. SIGTERM and SIGHUP stop like Ctrl-C -------------------------------------------------------------
 
 def _interrupted(proc, out, log):
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=PATIENCE_S)
     assert proc.returncode == 130, (stdout, stderr)
     assert "Traceback" not in stderr, stderr
     summary = read_log(log)[-1]
@@ -218,7 +218,7 @@ def test_a_second_signal_aborts_at_once_whatever_the_drive_does(tmp_path):
     assert proc.poll() is None, proc.communicate()   # the stop is still waiting on the drive
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=PATIENCE_S)
     assert time.monotonic() - t0 < 10, stderr   # a hang guard (it took 84 s before), not a timing test
     assert proc.returncode == 130 and "Traceback" not in stderr, (stdout, stderr)
     assert "SIGTERM: stopping after the current chunk" in stderr
@@ -291,8 +291,8 @@ def test_tail_sees_that_a_killed_session_is_dead(tmp_path):
     proc, _, log = start_generate(tmp_path, "killed", 500)
     wait_for_chunks(log, 1, proc)
     proc.kill()
-    proc.communicate(timeout=60)
-    tail = subprocess.run(WORLDPAGER + ["tail", str(log)], capture_output=True, text=True, timeout=60)
+    proc.communicate(timeout=PATIENCE_S)
+    tail = subprocess.run(WORLDPAGER + ["tail", str(log)], capture_output=True, text=True, timeout=PATIENCE_S)
     assert tail.returncode == 3, tail
     [error] = [line for line in tail.stderr.splitlines() if line.strip()]
     assert error.startswith("worldpager: error: ") and f"pid {proc.pid}" in error and "has exited" in error

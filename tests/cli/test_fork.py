@@ -24,7 +24,7 @@ import pytest
 
 from engine.io.trajectory import load_trajectory, packaged_trajectory
 from engine.telemetry import read_log
-from tests_support import WORLDPAGER
+from tests_support import PATIENCE_S, WORLDPAGER
 
 CHUNKS = 12
 ARENA = ["--model", "arena", "--pool-slots", "4", "--save-every", "2", "--keep-savepoints", "6",
@@ -34,7 +34,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 def _worldpager(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(WORLDPAGER + [str(a) for a in args], cwd=tmp, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=PATIENCE_S)
 
 
 def _frames(path: Path) -> list[np.ndarray]:
@@ -83,7 +83,7 @@ def _killed_after_savepoint(tmp: Path, log: Path, chunk: int, *args) -> None:
         ours = records[max(forks, default=0):]
         return any(r.get("type") == "savepoint" and r["chunk"] >= chunk and "path" in r for r in ours)
 
-    deadline = time.time() + 120
+    deadline = time.time() + PATIENCE_S
     while not (log.exists() and made(read_log(log))):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.01)

@@ -213,7 +213,7 @@ def test_tail_plot_redraws_a_growing_log(pair, tmp_path):
                 f.flush()
                 written += b'"type":"chunk"' in line
                 if written == 4 and not seen_mid_run:
-                    deadline = time.monotonic() + 60
+                    deadline = time.monotonic() + 600
                     while not (out / "stall.png").exists() and time.monotonic() < deadline:
                         time.sleep(0.05)
                     seen_mid_run.append(len(figure(out, "stall")["panels"][0]["series"][0]["x"]))

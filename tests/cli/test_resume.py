@@ -24,7 +24,7 @@ import pytest
 
 from engine.session.save import savepoint_dir
 from engine.telemetry import read_log
-from tests_support import WORLDPAGER
+from tests_support import PATIENCE_S, WORLDPAGER
 
 CHUNKS = 12
 ARENA = ["--model", "arena", "--pool-slots", "4", "--save-every", "2"]
@@ -43,7 +43,7 @@ def _generate(tmp: Path, name: str, args: list[str], chunks: int = CHUNKS) -> su
 
 def _resume(out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(WORLDPAGER + ["resume", str(out), "--quiet"], cwd=out.parent, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=PATIENCE_S)
 
 
 def _frames(path: Path) -> list[np.ndarray]:
@@ -51,7 +51,7 @@ def _frames(path: Path) -> list[np.ndarray]:
         return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
 
 
-def _kill_when(proc: subprocess.Popen, log: Path, seen, timeout: float = 120) -> None:
+def _kill_when(proc: subprocess.Popen, log: Path, seen, timeout: float = PATIENCE_S) -> None:
     """SIGKILL ``proc`` as soon as a record of its log satisfies ``seen``."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -78,7 +78,7 @@ def reference(tmp_path_factory):
     out = {}
     for name, args in MODELS.items():
         proc = _generate(tmp, name, args)
-        assert proc.wait(timeout=600) == 0, proc.communicate()
+        assert proc.wait(timeout=PATIENCE_S) == 0, proc.communicate()
         out[name] = _frames(tmp / f"{name}.mp4")
     return out
 
@@ -152,7 +152,7 @@ def test_nothing_to_resume_is_a_one_line_error(tmp_path):
 
 def test_a_finished_run_is_not_resumed(tmp_path):
     proc = _generate(tmp_path, "arena", ARENA, chunks=3)
-    assert proc.wait(timeout=300) == 0
+    assert proc.wait(timeout=PATIENCE_S) == 0
     done = _resume(tmp_path / "arena.mp4")
     assert done.returncode == 1 and "finished" in done.stderr and "Traceback" not in done.stderr
 
@@ -161,12 +161,12 @@ def test_a_stop_on_sigterm_saves_so_nothing_is_redone(tmp_path, reference):
     args = [a if a != "2" else "100" for a in ARENA]           # no save point but the one at the stop
     proc = _generate(tmp_path, "arena", args)
     log = tmp_path / "arena.log.jsonl"
-    deadline = time.time() + 120
+    deadline = time.time() + PATIENCE_S
     while not (log.exists() and any(_chunk_at_least(4)(r) for r in read_log(log))):
         assert time.time() < deadline and proc.poll() is None
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 130
+    assert proc.wait(timeout=PATIENCE_S) == 130
     made = sum(r["type"] == "chunk" for r in read_log(log))
     resume = _check_resumed(tmp_path, "arena", reference["arena"])
     assert resume["chunk"] == made

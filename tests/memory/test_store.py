@@ -57,7 +57,7 @@ def put_all(store: KVStore, chunks) -> None:
         store.put(c, chunk_kv(c))
 
 
-def wait_until(predicate, timeout=20.0):
+def wait_until(predicate, timeout=300.0):
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached"
@@ -302,5 +302,5 @@ def test_write_through_writes_every_chunk_at_once_write_back_only_under_pressure
             assert store.counters()["pool_clean_slots"] == 4   # evicting them costs nothing
         else:
             assert store.manager.disk_chunks() == set() and store.counters()["disk_write_bytes"] == 0
-        assert store.persist_through(4, timeout=20)
+        assert store.persist_through(4, timeout=300)
         assert store.manager.disk_chunks() == {0, 1, 2, 3}

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import CLIPConfig
-from engine.model import parity_clip
+from engine.model.parity import clip as parity_clip
 from engine.model.clip import (CLIPVisionTower, clip_visual_state_dict, is_unused_checkpoint_key)
 from engine.model.parity.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
 from engine.model.seeded_weights import fill_module_

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.model import mg2, parity_dit
+from engine.model import mg2
+from engine.model.parity import dit as parity_dit
 from engine.model.parity.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
 from engine.model.kv_context import AttentionContext
 

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from engine.config import VAEConfig
 from engine.errors import CheckpointError
-from engine.model import parity_vae
+from engine.model.parity import vae as parity_vae
 from engine.model.parity.fixture import DEFAULT_TOLERANCE, Fixture, relative_error
 from engine.model.seeded_weights import checksum, fill_module_, seeded_array
 from engine.model.vae import StartImageEncoder, StreamingDecoder, WanVAE, frames_for

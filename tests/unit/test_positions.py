@@ -1,6 +1,8 @@
 """Positions: the extended rotary table, re-rotation of retrieved keys, and the horizon modes."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from types import SimpleNamespace
@@ -57,8 +59,11 @@ class _Ctx:
 
 
 def micro_model():
-    """The interface facts re-rotation reads, for MG2's micro configuration (no networks needed)."""
+    """The interface facts re-rotation reads, for MG2's micro configuration with MG2's 1024-frame
+    rotary table, so the horizon is MG2's chunk 341 (no networks needed)."""
     micro = model_config("micro")
+    micro = dataclasses.replace(micro, dit=dataclasses.replace(micro.dit, rope_table_frames=1024))
+    assert horizon_chunk(micro) == 341
     rope = DiTRope(micro.dit.head_dim, micro.dit.rope_split, micro.dit.rope_theta)
     return SimpleNamespace(layout=micro.kv_layout(), grid=micro.video_grid(),
                            horizon_chunk=horizon_chunk(micro),

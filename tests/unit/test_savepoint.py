@@ -303,3 +303,35 @@ def test_fuzz_garbage(tmp_path):
                      b'"shape": [1000000000000], "data_offsets": [0, 4000000000000]}}'):
             padded = text + b" " * (-len(text) % 8)
             assert reads_or_fails_cleanly(path, with_crc(struct.pack("<Q", len(padded)) + padded)) is None
+
+
+def test_the_save_schedule_counts_chunks_or_wall_time_on_an_injected_clock():
+    from engine.session.save import SaveSchedule
+
+    now = [0.0]
+    by_time = SaveSchedule(None, interval_s=30.0, clock=lambda: now[0])
+    assert not by_time.due(0) and not by_time.due(5)
+    now[0] = 29.9
+    assert not by_time.due(6)
+    now[0] = 30.0
+    assert by_time.due(7)                    # the first boundary once the interval has passed
+    by_time.saved()
+    now[0] = 59.0
+    assert not by_time.due(8)
+    assert [c for c in range(12) if SaveSchedule(4, clock=lambda: now[0]).due(c)] == [4, 8]
+    never = SaveSchedule(0, clock=lambda: now[0])
+    now[0] = 1e9
+    assert not any(never.due(c) for c in range(100))
+
+
+def test_the_save_interval_is_a_setting_that_resume_does_not_compare():
+    from engine.overlay import resolve_session_config
+    from engine.session.save import config_digest
+    from engine.errors import ConfigError
+
+    a = resolve_session_config(None, {"model": "micro"})
+    b = resolve_session_config(None, {"model": "micro", "save_interval_s": 5.0})
+    assert b.save_interval_s == 5.0 and config_digest(a) == config_digest(b)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="save_interval_s"):
+            resolve_session_config(None, {"model": "micro", "save_interval_s": bad})
