@@ -341,6 +341,7 @@ class SessionConfig:
     checkpoint: Path | None = None     # directory laid out like the official release; None = built-in
     image: Path | None = None          # start image; None = the packaged default
     trajectory: Path | None = None     # trajectory file; None = the packaged revisit_loop
+    observe: Path | None = None        # an observed clip the session starts from (engine/session/observe.py)
     repeat: str = "loop"               # loop | pingpong, when the trajectory is shorter than the video
     out: Path = Path("worldpager.mp4")
     log: Path | None = None            # JSON Lines log; None = beside the video (<out>.log.jsonl)

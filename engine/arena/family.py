@@ -55,7 +55,8 @@ def spec(cfg) -> ModelSpec:
               f"{m.height}x{m.width} frames shown at {m.video_size[0]}x{m.video_size[1]}")
     # ultrafast: the arena makes hundreds of frames a second, and its enlarged pixels compress easily
     return ModelSpec("arena", (m.height, m.width), "universal", m.video_grid(), m.video_size, m.horizon_chunk,
-                     DEFAULT_TRAJECTORY, False, banner, encoder_preset="ultrafast")
+                     DEFAULT_TRAJECTORY, False, banner, encoder_preset="ultrafast",
+                     observes=("render",))
 
 
 def _meta_model(m: ArenaModelConfig):

@@ -9,6 +9,8 @@ Owns what a session of the arena model needs around the network:
   led to it (MG2's universal keys and mouse).
 * **The prompt.** Chunk 0 is the arena's true view (rendered) at chunk 0's poses — the arena model's
   start image is its world's rendered first frames; chunk 0 only runs the clean pass.
+* **Observe.** A chunk taken from what was observed (``--observe``; chunk 0 always): the world's truth
+  at its poses through the clean pass only.
 * **Denoise.** Later chunks: seeded noise, the sampler's steps (x0 prediction; re-noised between
   steps), then the clean pass at t = 0 that leaves the chunk's K/V (and copy-layer K/V) in the context.
 * **Positions.** Latent-frame time positions; ``native`` stops at the horizon (``rope_table_frames``),
@@ -74,8 +76,7 @@ class ArenaPipeline:
         """The arena's true latent frames of ``chunk`` ``[F, 3, H, W]`` (the prompt for chunk 0)."""
         return torch.from_numpy(render_latents(self.arena, self.cam[self._frames(chunk)], self.cfg))
 
-    @torch.no_grad()
-    def denoise(self, chunk: int, ctx) -> torch.Tensor:
+    def _inputs(self, chunk: int):
         cfg = self.cfg
         if self.positions == "native" and chunk >= self.horizon_chunk:
             raise HorizonError(f"chunk {chunk} is past the arena model's positional horizon (time positions "
@@ -85,21 +86,35 @@ class ArenaPipeline:
         to = dict(device=self.device, dtype=self.dtype)
         actions = torch.from_numpy(self.actions[rows])[None].to(**to)
         cam = torch.from_numpy(self.cam[rows].astype(np.float32))[None].to(**to)
-        inputs = self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk)
-        shape = (1, cfg.frames_per_chunk, 3, cfg.height, cfg.width)
-        if chunk == 0:
-            x0 = self.truth(0)[None].to(**to)
-        else:
-            x = torch.randn(shape, generator=self.rng).to(**to)
-            steps = list(cfg.steps)
-            for i, t in enumerate(steps):
-                x0 = self.model.chunk_forward(x, torch.full((1,), t, **to), inputs, ctx)
-                if i + 1 < len(steps):
-                    nxt = steps[i + 1]
-                    x = (1 - nxt) * x0 + nxt * torch.randn(shape, generator=self.rng).to(**to)
-            x0 = x0.clamp(-1, 1)
-        self.model.chunk_forward(x0, torch.zeros(1, **to), inputs, ctx, output=False)   # the clean pass
+        return self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk), to
+
+    def _clean_pass(self, x0: torch.Tensor, inputs, to: dict, ctx) -> torch.Tensor:
+        """The pass at t = 0 on ``x0`` [1, F, 3, H, W] that leaves the chunk's K/V in the context."""
+        self.model.chunk_forward(x0, torch.zeros(1, **to), inputs, ctx, output=False)
         return x0
+
+    @torch.no_grad()
+    def observe(self, chunk: int, ctx) -> torch.Tensor:
+        """An observed chunk: the world's rendered truth at the chunk's poses, through the clean pass only
+        (no noise drawn)."""
+        inputs, to = self._inputs(chunk)
+        return self._clean_pass(self.truth(chunk)[None].to(**to), inputs, to, ctx)
+
+    @torch.no_grad()
+    def denoise(self, chunk: int, ctx) -> torch.Tensor:
+        if chunk == 0:                     # the prompt: the world's true view
+            return self.observe(0, ctx)
+        cfg = self.cfg
+        inputs, to = self._inputs(chunk)
+        shape = (1, cfg.frames_per_chunk, 3, cfg.height, cfg.width)
+        x = torch.randn(shape, generator=self.rng).to(**to)
+        steps = list(cfg.steps)
+        for i, t in enumerate(steps):
+            x0 = self.model.chunk_forward(x, torch.full((1,), t, **to), inputs, ctx)
+            if i + 1 < len(steps):
+                nxt = steps[i + 1]
+                x = (1 - nxt) * x0 + nxt * torch.randn(shape, generator=self.rng).to(**to)
+        return self._clean_pass(x0.clamp(-1, 1), inputs, to, ctx)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:

@@ -14,6 +14,11 @@ Owns what the session, the memory and the retrieval may know about a model, and 
   keys of a memory slot. ``state_tensors`` / ``load_state_tensors`` carry the model's running state
   across a save point.
 
+* ``ObservingModel`` — a model whose ``ModelSpec.observes`` is not empty also takes chunks from what
+  was observed (``--observe``, ``engine.session.observe``): ``observe`` runs only the clean pass on the
+  observed chunk's latents, leaving its K/V in the context exactly as ``denoise`` would have left them
+  for a chunk with those latents.
+
 Nothing in ``memory/``, ``retrieval/`` or the session names a particular model: they take a
 ``KVLayout``, a ``VideoGrid`` and a ``WorldModel``.
 """
@@ -28,7 +33,7 @@ import torch
 # the planner can use them without importing the model package; they are part of this interface.
 from engine.layout import KVLayout, VideoGrid
 
-__all__ = ["KVLayout", "VideoGrid", "WorldModel"]
+__all__ = ["KVLayout", "VideoGrid", "WorldModel", "ObservingModel"]
 
 
 @runtime_checkable
@@ -66,3 +71,11 @@ class WorldModel(Protocol):
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Continue from ``state_tensors()`` of an earlier run: the next ``denoise`` and ``decode`` give
         what that run's would have given."""
+
+
+@runtime_checkable
+class ObservingModel(WorldModel, Protocol):
+    """A ``WorldModel`` that can also take a chunk from what was observed (see the module docstring)."""
+
+    def observe(self, chunk: int, ctx) -> torch.Tensor:
+        """The observed ``chunk``'s latents; their K/V (the clean pass) stay uncommitted in the context."""

@@ -31,6 +31,7 @@ class ModelSpec:
     uses_image: bool                  # False: the model makes its own start (the arena renders it)
     banner: str                       # the first line a command prints about the model
     encoder_preset: str = "veryfast"  # x264 preset: models that make many small frames a second want a faster one
+    observes: tuple[str, ...] = ()    # what --observe may give it: "render" = a path through its own world
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ Owns what a branch needs before the session starts, and nothing of the chunk loo
   (``--spill``, default ``<branch>.spill/``), length and trajectory; written as ``<branch>.config.json``.
 * **Trajectory.** ``<branch>.trajectory.yaml``: the parent's actions for the video frames before the save
   point, then OTHER's (``engine.io.trajectory.splice``), so the camera goes on from where the parent was
-  and the branch is an ordinary run of its own config (it can be resumed, and forked again).
+  and the branch is an ordinary run of its own config (it can be resumed, and forked again). A parent
+  that started from an observed clip (``--observe``) passes on its whole path: the branch's chunks after
+  the fork are generated, whether or not the parent's were observed there.
 * **Outputs.** The parent's MP4 and log are copied to the branch's paths; the session cuts the copy back
   to the save point's frames and continues it, keeps the log's records before the save point and adds a
   ``fork`` record (``Session(..., resume_from=save point, fork_of=Fork)``). Stale save points of an
@@ -31,11 +33,12 @@ from pathlib import Path
 
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
-from engine.io.trajectory import load_trajectory, packaged_trajectory
+from engine.io.trajectory import load_trajectory
 from engine.io.trajectory.splice import splice_yaml
 from engine.memory.disk import INDEX_NAME
 from engine.overlay import write_resolved_config
 from engine.session.savepoint import SavePoint, latest_savepoint, read_savepoint, savepoint_name, savepoint_paths
+from engine.session.observe import session_path
 from engine.session.resume import run_config
 from engine.session.save import config_digest, savepoint_dir
 
@@ -103,7 +106,9 @@ def branch_config(parent_cfg: SessionConfig, out: Path, trajectory: Path, chunks
     if memory.spill is not None:
         own = Path(spill) if spill else out.absolute().with_name(out.name + ".spill")
         memory = dataclasses.replace(memory, spill=own)
-    return dataclasses.replace(parent_cfg, out=out, log=None, trajectory=trajectory, memory=memory,
+    # The branch's trajectory file holds the parent's whole path before the fork (observed part included):
+    # its chunks before the fork come from the parent, and every chunk after it is generated.
+    return dataclasses.replace(parent_cfg, out=out, log=None, trajectory=trajectory, observe=None, memory=memory,
                                chunks=parent_cfg.chunks if chunks is None else chunks).validate()
 
 
@@ -125,9 +130,7 @@ def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: i
     _check_branch_paths(parent, parent_cfg, cfg, layers)
     spec = model_spec(parent_cfg)
     frames = sp.facts["frames_total"]
-    first = load_trajectory(parent_cfg.trajectory or packaged_trajectory(spec.default_trajectory),
-                            spec.action_mode, frames=spec.grid.frames_total(parent_cfg.chunks),
-                            repeat=parent_cfg.repeat, calibration=parent_cfg.calibration)
+    first = session_path(parent_cfg, spec).trajectory
     second = load_trajectory(other, spec.action_mode, frames=spec.grid.frames_total(cfg.chunks) - frames,
                              repeat=parent_cfg.repeat, calibration=parent_cfg.calibration)
     text = splice_yaml(first, frames, second,

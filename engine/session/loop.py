@@ -37,7 +37,7 @@ from engine.config import SessionConfig
 from engine.errors import OutputError
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
-from engine.io.trajectory import Trajectory, load_trajectory, packaged_trajectory
+from engine.io.trajectory import Trajectory
 from engine.io.video import VideoWriter
 from engine.memory.allocator import pin_allocator
 from engine.model.interface import WorldModel
@@ -50,6 +50,7 @@ from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.session.savepoint import SavePoint
 from engine.session.fork import Fork, base_layers
 from engine.session.memory import SessionMemory
+from engine.session.observe import mark_observed, session_path
 from engine.session.decode import DecodeStage, Decoded
 from engine.session.save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.telemetry import SessionLog, available_memory, process_rss
@@ -113,9 +114,9 @@ class Session:
                      host=host_budget(cfg, process_rss(), available_memory()),
                      device=device_memory_budget(cfg, self.device))
         self.image = load_image(cfg.image or default_start_image_path(), *spec.image_size) if spec.uses_image else None
-        self.trajectory: Trajectory = load_trajectory(
-            cfg.trajectory or packaged_trajectory(spec.default_trajectory), spec.action_mode,
-            frames=spec.grid.frames_total(cfg.chunks), repeat=cfg.repeat, calibration=cfg.calibration)
+        path = session_path(cfg, spec)           # --observe: the observed clip's chunks come first
+        self.trajectory: Trajectory = path.trajectory
+        self.observed_chunks, self.observed = path.observed_chunks, path.observed
         height, width = spec.frame_size
         # Opened now, before the (slow) load, so a bad output path fails first; the factory checks
         # that the built model's frame size and grid are the ones promised here.
@@ -222,6 +223,8 @@ class Session:
         self.log.header(config_to_json(self.cfg), model_header_facts(self.cfg), device=str(self.device),
                         dtype=str(self.dtype).removeprefix("torch."), weights=model.weights,
                         trajectory=self.trajectory.describe(), notes=list(getattr(model, "notes", [])),
+                        observed=None if self.observed is None else {"chunks": self.observed_chunks,
+                                                                      "source": self.observed},
                         allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes,
                         savepoints=savepoints)
         self._header_written = True
@@ -284,6 +287,11 @@ class Session:
             self.log.chunk(d.record)
             self.on_chunk(d.record)
 
+    def _decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:
+        """The model's frames of ``chunk``; an observed chunk's carry the observed mark."""
+        frames = self.model.decode(latents, chunk)
+        return mark_observed(frames) if chunk < self.observed_chunks else frames
+
     @torch.no_grad()
     def _loop(self, ctx: AttentionContext, memory: SessionMemory) -> tuple[int, int]:
         model = self.model
@@ -307,7 +315,7 @@ class Session:
 
     def _chunks(self, ctx, memory, start, frames_total, saver, schedule) -> tuple[int, int]:
         model = self.model
-        stage = DecodeStage(model.decode, self.writer, overlap=self.cfg.decode_overlap, frames_total=frames_total)
+        stage = DecodeStage(self._decode, self.writer, overlap=self.cfg.decode_overlap, frames_total=frames_total)
         try:
             for chunk in range(start, self.cfg.chunks):
                 stopping = self._stop.is_set()
@@ -327,8 +335,10 @@ class Session:
                 # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
                 mem = memory.prepare(chunk)
                 t1 = time.perf_counter()
-                # 5. denoise (the chunk's clean K/V end up in the context's current region)
-                latents = model.denoise(chunk, ctx)
+                # 5. denoise (the chunk's clean K/V end up in the context's current region); an
+                #    observed chunk only runs the clean pass on what was observed
+                observed = chunk < self.observed_chunks
+                latents = model.observe(chunk, ctx) if observed else model.denoise(chunk, ctx)
                 t2 = time.perf_counter()
                 self.on_output(chunk, latents)
                 # 6. store the chunk's KV, then roll the window
@@ -342,7 +352,8 @@ class Session:
                 record = {"chunk": chunk, "frames": 0, "frames_total": 0, "wall_ms": 0.0,
                           "compute_ms": (t2 - t1) * 1e3, "memory_ms": (t1 - t0) * 1e3,
                           "store_ms": (t3 - t2) * 1e3, "decode_ms": 0.0, **mem, **tiers,
-                          "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device)}
+                          "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device),
+                          **({"observed": True} if observed else {})}
                 done = stage.submit(chunk, latents, record)
                 record["wall_ms"] = (time.perf_counter() - t0) * 1e3
                 record["decode_wait_ms"] = stage.wait_ms   # waiting for the chunk before to be in the file
