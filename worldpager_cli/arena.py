@@ -1,5 +1,6 @@
-"""``worldpager train arena`` and ``worldpager bench arena``: the arena model's training and its memory
-evaluation (click shell only; the work is in ``engine.arena``)."""
+"""``worldpager train arena``, ``worldpager bench arena`` and ``worldpager arena truth``: the arena model's
+training, its memory evaluation and the ground truth of its sessions (click shell only; the work is in
+``engine.arena``)."""
 from __future__ import annotations
 
 import json
@@ -79,4 +80,28 @@ def bench_arena(episodes, chunks, weights, workdir, quick, strip, strip_episode)
         click.echo(_row(name, g))
     click.echo(f"retrieval through the store: {result['hits']} hits, {result['misses']} misses, "
                f"{result['disk_bytes_read'] / 2**20:.1f} MiB read back from the spill directory")
+    click.echo(json.dumps(result, separators=(",", ":")))
+
+
+@click.group("arena")
+def arena() -> None:
+    """The arena model's world: the ground truth of its sessions."""
+
+
+@arena.command("truth")
+@click.argument("log", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="The truth's MP4.")
+@click.option("--poses", type=click.Path(path_type=Path),
+              help="The per-frame pose CSV (frame, x, y, z, yaw, pitch). Default: OUT's name with .poses.csv.")
+def arena_truth(log, out, poses) -> None:
+    """Render the ground truth of the arena session that wrote LOG (its .log.jsonl): the world's exact
+    view at the pose of every video frame the session wrote, at the model's size enlarged as the session
+    shows it, with the session's fps and encoder. A frame between two latent frames is the exact view at
+    its own pose (the session blends latent frames). Prints what it wrote, then a JSON line."""
+    from engine.arena.truth import write_truth
+
+    result = write_truth(log, out, poses)
+    height, width = result["size"]
+    click.echo(f"wrote the truth of {log}: {result['frames']} frames ({result['frames'] / result['fps']:.1f} s, "
+               f"{width}x{height}) of arena {result['arena_seed']} to {result['out']}; poses {result['poses']}")
     click.echo(json.dumps(result, separators=(",", ":")))

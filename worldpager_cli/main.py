@@ -18,7 +18,7 @@ import click
 from engine.config import MODEL_CONFIGS, model_config
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config
-from worldpager_cli.arena import bench_arena, train
+from worldpager_cli.arena import arena, bench_arena, train
 from worldpager_cli.batch import batch
 from worldpager_cli.bench import bench
 from worldpager_cli.download import download
@@ -41,6 +41,7 @@ cli.add_command(tail)
 cli.add_command(bench)
 cli.add_command(plan)
 cli.add_command(train)
+cli.add_command(arena)
 cli.add_command(report)
 cli.add_command(download)
 cli.add_command(batch)
@@ -69,6 +70,7 @@ def generate(quiet, **opts) -> None:
     cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})})
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
     session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
+    _warn(session.warnings())
     say = (lambda text: None) if quiet else click.echo
     say(spec.banner)
     horizon = spec.horizon_chunk
@@ -99,6 +101,7 @@ def resume(out, quiet) -> None:
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
     with _abort_on_signals():
         session = Session(cfg, on_chunk=progress.update, resume_from=sp)
+        _warn(session.warnings())
         session.load()
     progress.skip(sp.chunk, sp.facts["frames_total"])
     say(f"worldpager: resuming {out} at chunk {sp.chunk} of {cfg.chunks} (frame {sp.facts['frames_total']}); "
@@ -131,6 +134,7 @@ def fork(parent, at, trajectory, out, chunks, spill, quiet) -> None:
     try:
         with _abort_on_signals():
             session = Session(cfg, on_chunk=progress.update, resume_from=sp, fork_of=branch)
+            _warn(_branch_warnings(trajectory, cfg, sp))
             session.load()
     except BaseException:
         branch.discard()
@@ -139,6 +143,25 @@ def fork(parent, at, trajectory, out, chunks, spill, quiet) -> None:
     say(f"worldpager: forking {parent} at chunk {sp.chunk} (frame {sp.facts['frames_total']}) into {out}, "
         f"{cfg.chunks} chunks; log {cfg.log_path}")
     _run_and_report(session, progress, grid, say)
+
+
+def _warn(lines: list[str]) -> None:
+    """Warnings go to stderr, also with --quiet (they are not progress)."""
+    for line in lines:
+        click.echo(f"worldpager: warning: {line}", err=True)
+
+
+def _branch_warnings(trajectory: Path, cfg, sp) -> list[str]:
+    """The lag warning of the file a fork's branch follows from its save point (the branch's own
+    trajectory is the spliced actions, which are not tracked), at the branch's video frames."""
+    from engine.io.trajectory import load_trajectory
+    from engine.model.registry import model_spec
+
+    spec, before = model_spec(cfg), sp.facts["frames_total"]
+    after = load_trajectory(trajectory, spec.action_mode, frames=spec.grid.frames_total(cfg.chunks) - before,
+                            repeat=cfg.repeat, calibration=cfg.calibration)
+    lag = after.lag_warning(offset=before)
+    return [] if lag is None else [lag]
 
 
 def _run_and_report(session, progress, grid, say) -> None:

@@ -135,6 +135,7 @@ class Worker:
         if savepoint is None and job.clean:
             remove_earlier_attempt(cfg)
         session = Session(cfg, on_chunk=on_chunk, resume_from=savepoint, models=self.models)
+        result.notes.extend(session.warnings())   # e.g. a trajectory the camera cannot follow closely
         with self._lock:
             self._session = session
             if self._stop.is_set():

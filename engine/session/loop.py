@@ -150,6 +150,12 @@ class Session:
         """Finish the chunk in hand, then stop (thread- and signal-safe)."""
         self._stop.set()
 
+    def warnings(self) -> list[str]:
+        """What the user is told before the first chunk (the header's ``warnings``): one line if the
+        camera cannot follow the trajectory file closely."""
+        lag = self.trajectory.lag_warning()
+        return [] if lag is None else [lag]
+
     def load(self) -> None:
         """Build the model (loading its weights); on failure the empty outputs are removed."""
         try:
@@ -223,6 +229,7 @@ class Session:
         self.log.header(config_to_json(self.cfg), model_header_facts(self.cfg), device=str(self.device),
                         dtype=str(self.dtype).removeprefix("torch."), weights=model.weights,
                         trajectory=self.trajectory.describe(), notes=list(getattr(model, "notes", [])),
+                        tracking=self.trajectory.tracking.as_record(), warnings=self.warnings(),
                         observed=None if self.observed is None else {"chunks": self.observed_chunks,
                                                                       "source": self.observed},
                         allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes,

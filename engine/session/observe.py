@@ -33,7 +33,8 @@ from engine.config import SessionConfig
 from engine.errors import InputError
 from engine.io.actions import ActionTrack
 from engine.io.poses import state_from_pose
-from engine.io.trajectory import Trajectory, load_trajectory, packaged_trajectory, trajectory_from_actions
+from engine.io.trajectory import (Trajectory, TrackingError, load_trajectory, packaged_trajectory,
+                                  trajectory_from_actions)
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".mov", ".webm", ".avi", ".m4v")
 MARK_RGB = (255, 64, 32)        # the observed mark's colour
@@ -63,12 +64,25 @@ def session_path(cfg: SessionConfig, spec) -> SessionPath:
     joined = trajectory_from_actions(ActionTrack(keyboard, mouse), spec.action_mode, cfg.calibration,
                                      source=f"{clip} observed for frames [0, {clip_frames}), then {after.source}",
                                      start=state_from_pose(seen.poses[0]))
-    # how well the two files' poses were followed: the worse of the two
-    worst = max((seen, after), key=lambda t: (t.tracking.yaw_deg, t.tracking.position, t.tracking.pitch_deg))
-    joined = replace(joined, format=f"observed {seen.format} + {after.format}", tracking=worst.tracking)
+    joined = replace(joined, format=f"observed {seen.format} + {after.format}",
+                     tracking=joined_tracking(seen.tracking, after.tracking, clip_frames))
     what = (f"{clip}: {observed_chunks} chunks ({clip_frames} video frames) of the world's rendered truth "
             f"along its path")
     return SessionPath(joined, observed_chunks, what)
+
+
+def joined_tracking(first: TrackingError, second: TrackingError, offset: int) -> TrackingError:
+    """How well two files played one after the other were followed: each error the worse of the two,
+    at its frame of the joined path (``second``'s frames come ``offset`` video frames later)."""
+    values, frames = {}, {}
+    for name in ("position", "yaw_deg", "pitch_deg"):
+        key = name.removesuffix("_deg") + "_frame"
+        a, b = getattr(first, name), getattr(second, name)
+        later = getattr(second, key)
+        values[name], frames[key] = (b, None if later is None else later + offset) if b > a else \
+            (a, getattr(first, key))
+    return replace(first, **values, **frames, turn_deg=max(first.turn_deg, second.turn_deg),
+                   step=max(first.step, second.step))
 
 
 def _load(cfg: SessionConfig, spec, path: Path, frames: int, repeat: str | None = None) -> Trajectory:

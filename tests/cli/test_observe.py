@@ -182,3 +182,15 @@ def test_a_clip_that_is_the_whole_session_and_a_model_that_cannot_observe_are_on
     micro = runner.invoke(cli, ["generate", "--model", "micro", "--observe", str(paths / "tour.yaml"), "--chunks", "6",
                                 "--out", str(paths / "m.mp4"), "--quiet"])
     one_line_error(micro, "micro model cannot start from an observed clip")
+
+
+def test_the_joined_paths_tracking_names_frames_of_the_whole_session():
+    from engine.io.trajectory import TrackingError
+    from engine.session.observe import joined_tracking
+
+    clip = TrackingError(position=0.3, yaw_deg=2.0, position_frame=5, yaw_frame=7, turn_deg=1.5, step=0.1235)
+    after = TrackingError(position=0.1, yaw_deg=80.0, position_frame=3, yaw_frame=12, turn_deg=1.5, step=0.1235)
+    joined = joined_tracking(clip, after, offset=33)
+    assert (joined.position, joined.position_frame) == (0.3, 5)          # the clip's, at its own frame
+    assert (joined.yaw_deg, joined.yaw_frame) == (80.0, 45)              # the exploration's, 33 frames on
+    assert (joined.pitch_deg, joined.pitch_frame) == (0.0, None)

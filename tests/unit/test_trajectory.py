@@ -553,3 +553,83 @@ def test_not_utf8(tmp_path):
 
 def test_math_sanity():
     assert math.isclose(STEP, 0.1235)
+
+
+# ---------------------------------------------------------------- lag warnings
+
+def turn_file(tmp_path: Path, seconds: float, name: str = "turn.yaml") -> Path:
+    """Still, then 180 degrees to the right in ``seconds`` (two keyframes of 90), then held for 3 s."""
+    return write(tmp_path, name, f"""
+keyframes:
+  - {{t: 0, yaw: 0}}
+  - {{t: {seconds / 2}, yaw: 90}}
+  - {{t: {seconds}, yaw: 180}}
+  - {{t: {seconds + 3}, yaw: 180}}
+""")
+
+
+def test_fast_turn_warns_of_the_yaw_lag_and_where(tmp_path):
+    path = turn_file(tmp_path, 1.0, "fast.yaml")
+    traj = load_trajectory(path, "universal", 64)
+    warning = traj.lag_warning()
+    frame = traj.tracking.yaw_frame
+    assert warning is not None and len(warning.splitlines()) == 1
+    assert warning.startswith(f"{path} cannot be followed exactly: the camera falls up to ")
+    assert "deg of yaw behind" in warning and f"(frame {frame}, {frame / 16:.1f} s;" in warning
+    assert "it turns at most 24 deg/s" in warning and "pitch" not in warning and "units" not in warning
+    assert traj.tracking.yaw_deg > 150 and f"(frame {frame}, " in traj.describe()
+
+
+def test_slow_turn_does_not_warn(tmp_path):
+    traj = load_trajectory(turn_file(tmp_path, 10.0), "universal", 16 * 14)
+    assert traj.tracking.yaw_deg < 5 and traj.lag_warning() is None
+
+
+def test_pose_csv_jump_warns_of_the_position_lag(tmp_path):
+    path = write(tmp_path, "jump.csv", "frame,x,y,z,yaw,pitch\n0,0,0,0,0,0\n20,0,0,0,0,0\n21,0,0,-5,0,0\n"
+                                       "80,0,0,-5,0,0\n")
+    traj = load_trajectory(path, "universal", 80)
+    warning = traj.lag_warning()
+    assert warning is not None and "units from the path (frame 21, 1.3 s;" in warning
+    assert "it moves at most 0.1235 units a frame" in warning and "yaw" not in warning
+    assert traj.tracking.position_frame == 21 and traj.tracking.position > 4.8
+
+
+def test_action_files_never_warn(tmp_path):
+    path = write(tmp_path, "spin.csv", "frame,w,s,a,d,mouse_pitch,mouse_yaw\n"
+                 + "".join(f"{i},1,0,0,0,0,1\n" for i in range(32)))
+    for traj in (load_trajectory(path, "universal", 64),
+                 load_trajectory(packaged_trajectory("actions_universal.csv"), "universal", 200),
+                 trajectory_from_actions(builtin_schedule("universal", 64), "universal")):
+        assert traj.lag_warning() is None
+        assert traj.tracking.as_record() == {"position": 0.0, "yaw_deg": 0.0, "pitch_deg": 0.0,
+                                             "position_frame": None, "yaw_frame": None, "pitch_frame": None}
+
+
+def test_reported_frame_is_where_the_lag_is_worst(tmp_path):
+    # still for 2 s (frame 32), then 90 degrees in 0.5 s (to frame 40): 11 frames of catching up after it
+    path = write(tmp_path, "late.yaml", "keyframes:\n  - {t: 0, yaw: 0}\n  - {t: 2.0, yaw: 0}\n"
+                                        "  - {t: 2.5, yaw: 90}\n  - {t: 6.0, yaw: 90}\n")
+    traj = load_trajectory(path, "universal", 96)
+    frames = np.arange(96)
+    target = 90 * np.clip((frames - 32) / 8, 0, 1)
+    lag = np.abs(target - poses_euler(traj.poses)[:, 3])
+    frame = traj.tracking.yaw_frame
+    assert 32 < frame <= 40 + math.ceil(90 / 1.5) and frame == int(np.argmax(lag))
+    assert traj.tracking.yaw_deg == pytest.approx(lag.max(), abs=1e-6)
+    assert f"(frame {frame}, {frame / 16:.1f} s;" in traj.lag_warning()
+
+
+def test_only_the_sessions_frames_count(tmp_path):
+    # the file jumps 90 degrees at frame 33: a session of frames 0..32 never shows that frame
+    path = write(tmp_path, "jump.yaml", "keyframes:\n  - {t: 0, yaw: 0}\n  - {frame: 32, yaw: 0}\n"
+                                        "  - {frame: 33, yaw: 90}\n  - {frame: 64, yaw: 90}\n")
+    assert load_trajectory(path, "universal", 33).lag_warning() is None
+    later = load_trajectory(path, "universal", 34)
+    assert later.tracking.yaw_frame == 33 and "(frame 33, 2.1 s;" in later.lag_warning()
+
+
+def test_gta_drive_pitch_lag_says_it_cannot_pitch(tmp_path):
+    path = write(tmp_path, "look.yaml", "keyframes:\n  - {t: 0, pitch: 0}\n  - {t: 2, pitch: 30}\n")
+    warning = load_trajectory(path, "gta_drive", 32).lag_warning()
+    assert warning is not None and "deg of pitch behind" in warning and "gta_drive cannot pitch" in warning

@@ -73,7 +73,7 @@ def _track(ctx: _Context, targets: np.ndarray, mode: str, cal: Calibration, fmt:
     mouse_for = _mouse_chooser(cal)
     start = state = state_from_pose(targets[0])._replace(yaw=float(yaw_target[0]))
     keyboard, mouse = np.zeros((len(targets) - 1, rows.shape[1])), np.zeros((len(targets) - 1, 2))
-    worst = [0.0, 0.0, 0.0]
+    errors = np.zeros((len(targets) - 1, 3))   # frame i's position, yaw and pitch error in row i - 1
     for i in range(1, len(targets)):
         m_pitch, dpitch = (0.0, 0.0) if mode == "gta_drive" else mouse_for(euler[i, 4] - state.pitch)
         m_yaw, dyaw = mouse_for(yaw_target[i] - state.yaw)
@@ -83,10 +83,9 @@ def _track(ctx: _Context, targets: np.ndarray, mode: str, cal: Calibration, fmt:
         pick = min(range(len(options)), key=lambda j: math.dist(options[j], want))
         state = advance(state, *options[pick], dyaw, dpitch, cal.pitch_limit)
         keyboard[i - 1], mouse[i - 1] = rows[pick], (m_pitch, m_yaw)
-        errors = (math.dist(targets[i, :3], state[:3]), abs(float(wrap_degrees(yaw_target[i] - state.yaw))),
-                  abs(euler[i, 4] - state.pitch))
-        worst = [max(w, e) for w, e in zip(worst, errors)]
-    return _Actions(keyboard, mouse, start, TrackingError(*worst), fmt, file_frames)
+        errors[i - 1] = (math.dist(targets[i, :3], state[:3]), abs(float(wrap_degrees(yaw_target[i] - state.yaw))),
+                         abs(euler[i, 4] - state.pitch))
+    return _Actions(keyboard, mouse, start, TrackingError.over(errors), fmt, file_frames, errors)
 
 
 def _pose_targets(ctx: _Context, times: np.ndarray, positions: np.ndarray, quats: np.ndarray, frames: int,
