@@ -1,3 +1,6 @@
 """Does memory keep the world consistent? Quality of the arena model's memory arms against the truth
-(``worldpager bench quality``): leave-and-return episodes, the arms, retention with its bootstrap
-interval, positions past the horizon, long-session drift, the figure and side-by-side videos."""
+(``worldpager bench quality``): sessions that start from an observed tour and return both to observed
+views and to views the model generated (``revisit_paths``), the revisit classifier (``revisits``),
+scores pooled over frames with per-episode means beside them (``revisit_scores``, ``pooled``), retention
+with an episode bootstrap, positions past the horizon, long-session drift, the figure and side-by-side
+videos."""

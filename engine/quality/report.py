@@ -2,8 +2,9 @@
 figure, the side-by-side videos and the still.
 
 Owns the order of work and the files it leaves in ``out_dir``: ``quality.png`` (the figure),
-``sidebyside-<arm>.mp4`` (truth | arm | window-only, the first seed's episode with the middle gap) and
-``sidebyside-int4.png`` (a still of it: a returning frame). ``summary_from_rows`` makes the same
+``sidebyside-<arm>.mp4`` (truth | arm | window-only, the first seed's ``KEEP_KIND`` episode) and
+``sidebyside-int4.png`` (a still of it: a return to a generated view). The summary says whether the
+run was the smoke test (``smoke_test``: ``--quick``). ``summary_from_rows`` makes the same
 summary and figure from the per-session rows of one or more runs (``quality-rows.jsonl``), so that
 the experiments can run as separate processes and be read together.
 """
@@ -13,16 +14,17 @@ from pathlib import Path
 from typing import Callable
 
 from engine.quality.figure import quality_figure
-from engine.quality.run import (Kept, Plan, drift, positions, revisit, summarise_drift, summarise_positions,
-                                summarise_revisit)
+from engine.quality.pooled import summarise_revisit
+from engine.quality.run import Kept, Plan, drift, positions, revisit, summarise_drift, summarise_positions
 from engine.quality.sidebyside import side_by_side, still_from_video, write_video
+
+KEEP_KIND = "spin"
 
 
 def run_plan(plan: Plan, experiments: tuple[str, ...], out_dir: Path, on_row: Callable[[dict], None]) -> dict:
-    summary: dict = {}
+    summary: dict = {"smoke_test": plan.smoke_test}
     if "revisit" in experiments:
-        keep_gap = plan.gaps[len(plan.gaps) // 2]
-        rows, kept = revisit(plan, on_row, keep_gap=keep_gap)
+        rows, kept = revisit(plan, on_row, keep_kind=KEEP_KIND if KEEP_KIND in plan.kinds else plan.kinds[0])
         summary["revisit"] = summarise_revisit(rows)
         if kept is not None:
             summary["videos"] = write_videos(kept, out_dir)
@@ -35,7 +37,7 @@ def run_plan(plan: Plan, experiments: tuple[str, ...], out_dir: Path, on_row: Ca
 
 
 def summary_from_rows(rows: list[dict], out_dir: Path) -> dict:
-    summary: dict = {}
+    summary: dict = {"smoke_test": any(r.get("smoke_test") for r in rows)}
     kinds = {kind: [r for r in rows if r["experiment"] == kind] for kind in ("revisit", "positions", "drift")}
     if kinds["revisit"]:
         summary["revisit"] = summarise_revisit(kinds["revisit"])
@@ -49,7 +51,7 @@ def summary_from_rows(rows: list[dict], out_dir: Path) -> dict:
 
 
 def write_videos(kept: Kept, out_dir: Path) -> dict:
-    """Truth | arm | window-only for each arm; a still of int4 at its fourth returning frame."""
+    """Truth | arm | window-only for each arm; a still of int4 at a return to a generated view."""
     window = kept.frames["window"]
     shown = {}
     for arm, frames in kept.frames.items():
@@ -60,9 +62,9 @@ def write_videos(kept: Kept, out_dir: Path) -> dict:
         write_video(path, rows)
         shown[arm] = str(path)
         if arm == "int4":
-            index = int(kept.episode.returning[min(3, len(kept.episode.returning) - 1)])
+            index = kept.still_frame
             still_from_video(path, index, out_dir / "sidebyside-int4.png")
             shown["still"] = str(out_dir / "sidebyside-int4.png")
             shown["still_frame"] = index
-    shown["episode"] = {"arena_seed": kept.episode.arena_seed, "gap": kept.episode.gap_chunks}
+    shown["episode"] = {"arena_seed": kept.episode.arena_seed, "kind": kept.episode.kind}
     return shown

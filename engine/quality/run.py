@@ -2,20 +2,20 @@
 
 Owns what is run and how it is summarised:
 
-* ``revisit``: for every seed and gap, every arm on the same leave-and-return path; the returning
-  frames scored against the rendered truth and against the frame generated at the end of the first
-  visit of the same pose (PSNR, SSIM). Gaps in ``long_gaps`` run only ``long_arms`` (their sessions
-  are the longest).
+* ``revisit``: for every seed and kind of episode (``engine.quality.revisit_paths``: an observed tour,
+  then a generated exploration that comes back to observed and to generated views), every arm on the
+  same path; each generated latent frame classified by the cameras the model used
+  (``engine.quality.revisits``) and the classes scored (``engine.quality.revisit_scores``), summarised
+  pooled over frames (``engine.quality.pooled``).
 * ``positions``: the same leave-and-return path once from chunk 0 (below the horizon) and once after a
   still prefix of ``prefix_chunks`` at the same pose, so that leaving and returning happen past the
   model's native horizon, with each position arm.
 * ``drift``: one long session per drift arm on a closed leave-and-return path repeated; PSNR of every
   generated latent frame and SSIM of a sample of them, per block of ``block`` chunks.
 
-``summarise`` turns the per-episode scores into the tables: means per arm and gap, retention of each
-memory arm with its bootstrap interval (``engine.quality.retention``), the stale-set fallback's cost
-(prefetch minus on-demand: the same slots, every desired chunk loaded in time), prefetch minus sync
-(sync empties the slots each chunk and attends only the exact set) and the position arms against below the horizon.
+``summarise_positions`` and ``summarise_drift`` turn their rows into the tables: means per arm, the
+position arms against below the horizon with a bootstrap interval over arenas
+(``engine.quality.retention``), PSNR and SSIM per block.
 """
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ import torch
 from engine.metrics import psnr, ssim
 from engine.quality.arms import BELOW, DRIFT_ARMS, POSITION_ARMS, Arm
 from engine.quality.episodes import LeaveReturn, leave_and_return
-from engine.quality.retention import paired_difference, retention
+from engine.quality.retention import paired_difference
+from engine.quality.revisit_paths import FULL, KINDS, RevisitEpisode, Shape, revisit_episode
+from engine.quality.revisit_scores import class_sums
+from engine.quality.revisits import classify
 from engine.quality.session_run import Trace, run_arm
 
 METRICS = ("psnr_truth", "ssim_truth", "psnr_first", "ssim_first", "psnr_first_truth")
@@ -39,12 +42,12 @@ METRICS = ("psnr_truth", "ssim_truth", "psnr_first", "ssim_first", "psnr_first_t
 class Plan:
     """What one benchmark run does (the CLI's options; ``--quick`` is a small one)."""
 
-    seeds: int = 3
+    seeds: int = 8
     first_seed: int = 0                      # seeds first_seed .. first_seed + seeds - 1 (runs can be split)
-    gaps: tuple[int, ...] = (10, 50, 200)
+    kinds: tuple[str, ...] = KINDS
+    shape: Shape = FULL                      # episode length, observed chunks, pacing
     arms: tuple[Arm, ...] = ()
-    long_gaps: tuple[int, ...] = (200,)
-    long_arms: tuple[str, ...] = ("window", "bf16", "int4")
+    smoke_test: bool = False                 # --quick: a short CI run, not the benchmark's figures
     position_gap: int = 50
     prefix_chunks: int = 100
     position_seeds: int = 3
@@ -56,21 +59,20 @@ class Plan:
     position_weights: Path | None = None     # another file for the positions experiment (quick: its horizon moved)
     workdir: Path | None = None
 
-    def arms_for(self, gap: int) -> tuple[Arm, ...]:
-        return tuple(a for a in self.arms if gap not in self.long_gaps or a.name in self.long_arms)
-
 
 @dataclass
 class Kept:
     """Frames of one episode kept for the videos and the still: truth and each arm's output."""
 
-    episode: LeaveReturn
+    episode: RevisitEpisode
+    still_frame: int = 0                     # a generated return (else the last frame)
     truth: torch.Tensor | None = None
     frames: dict = field(default_factory=dict)
 
 
 def episode_scores(trace: Trace, ep: LeaveReturn) -> dict:
-    """Returning frames against the truth and against the last generated frame of the first visit."""
+    """Returning frames of a leave-and-return path against the truth and against the last generated
+    frame of the first visit (the positions experiment)."""
     back = torch.from_numpy(ep.returning)
     frames, truth = trace.frames[back], trace.truth[back]
     first = trace.frames[int(ep.first_visit[-1])].expand_as(frames)
@@ -80,22 +82,35 @@ def episode_scores(trace: Trace, ep: LeaveReturn) -> dict:
             "psnr_all": float(trace.psnr[trace.frames_per_chunk:].mean()), "returning_frames": int(len(back)), **trace.totals}
 
 
-def revisit(plan: Plan, on_row: Callable[[dict], None] = lambda row: None, keep_gap: int | None = None) -> tuple[list[dict], Kept | None]:
+def revisit_row(plan: Plan, arm: Arm, ep: RevisitEpisode) -> tuple[dict, Trace, np.ndarray]:
+    """One arm's session on ``ep``: its row, trace and the generated returns' frame indices."""
+    trace = run_arm(arm, ep.episode, ep.chunks, plan.workdir, weights=plan.weights,
+                    observe_frames=ep.tour_frames)
+    assert trace.observed_chunks == ep.observed_chunks, (trace.observed_chunks, ep.observed_chunks)
+    rv = classify(trace.cam, trace.frames_per_chunk, trace.observed_chunks)
+    row = {"experiment": "revisit", "arm": arm.name, "seed": ep.seed, "kind": ep.kind, "arena_seed": ep.arena_seed,
+           "chunks": ep.chunks, "observed_chunks": ep.observed_chunks, "smoke_test": plan.smoke_test,
+           "classes": class_sums(trace, rv), **trace.totals}
+    return row, trace, np.flatnonzero(rv.generated)
+
+
+def revisit(plan: Plan, on_row: Callable[[dict], None] = lambda row: None,
+            keep_kind: str | None = None) -> tuple[list[dict], Kept | None]:
+    """Every arm on every seed's episode of every kind; the first seed's ``keep_kind`` episode kept."""
     rows, kept = [], None
     for seed in range(plan.first_seed, plan.first_seed + plan.seeds):
-        for gap in plan.gaps:
-            ep = leave_and_return(seed, gap)
-            keep_this = seed == 0 and gap == keep_gap
+        for kind in plan.kinds:
+            ep = revisit_episode(seed, kind, plan.shape)
+            keep_this = seed == plan.first_seed and kind == keep_kind
             if keep_this:
                 kept = Kept(ep)
-            for arm in plan.arms_for(gap):
-                trace = run_arm(arm, ep.episode, ep.chunks, plan.workdir, weights=plan.weights)
-                row = {"experiment": "revisit", "arm": arm.name, "seed": seed, "gap": gap,
-                       "arena_seed": ep.arena_seed, "chunks": ep.chunks, **episode_scores(trace, ep)}
+            for arm in plan.arms:
+                row, trace, generated = revisit_row(plan, arm, ep)
                 rows.append(row)
                 on_row(row)
                 if keep_this:
                     kept.truth, kept.frames[arm.name] = trace.truth, trace.frames
+                    kept.still_frame = int(generated[len(generated) // 2]) if len(generated) else len(trace.psnr) - 1
     return rows, kept
 
 
@@ -139,39 +154,6 @@ def drift(plan: Plan, on_row: Callable[[dict], None] = lambda row: None) -> list
 def _mean(rows: list[dict], key: str) -> float:
     vals = [r[key] for r in rows if key in r and r[key] == r[key]]
     return float(np.mean(vals)) if vals else float("nan")
-
-
-def _paired(rows: list[dict], arm: str, ref: str, key: str) -> tuple[list[float], list[float]]:
-    by = {(r["seed"], r["gap"], r["arm"]): r[key] for r in rows}
-    pairs = [(v, by[(s, g, ref)]) for (s, g, a), v in by.items() if a == arm and (s, g, ref) in by]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def summarise_revisit(rows: list[dict]) -> dict:
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
-    gaps = sorted({r["gap"] for r in rows})
-    table = {arm: {str(g): {m: _mean([r for r in rows if r["arm"] == arm and r["gap"] == g], m) for m in METRICS}
-                   for g in gaps if any(r["arm"] == arm and r["gap"] == g for r in rows)} for arm in arms}
-    by = {(r["seed"], r["gap"], r["arm"]): r for r in rows}
-    keeps = {}
-    for arm in arms:
-        if arm in ("window",):
-            continue
-        keys = [(s, g) for (s, g, a) in by if a == arm and (s, g, "bf16") in by and (s, g, "window") in by]
-        for metric in ("psnr_truth", "ssim_truth"):
-            keeps.setdefault(arm, {})[metric] = retention(
-                [by[(s, g, arm)][metric] for s, g in keys], [by[(s, g, "bf16")][metric] for s, g in keys],
-                [by[(s, g, "window")][metric] for s, g in keys])
-    stale = paired_difference(*_paired(rows, "int4", "on-demand", "psnr_truth"))
-    exact = paired_difference(*_paired(rows, "int4", "sync", "psnr_truth"))
-    int2 = paired_difference(*_paired(rows, "int2", "bf16", "psnr_truth"))
-    int2_ssim = paired_difference(*_paired(rows, "int2", "bf16", "ssim_truth"))
-    return {"table": table, "retention": keeps, "stale_fallback_cost_db": stale, "prefetch_minus_sync_db": exact,
-            "int2_minus_bf16_db": int2, "int2_minus_bf16_ssim": int2_ssim,
-            "stale_slots": int(sum(r["stale"] for r in rows if r["arm"] == "int4")),
-            "misses": int(sum(r["misses"] for r in rows if r["arm"] == "int4")),
-            "hits": int(sum(r["hits"] for r in rows if r["arm"] == "int4")),
-            "disk_bytes_read": int(sum(r["disk_bytes_read"] for r in rows if r["arm"] == "int4"))}
 
 
 def summarise_positions(rows: list[dict]) -> dict:

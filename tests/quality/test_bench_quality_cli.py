@@ -1,5 +1,6 @@
-"""``worldpager bench quality --quick`` end to end: every arm a real session through the store and
-tiers, the tables, the JSON line, the figure's data, the side-by-side videos and the still."""
+"""``worldpager bench quality --quick`` end to end: a smoke test that says so, every kind of episode a
+real observed-then-generated session through the store and tiers, the observed and generated rows, the
+JSON line with the per-class figures, the figure's data, the side-by-side videos and the still."""
 from __future__ import annotations
 
 import json
@@ -8,8 +9,9 @@ from click.testing import CliRunner
 
 from engine.io.video import count_frames
 from engine.plots import read_png_data
-from engine.quality.arms import POSITION_ARMS, REVISIT_ARMS
+from engine.quality.arms import POSITION_ARMS
 from engine.quality.quick import QUICK_HORIZON
+from engine.quality.revisit_paths import KINDS, QUICK
 from worldpager_cli.main import cli
 
 
@@ -17,39 +19,52 @@ def run(*args):
     return CliRunner().invoke(cli, ["bench", "quality", *args], catch_exceptions=False)
 
 
-def test_quick_runs_every_arm_end_to_end(tmp_path):
+def test_quick_is_a_smoke_test_of_everything_end_to_end(tmp_path):
     out = tmp_path / "out"
     result = run("--quick", "--out-dir", str(out), "--workdir", str(tmp_path))
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output.strip().splitlines()[-1])
-    assert summary["bench"] == "quality" and summary["params"]["quick"] is True
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("smoke test")
+    assert any(line.startswith("observed returns") for line in lines)
+    assert any(line.startswith("generated returns") for line in lines)
+    assert "n/a (" in result.output and "Not covered" in result.output      # 1 arena: no intervals
 
+    summary = json.loads(lines[-1])
+    assert summary["bench"] == "quality" and summary["smoke_test"] is True and summary["params"]["quick"] is True
     revisit = summary["revisit"]
-    assert set(revisit["table"]) == {a.name for a in REVISIT_ARMS}
-    for arm in ("int8", "int4", "int2", "k1", "k6", "sink", "sync", "on-demand"):
-        r = revisit["retention"][arm]["psnr_truth"]
-        assert r["episodes"] == 1 and r["ci_pct"][0] <= r["retention_pct"] <= r["ci_pct"][1]
-    assert revisit["retention"]["bf16"]["psnr_truth"]["retention_pct"] == 100.0
-    assert revisit["hits"] > 0 and revisit["stale_fallback_cost_db"]["pairs"] == 1
-    memory, window = revisit["table"]["bf16"]["3"], revisit["table"]["window"]["3"]
-    assert memory["psnr_truth"] > window["psnr_truth"] and memory["psnr_first"] > window["psnr_first"]
+    assert revisit["episodes"] == len(KINDS) and set(revisit["kinds"]) == set(KINDS)
+    assert set(revisit["classes"]) == {"window", "bf16", "int4"}
+    for cls in ("observed", "generated", "all"):
+        figures = revisit["classes"]["int4"][cls]
+        assert figures["frames"] > 0 and figures["psnr"] > 0 and figures["psnr_episode_mean"] > 0
+        assert revisit["gain_over_window"]["int4"][cls]["ci"] is None
+        assert revisit["retention"]["int4"][cls]["ci_pct"] is None
+    assert revisit["classes"]["bf16"]["generated"]["psnr_first"] > 0
+    assert revisit["start_pose"]["start_frames"] < revisit["start_pose"]["revisit_frames"]
+    assert revisit["retention"]["bf16"]["observed"]["retention_pct"] == 100.0 and revisit["hits"] > 0
 
     rows = [json.loads(line) for line in (out / "quality-rows.jsonl").read_text().splitlines()]
+    sessions = [r for r in rows if r["experiment"] == "revisit"]
+    assert all(r["observed_chunks"] == QUICK.observed_chunks and r["smoke_test"] for r in sessions)
     positions = [r for r in rows if r["experiment"] == "positions"]
     assert [r["arm"] for r in positions] == ["below"] + [a.name for a in POSITION_ARMS]
     assert all(r["return_chunk"] >= QUICK_HORIZON for r in positions[1:])
-    assert {a.name for a in POSITION_ARMS} <= set(summary["positions"])
     assert set(summary["drift"]) == {"bf16", "int4"} and len(summary["drift"]["int4"]["psnr"]) == 2
 
     figure = read_png_data(out / "quality.png")
-    assert len(figure["panels"]) == 4
-    assert figure["panels"][0]["series"][0]["x"] == [a.name for a in REVISIT_ARMS]
+    assert len(figure["panels"]) == 4 and "SMOKE TEST" in figure["title"]
+    assert figure["panels"][0]["series"][0]["x"] == ["window", "bf16", "int4"]
     video = out / "sidebyside-int4.mp4"
-    assert count_frames(video) == 3 * 10 and (out / "sidebyside-int4.png").read_bytes()[:4] == b"\x89PNG"
+    assert count_frames(video) == 3 * QUICK.chunks and (out / "sidebyside-int4.png").read_bytes()[:4] == b"\x89PNG"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("worldpager-quality")]   # temp dirs removed
+
+    again = run("--from-rows", str(out / "quality-rows.jsonl"), "--out-dir", str(tmp_path / "again"))
+    assert again.output.startswith("smoke test") and json.loads(again.output.strip().splitlines()[-1])["smoke_test"]
 
 
 def test_bad_options_are_one_line_errors(tmp_path):
-    for args, named in ((["--only", "speed"], "speed"), (["--gaps", "0,10"], "0,10"), (["--arms", "int3"], "int3")):
+    for args, named in ((["--only", "speed"], "speed"), (["--kinds", "spin,spiral"], "spiral"),
+                        (["--chunks", "8"], "--chunks 8"), (["--observed", "40"], "--observed 40"),
+                        (["--arms", "int3"], "int3")):
         result = run(*args, "--out-dir", str(tmp_path))
         assert result.exit_code == 1 and named in result.output and len(result.output.strip().splitlines()) == 1
