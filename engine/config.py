@@ -342,6 +342,7 @@ class SessionConfig:
     image: Path | None = None          # start image; None = the packaged default
     trajectory: Path | None = None     # trajectory file; None = the packaged revisit_loop
     observe: Path | None = None        # an observed clip the session starts from (engine/session/observe.py)
+    observe_poses: Path | None = None  # a video clip's camera path (pose CSV); None = <clip>.poses.csv beside it
     repeat: str = "loop"               # loop | pingpong, when the trajectory is shorter than the video
     out: Path = Path("worldpager.mp4")
     log: Path | None = None            # JSON Lines log; None = beside the video (<out>.log.jsonl)

@@ -58,7 +58,8 @@ SESSION_OPTIONS = [
     click.option("--preset", help="Preset name (presets/NAME.yaml) or a YAML file; flags override it."),
     click.option("--image", type=click.Path(path_type=Path), help="Start image (PNG/JPEG/WebP). Default: the packaged scene."),
     click.option("--trajectory", type=click.Path(path_type=Path), help="Trajectory file (YAML, pose CSV, action CSV, nerfstudio JSON). Default: the packaged revisit_loop."),
-    click.option("--observe", type=click.Path(path_type=Path), help="Start from an observed clip: for the arena model a trajectory file whose path through its world is observed (rendered truth) for its whole chunks; --trajectory then goes on from where it ended."),
+    click.option("--observe", type=click.Path(path_type=Path), help="Start from an observed clip for its whole chunks, then --trajectory goes on from where it ended: for the arena model a trajectory file whose path through its world is observed (rendered truth); for MG2 a recorded video at the model's frame size (its frame 0 is the start image), its camera path in CLIP.poses.csv beside it."),
+    click.option("--observe-poses", type=click.Path(path_type=Path), help="The --observe video's camera path (pose CSV: frame,x,y,z,yaw,pitch). Default: CLIP.poses.csv beside the video."),
     click.option("--repeat", type=click.Choice(["loop", "pingpong"]), help="How a short trajectory is extended. Default: loop."),
     click.option("--out", type=click.Path(path_type=Path), help="Output MP4. Default: worldpager-DATE-TIME.mp4 here."),
     click.option("--log", type=click.Path(path_type=Path), help="JSON Lines log. Default: beside the MP4 (.log.jsonl)."),
@@ -120,7 +121,7 @@ def session_overlay(opts: Mapping) -> dict:
     ``--preset`` and the length are not part of it)."""
     o = opts
     flags = given(image=o["image"], out=o["out"], log=o["log"], trajectory=o["trajectory"],
-                  observe=o["observe"], repeat=o["repeat"], checkpoint=o["checkpoint"], model=o["model_name"], seed=o["seed"],
+                  observe=o["observe"], observe_poses=o["observe_poses"], repeat=o["repeat"], checkpoint=o["checkpoint"], model=o["model_name"], seed=o["seed"],
                   device=o["device"], positions=o["positions"], chunk_ms=o["chunk_ms"], kv_scale=o["kv_scale"],
                   arena_seed=None if o["arena_seed"] is None else parse_arena_seed(o["arena_seed"]),
                   arena_weights=o["arena_weights"], save_every=o["save_every"],

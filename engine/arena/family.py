@@ -22,6 +22,9 @@ from engine.layout import KVLayout
 from engine.model.spec import Family, ModelSpec, weights_stamp
 
 DEFAULT_TRAJECTORY = "arena_tour.yaml"
+# Without --observe and --trajectory: observe a look around (ten chunks of rendered truth), then explore
+# and come back (the same path as arena_tour.yaml); a shorter session observes all but its last chunk.
+DEFAULT_OBSERVATION = ("arena_observe.yaml", "arena_explore.yaml")
 
 
 def _weights(cfg):
@@ -52,11 +55,22 @@ def spec(cfg) -> ModelSpec:
     m, meta, params = _facts(cfg)
     banner = (f"worldpager: arena model (our own world model, {params / 1e6:.1f} M parameters, "
               f"{meta.get('train_steps', '?')} training steps) in arena {cfg.arena_seed}: "
-              f"{m.height}x{m.width} frames shown at {m.video_size[0]}x{m.video_size[1]}")
+              f"{m.height}x{m.width} frames shown at {m.video_size[0]}x{m.video_size[1]}{_plan(cfg)}")
     # ultrafast: the arena makes hundreds of frames a second, and its enlarged pixels compress easily
     return ModelSpec("arena", (m.height, m.width), "universal", m.video_grid(), m.video_size, m.horizon_chunk,
                      DEFAULT_TRAJECTORY, False, banner, encoder_preset="ultrafast",
-                     observes=("render",))
+                     observes=("render",), default_observation=DEFAULT_OBSERVATION)
+
+
+def _plan(cfg) -> str:
+    """What the run does, for the banner: the default run observes, then explores and comes back."""
+    if cfg.observe is not None:
+        return f"; observes {cfg.observe} (rendered truth, marked in the corner), then generates"
+    if cfg.trajectory is None and cfg.chunks > 1:
+        return (f"; observes a look around ({DEFAULT_OBSERVATION[0]}: rendered truth, marked in the corner), "
+                f"then generates as it explores and comes back ({DEFAULT_OBSERVATION[1]}; "
+                "--store window: the same without memory)")
+    return ""
 
 
 def _meta_model(m: ArenaModelConfig):

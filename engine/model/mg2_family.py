@@ -2,12 +2,14 @@
 (``MG2``), and the synthetic model (``SYNTHETIC``: MG2-shaped KV, no math).
 
 Owns how a session config becomes an MG2 spec (image size, action space, grid, default trajectory,
-banner), an MG2 pipeline (networks from the worker's ``ModelCache`` or ``engine.model.load``), the log
-header's facts and the KV layout (MG2's shape config says it all).
+banner, what it observes: a recorded video), an MG2 pipeline (networks from the worker's
+``ModelCache`` or ``engine.model.load``; with ``--observe clip.mp4`` the clip, whose frame 0 is the
+start image), the log header's facts and the KV layout (MG2's shape config says it all).
 """
 from __future__ import annotations
 
 from engine.config import SYNTHETIC_MODEL, SessionConfig, session_model_config
+from engine.io.video_clip import ClipReader, is_video, model_frames
 from engine.layout import KVLayout
 from engine.model.facts import horizon_chunk, model_facts
 from engine.model.interface import WorldModel
@@ -30,14 +32,18 @@ def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
     else:
         banner = f"worldpager: loading {cfg.model} from {cfg.checkpoint}"
     return ModelSpec(m.name, size, m.mode, m.video_grid(), size, horizon_chunk(m),
-                     DEFAULT_TRAJECTORIES[m.mode], True, banner)
+                     DEFAULT_TRAJECTORIES[m.mode], True, banner, observes=("video",))
 
 
 def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype, cache: ModelCache) -> WorldModel:
     m = session_model_config(cfg)
     key = ("mg2", m, weights_stamp(cfg.checkpoint), str(device), dtype)
     models = cache.get(key, lambda: load_models(m, cfg.checkpoint, device, dtype))
-    return MG2Pipeline(models, m, image, trajectory, cfg.seed, cfg.positions, device, dtype)
+    if cfg.observe is None or not is_video(cfg.observe):
+        return MG2Pipeline(models, m, image, trajectory, cfg.seed, cfg.positions, device, dtype)
+    clip = ClipReader(cfg.observe)             # checked by engine.session.observe before the build
+    image = model_frames(clip.frames(0, 1))[:, :, 0]          # the clip's frame 0: [1, 3, H, W] in [-1, 1]
+    return MG2Pipeline(models, m, image, trajectory, cfg.seed, cfg.positions, device, dtype, clip=clip)
 
 
 def _mg2_facts(cfg: SessionConfig) -> dict:

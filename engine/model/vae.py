@@ -8,6 +8,8 @@ constants, strict loading of whole-part subsets of a checkpoint, and the two str
   frame at a time, keeping the causal state across chunks of one generation.
 * :class:`StartImageEncoder` produces the image-conditioning latents (and ``cond_concat``) of an
   arbitrarily long session on demand, memoising them once the causal encoder reaches its fixed point.
+* :class:`StreamingEncoder` turns the chunks of an observed video into normalised latents (the
+  posterior's mean, as the start image's), keeping the encoder's causal state across chunks.
 
 Everything runs in the dtype/device of the module's parameters.
 """
@@ -261,3 +263,48 @@ class StartImageEncoder:
         if start == 0 and n > 0:
             mask[:, :, 0] = 1.0
         return torch.cat([mask, latent], dim=1)
+
+
+class StreamingEncoder:
+    """Encodes one video's frames chunk by chunk into normalised latents, carrying the encoder's causal
+    state between calls.
+
+    As Wan's ``encode``: the stream's first frame alone, then groups of ``temporal_factor`` frames, one
+    latent frame per group; the latent is ``normalise`` of the posterior's mean (channels 0..z-1 of
+    ``conv1``), exactly what :class:`StartImageEncoder` computes for the start image.
+    """
+
+    def __init__(self, vae: WanVAE):
+        self.vae = vae
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new video: forget every frame seen so far."""
+        self.state = self.vae.encoder.new_state()
+        self.frames_seen = 0
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The causal state after the frames encoded so far (a save point's share of the encoder)."""
+        return {"frames_seen": integer(self.frames_seen), **nest("stream", self.state.state_tensors())}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.reset()
+        self.frames_seen = as_int(tensors["frames_seen"])
+        self.state.load_state_tensors(sub("stream", tensors), self.vae.device, self.vae.dtype)
+
+    @torch.no_grad()
+    def encode_chunk(self, frames: torch.Tensor) -> torch.Tensor:
+        """Frames ``[B, 3, T, H, W]`` in [-1, 1] -> normalised latents ``[B, z, n, h, w]``: T = 1 + t(n - 1)
+        for the stream's first chunk, t n after (t = temporal_factor)."""
+        vae, t = self.vae, self.vae.config.temporal_factor
+        first = 1 if self.frames_seen == 0 else 0
+        if frames.dim() != 5 or frames.shape[1] != 3 or (frames.shape[2] - first) % t or frames.shape[2] < 1:
+            raise InputError(f"frames must be [B, 3, T, H, W] with T = {first} + {t}k, got {tuple(frames.shape)}")
+        frames = frames.to(vae.device, vae.dtype)
+        bounds = ([(0, 1)] if first else []) + [(s, s + t) for s in range(first, frames.shape[2], t)]
+        latents = []
+        for start, stop in bounds:
+            encoder_out = vae.encoder(frames[:, :, start:stop], self.state)        # [B, 2z, 1, h, w]
+            latents.append(vae.normalise(vae.conv1(encoder_out)[:, :vae.config.z_dim]))
+        self.frames_seen += frames.shape[2]
+        return torch.cat(latents, dim=2)

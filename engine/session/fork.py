@@ -38,7 +38,7 @@ from engine.io.trajectory.splice import splice_yaml
 from engine.memory.disk import INDEX_NAME
 from engine.overlay import write_resolved_config
 from engine.session.savepoint import SavePoint, latest_savepoint, read_savepoint, savepoint_name, savepoint_paths
-from engine.session.observe import session_path
+from engine.session.observe import is_video, session_path
 from engine.session.resume import run_config
 from engine.session.save import config_digest, savepoint_dir
 
@@ -119,6 +119,10 @@ def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: i
 
     parent, out = Path(parent), Path(out)
     parent_cfg, sp = fork_savepoint(parent, at)
+    if parent_cfg.observe is not None and is_video(Path(parent_cfg.observe)):
+        raise InputError(f"cannot fork {parent}: it started from the observed video {parent_cfg.observe}, "
+                         "whose frame 0 is its start image; forking such a run is not supported yet "
+                         f"(`worldpager resume {parent}` continues it)")
     # absolute: the branch may be resumed (and its trajectory read) from another directory
     cfg = branch_config(parent_cfg, out, out.absolute().with_suffix(".trajectory.yaml"), chunks, spill)
     if cfg.chunks <= sp.chunk:

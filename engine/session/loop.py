@@ -328,7 +328,12 @@ class Session:
                 stopping = self._stop.is_set()
                 if saver is not None:
                     self._log_savepoints(saver.finished())
-                    # Stopped on request (Ctrl-C, SIGTERM): a save point here loses nothing on resume.
+                    # Stopped on request (Ctrl-C, SIGTERM): a save point here loses nothing on resume,
+                    # so it waits for one still being written instead of being skipped (a scheduled one
+                    # is skipped while another is in flight: how many there are depends on the machine).
+                    if stopping and chunk > start and saver.busy:
+                        saver.wait_idle()
+                        self._log_savepoints(saver.finished())
                     if chunk > start and (stopping or schedule.due(chunk)) and not saver.busy:
                         # The chunk in flight first: the model's decoder and the frame count the save
                         # point holds are then those of every chunk before this one.

@@ -9,10 +9,17 @@ Owns, for a session config and its model's ``ModelSpec``:
   chunks (a clip ends at the last chunk boundary inside it), and the ``--trajectory``'s actions follow
   from where the clip's camera stopped: one trajectory of actions whose poses are the clip's, then the
   exploration's (``engine.io.trajectory.splice`` joins paths the same way for a fork).
+* **The default run.** A model with a ``ModelSpec.default_observation`` (the arena model) observes its
+  packaged clip and then follows its packaged exploration when neither ``--observe`` nor
+  ``--trajectory`` is given; a session too short for the whole clip observes all but its last chunk.
 * **What may be observed.** ``ModelSpec.observes`` names the kinds a model takes: ``"render"`` (the
   arena model: a trajectory file through its world, whose observed frames are the world's rendered
-  truth along that path). A model that takes none, a video file where a path is wanted, a missing file,
-  a clip shorter than one chunk, or one that leaves no chunk to generate are one-line errors.
+  truth along that path) and ``"video"`` (MG2: a recorded video, ``VIDEO_SUFFIXES``, at the model's
+  frame size, never resized, whose camera path is the pose CSV ``observe_poses`` or, by default,
+  ``<clip>.poses.csv`` beside it; its whole chunks are those both the video and the pose file cover,
+  and its frame 0 is the session's start image, so ``--image`` is refused). A model that takes none,
+  a kind it does not take, a missing file, a video of another size or one PyAV cannot decode, a clip
+  shorter than one chunk, or one that leaves no chunk to generate are one-line errors.
 * **The mark.** ``mark_observed`` draws a small square in the top-left corner of an observed chunk's
   frames, so a viewer sees which part of the video was given and which was generated; the model's
   output (what the memory stores and the quality benchmark scores) is not marked.
@@ -35,8 +42,8 @@ from engine.io.actions import ActionTrack
 from engine.io.poses import state_from_pose
 from engine.io.trajectory import (Trajectory, TrackingError, load_trajectory, packaged_trajectory,
                                   trajectory_from_actions)
+from engine.io.video_clip import VIDEO_SUFFIXES, is_video, probe_clip
 
-VIDEO_SUFFIXES = (".mp4", ".mkv", ".mov", ".webm", ".avi", ".m4v")
 MARK_RGB = (255, 64, 32)        # the observed mark's colour
 
 
@@ -53,11 +60,16 @@ def session_path(cfg: SessionConfig, spec) -> SessionPath:
     """The trajectory of the session ``cfg`` with the model ``spec`` (see the module docstring)."""
     frames = spec.grid.frames_total(cfg.chunks)
     exploring = cfg.trajectory or packaged_trajectory(spec.default_trajectory)
-    if cfg.observe is None:
+    clip, cap = cfg.observe, None
+    if clip is None and cfg.trajectory is None and spec.default_observation is not None and cfg.chunks > 1:
+        # the model's default run: its packaged clip (at most all but the last chunk), then its exploration
+        clip, cap = packaged_trajectory(spec.default_observation[0]), cfg.chunks - 1
+        exploring = packaged_trajectory(spec.default_observation[1])
+    if clip is None:
         return SessionPath(_load(cfg, spec, exploring, frames))
-    clip = Path(cfg.observe)
-    observed_chunks, clip_frames = _observed_chunks(cfg, spec, clip)
-    seen = _load(cfg, spec, clip, clip_frames, repeat="loop")
+    clip = Path(clip)
+    camera, observed_chunks, clip_frames = _observed_chunks(cfg, spec, clip, cap)
+    seen = _load(cfg, spec, camera, clip_frames, repeat="loop")
     after = _load(cfg, spec, exploring, frames - clip_frames)
     keyboard = torch.cat([seen.actions.keyboard, after.actions.keyboard])
     mouse = None if seen.actions.mouse is None else torch.cat([seen.actions.mouse, after.actions.mouse])
@@ -66,9 +78,16 @@ def session_path(cfg: SessionConfig, spec) -> SessionPath:
                                      start=state_from_pose(seen.poses[0]))
     joined = replace(joined, format=f"observed {seen.format} + {after.format}",
                      tracking=joined_tracking(seen.tracking, after.tracking, clip_frames))
-    what = (f"{clip}: {observed_chunks} chunks ({clip_frames} video frames) of the world's rendered truth "
-            f"along its path")
+    what = (f"{clip}: {observed_chunks} chunks ({clip_frames} video frames) of " +
+            ("the world's rendered truth along its path" if camera == clip else
+             f"a recorded video along the camera path {camera}"))
     return SessionPath(joined, observed_chunks, what)
+
+
+def observe_poses_path(cfg: SessionConfig) -> Path:
+    """Where a video clip's camera path is read: ``observe_poses``, else ``<clip>.poses.csv`` beside it."""
+    clip = Path(cfg.observe)
+    return Path(cfg.observe_poses) if cfg.observe_poses is not None else clip.with_name(clip.stem + ".poses.csv")
 
 
 def joined_tracking(first: TrackingError, second: TrackingError, offset: int) -> TrackingError:
@@ -90,28 +109,58 @@ def _load(cfg: SessionConfig, spec, path: Path, frames: int, repeat: str | None 
                            calibration=cfg.calibration)
 
 
-def _observed_chunks(cfg: SessionConfig, spec, clip: Path) -> tuple[int, int]:
-    """(chunks, video frames) of ``clip`` the session takes as observed; one-line errors otherwise."""
+def _observed_chunks(cfg: SessionConfig, spec, clip: Path, cap: int | None = None) -> tuple[Path, int, int]:
+    """(the clip's camera path file, chunks, video frames) the session takes as observed (at most
+    ``cap`` chunks, for a model's default clip); one-line errors otherwise."""
     flag = f"--observe {clip}"
-    if "render" not in spec.observes:
+    if not spec.observes:
         raise InputError(f"{flag}: the {spec.name} model cannot start from an observed clip (the arena "
-                         "model can: --observe a trajectory file through its world)")
+                         "model can: --observe a trajectory file through its world; MG2: a recorded video)")
     if not clip.is_file():
         raise InputError(f"{flag}: {'is a directory' if clip.is_dir() else 'file not found'}")
-    if clip.suffix.lower() in VIDEO_SUFFIXES:
+    if is_video(clip) and "video" not in spec.observes:
         raise InputError(f"{flag}: the {spec.name} model observes its own world along a camera path "
                          "(a trajectory file: YAML, pose CSV, action CSV or nerfstudio JSON), not a video")
-    source_frames = _load(cfg, spec, clip, 1).source_frames
+    if not is_video(clip) and "render" not in spec.observes:
+        raise InputError(f"{flag}: the {spec.name} model cannot start from an observed clip that is not a "
+                         f"video: give a recorded video ({', '.join(VIDEO_SUFFIXES)}) with its camera path "
+                         f"beside it ({clip.stem}.poses.csv) or in --observe-poses")
+    if cfg.observe_poses is not None and not is_video(clip):
+        raise InputError(f"--observe-poses {cfg.observe_poses}: only a video clip takes a separate camera "
+                         f"path; {clip} is a trajectory file")
+    camera, frames = (_video_clip(cfg, spec, clip) if is_video(clip)
+                      else (clip, _load(cfg, spec, clip, 1).source_frames))
     chunks = 0
-    while spec.grid.frames_total(chunks + 1) <= source_frames:
+    while spec.grid.frames_total(chunks + 1) <= frames:
         chunks += 1
     if chunks == 0:
-        raise InputError(f"{flag}: the clip is {source_frames} video frames, shorter than one chunk "
+        raise InputError(f"{flag}: the clip is {frames} video frames, shorter than one chunk "
                          f"({spec.grid.frames_total(1)} frames)")
+    if cap is not None:
+        chunks = min(chunks, cap)
     if chunks >= cfg.chunks:
         raise InputError(f"{flag}: the clip covers {chunks} chunks, the whole session of {cfg.chunks}; "
                          f"give a longer session (--chunks above {chunks}) to generate after it")
-    return chunks, spec.grid.frames_total(chunks)
+    return camera, chunks, spec.grid.frames_total(chunks)
+
+
+def _video_clip(cfg: SessionConfig, spec, clip: Path) -> tuple[Path, int]:
+    """A video clip's camera path file and the frames both it and the video cover; one-line errors."""
+    flag = f"--observe {clip}"
+    if cfg.image is not None:
+        raise InputError(f"--image {cfg.image} with {flag}: an observed video's frame 0 is the start image; "
+                         "give one or the other")
+    info = probe_clip(clip)
+    if (info.height, info.width) != tuple(spec.frame_size):
+        height, width = spec.frame_size
+        raise InputError(f"{flag}: the video is {info.width}x{info.height}, the {spec.name} model's frames "
+                         f"are {width}x{height} (give a video of that size; it is not resized)")
+    camera = observe_poses_path(cfg)
+    if not camera.is_file():
+        where = "--observe-poses" if cfg.observe_poses is not None else "beside the video"
+        raise InputError(f"{flag}: its camera path {camera} ({where}) was not found: give a pose CSV "
+                         "(frame,x,y,z,yaw,pitch) there or with --observe-poses")
+    return camera, min(info.frames, _load(cfg, spec, camera, 1).source_frames)
 
 
 def mark_observed(frames: torch.Tensor) -> torch.Tensor:

@@ -103,6 +103,8 @@ class SavePointWriter:
         self._jobs: queue.Queue = queue.Queue(maxsize=1)
         self._done: queue.Queue = queue.Queue()
         self._busy = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
         self._thread = threading.Thread(target=self._run, name="wp-savepoint", daemon=True)
         self._thread.start()
 
@@ -115,8 +117,14 @@ class SavePointWriter:
         if self._busy.is_set():
             return False
         self._busy.set()
+        self._idle.clear()
         self._jobs.put(sp)
         return True
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no save point is being written (a stop's last save point must not be skipped);
+        interruptible by a signal's handler (a second Ctrl-C aborts)."""
+        return self._idle.wait(timeout)
 
     def finished(self) -> list[Written]:
         out = []
@@ -153,3 +161,4 @@ class SavePointWriter:
             finally:
                 sp = None              # do not hold the captured window until the next save point
                 self._busy.clear()
+                self._idle.set()

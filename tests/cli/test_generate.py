@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from engine.io.video import count_frames
+from engine.overlay import resolve_session_config
+from engine.telemetry import read_log
 from tests_support import TINY, tiny_reference_models, write_checkpoint
 from worldpager_cli.main import chunks_for_length, cli
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(*args, **kwargs):
@@ -34,7 +40,29 @@ def test_default_is_the_arena_model(tmp_path):
     assert count_frames(out) == 12 * 3 - 3
     header = json.loads((tmp_path / "arena.log.jsonl").read_text().splitlines()[0])
     assert header["model"]["model"] == "arena" and header["config"]["arena_seed"] == 1000017
-    assert "arena_tour.yaml" in header["trajectory"]
+    # the default run observes its packaged look around (all but the last chunk of a short run), then explores
+    assert "arena_observe.yaml" in header["trajectory"] and "arena_explore.yaml" in header["trajectory"]
+    assert header["observed"]["chunks"] == 2 and "arena_observe.yaml" in header["observed"]["source"]
+    assert "observes a look around" in first_line
+    chunks = [r for r in read_log(tmp_path / "arena.log.jsonl") if r["type"] == "chunk"]
+    assert [bool(r.get("observed")) for r in chunks] == [True, True, False]
+
+
+def test_the_default_run_observes_ten_chunks_and_an_explicit_path_observes_none(tmp_path):
+    from engine.model.registry import model_spec
+    from engine.session.observe import session_path
+
+    long = resolve_session_config(None, {"chunks": 41})
+    path = session_path(long, model_spec(long))
+    assert path.observed_chunks == 10 and path.trajectory.frames == 489
+    given = resolve_session_config(None, {"chunks": 41, "trajectory": REPO / "trajectories" / "arena_tour.yaml"})
+    assert session_path(given, model_spec(given)).observed_chunks == 0
+    one = resolve_session_config(None, {"chunks": 1})
+    assert session_path(one, model_spec(one)).observed_chunks == 0
+    # the two packaged files are the tour (468 frames): the same actions, frame for frame
+    tour = session_path(given, model_spec(given)).trajectory
+    assert torch.equal(path.trajectory.actions.keyboard[:468], tour.actions.keyboard[:468])
+    assert torch.equal(path.trajectory.actions.mouse[:468], tour.actions.mouse[:468])
 
 
 def test_arena_seed_picks_the_world(tmp_path):

@@ -25,7 +25,7 @@ import torch
 from engine.errors import InputError, OutputError, SavePointError
 from engine.session.savepoint import (HEADER, SavePoint, latest_savepoint, read_savepoint, savepoint_name,
                               savepoint_paths, write_savepoint)
-from tests_support import hang_guard as _hang_guard
+from tests_support import PATIENCE_S, hang_guard as _hang_guard
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -335,3 +335,21 @@ def test_the_save_interval_is_a_setting_that_resume_does_not_compare():
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ConfigError, match="save_interval_s"):
             resolve_session_config(None, {"model": "micro", "save_interval_s": bad})
+
+
+def test_the_writer_reports_when_it_is_idle(tmp_path):
+    """wait_idle returns once the save point in flight is written (a stop's last one is never skipped)."""
+    import threading
+
+    from engine.session.save import SavePointWriter
+    from engine.session.savepoint import SavePoint
+
+    gate = threading.Event()
+    writer = SavePointWriter(tmp_path / "save", durable=lambda chunk, timeout: gate.wait(timeout))
+    assert writer.wait_idle(0)
+    assert writer.submit(SavePoint(chunk=1, facts={"chunk": 1, "frames_total": 9}, tensors={}))
+    assert writer.busy and not writer.wait_idle(0.05) and not writer.submit(
+        SavePoint(chunk=2, facts={"chunk": 2, "frames_total": 21}, tensors={}))
+    gate.set()
+    assert writer.wait_idle(PATIENCE_S) and not writer.busy
+    assert [w.chunk for w in writer.close()] == [1]
