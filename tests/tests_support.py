@@ -103,3 +103,19 @@ def one_line_error(result, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def resumed_equals_uninterrupted(whole, cut, stop_after: int):
+    """Run ``whole``; run ``cut`` (the same session with save points and its own outputs), stopped after
+    chunk ``stop_after``; resume it from its newest save point; its MP4 must be byte-identical to the
+    uninterrupted one. Returns the save point it resumed from."""
+    from engine.session.loop import Session
+    from engine.session.resume import resume_point
+
+    assert Session(whole).run().status == "done"
+    session = Session(cut, on_chunk=lambda r: r["chunk"] == stop_after and session.request_stop())
+    assert session.run().status == "interrupted"
+    again, sp, _ = resume_point(cut.out)
+    assert Session(again, resume_from=sp).run().status == "done"
+    assert cut.out.read_bytes() == whole.out.read_bytes()
+    return sp

@@ -19,9 +19,8 @@ from engine.overlay import resolve_session_config
 from engine.session.fork import prepare_fork
 from engine.session.loop import Session
 from engine.session.observe import mark_observed, mark_share, session_path
-from engine.session.resume import resume_point
 from engine.telemetry import read_log
-from tests_support import one_line_error
+from tests_support import one_line_error, resumed_equals_uninterrupted
 from worldpager_cli.main import cli
 
 TOUR = "segments:\n  - keys: [w]\n    frames: 20\n  - camera: right\n    frames: 14\n"    # 34 frames: 3 chunks
@@ -125,14 +124,8 @@ def test_the_mark_is_drawn_on_either_frame_layout():
 
 def test_a_stop_inside_the_observed_prefix_resumes_to_the_uninterrupted_bytes(paths):
     whole = _cfg(paths, "whole", memory={"spill": paths / "whole.spill"})
-    assert Session(whole).run().status == "done"
     cfg = _cfg(paths, "cut", save_every=1, memory={"spill": paths / "cut.spill"})
-    session = Session(cfg, on_chunk=lambda r: r["chunk"] == 1 and session.request_stop())
-    assert session.run().status == "interrupted"
-    again, sp, _ = resume_point(cfg.out)
-    assert sp.chunk == 2 < OBSERVED
-    assert Session(again, resume_from=sp).run().status == "done"
-    assert cfg.out.read_bytes() == whole.out.read_bytes()
+    assert resumed_equals_uninterrupted(whole, cfg, stop_after=1).chunk == 2 < OBSERVED
     assert [bool(r.get("observed")) for r in read_log(cfg.log_path) if r["type"] == "chunk"] == \
         [True] * OBSERVED + [False] * (CHUNKS - OBSERVED)
 

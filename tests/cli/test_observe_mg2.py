@@ -21,9 +21,8 @@ from engine.model.registry import build_world_model, model_spec
 from engine.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.session.observe import session_path
-from engine.session.resume import resume_point
 from engine.telemetry import read_log
-from tests_support import one_line_error
+from tests_support import one_line_error, resumed_equals_uninterrupted
 from worldpager_cli.main import cli
 
 CLIP_CHUNKS = 3          # the clip: a 3-chunk micro session, 33 frames of 32x64
@@ -120,14 +119,8 @@ def test_a_session_observes_the_clip_then_generates(clip, tmp_path):
 
 def test_a_stop_inside_the_observed_prefix_resumes_to_the_uninterrupted_bytes(clip, tmp_path):
     whole = _cfg(clip, tmp_path / "whole.mp4", memory={"spill": tmp_path / "whole.spill"})
-    assert Session(whole).run().status == "done"
     cfg = _cfg(clip, tmp_path / "cut.mp4", save_every=1, memory={"spill": tmp_path / "cut.spill"})
-    session = Session(cfg, on_chunk=lambda r: r["chunk"] == 0 and session.request_stop())
-    assert session.run().status == "interrupted"
-    again, sp, _ = resume_point(cfg.out)
-    assert sp.chunk == 1 < OBSERVED
-    assert Session(again, resume_from=sp).run().status == "done"
-    assert cfg.out.read_bytes() == whole.out.read_bytes()
+    assert resumed_equals_uninterrupted(whole, cfg, stop_after=0).chunk == 1 < OBSERVED
 
 
 def test_a_run_that_observed_a_video_is_resumed_not_forked(clip, tmp_path):
