@@ -27,8 +27,14 @@ from engine.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 CHUNKS = 12
-ARENA = ["--model", "arena", "--pool-slots", "4", "--save-every", "2", "--keep-savepoints", "6",
-         "--chunks", str(CHUNKS), "--quiet"]
+# on-demand: every chunk's memory is the chunks it asks for, loaded before it runs, so the comparisons of
+# frames below do not depend on the machine's speed (with prefetch, a load that comes late on a loaded
+# machine is a miss by design, and the run it is in differs from one where it came in time)
+ARENA = ["--model", "arena", "--store", "on-demand", "--io-deadline", "600", "--pool-slots", "4",
+         "--save-every", "2", "--keep-savepoints", "6", "--chunks", str(CHUNKS), "--quiet",
+         # the tour as one file: the default run observes its first chunks, and a fork's chunks are all
+         # generated (forks across an observed prefix: tests/cli/test_observe.py)
+         "--trajectory", str(packaged_trajectory("arena_tour.yaml"))]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -119,7 +125,7 @@ def test_fork(runs):
     done = _worldpager(tmp, "resume", same, "--quiet")   # a killed branch resumes like any run
     assert done.returncode == 0, done.stderr
     assert _fork_record(tmp / "same.log.jsonl")["frames_total"] == _frames_before(4)
-    assert cfg["trajectory"] is None   # the arena model's default: arena_tour.yaml
+    assert cfg["trajectory"].endswith("arena_tour.yaml") and cfg["observe"] is None
     assert all(np.array_equal(a, b) for a, b in zip(_frames(same), reference, strict=True))
     reads = [r["disk_bytes_read"] for r in read_log(tmp / "same.log.jsonl") if r.get("type") == "chunk"]
     assert sum(reads[4:]) > 0   # the memory's chunks before the fork came from the parent's drive
