@@ -50,13 +50,17 @@ def rss_blocks(records: list[dict], warmup: int = 20, block: int = 100) -> dict:
 
 def bench_memory(chunks: int, kv_scale: float, spill_root: Path | None, *, pool_slots: int | None = None,
                  host_mem_gib: float | None = None, chunk_ms: float = 0.0, warmup: int = 20, block: int = 100,
-                 trajectory: Path | None = None) -> dict:
+                 trajectory: Path | None = None, save_every: int | None = None) -> dict:
     """One synthetic session of ``chunks`` chunks in a fresh process; its RSS blocks (``rss_blocks``).
 
     The host pool holds ``pool_slots`` chunks, or is sized from ``host_mem_gib`` (the session's rule:
-    budget − process − 2 GiB); the disk tier goes under ``spill_root`` (removed afterwards)."""
+    budget − process − 2 GiB); the disk tier goes under ``spill_root`` (removed afterwards).
+    ``save_every``: the session's save points (None: the default, about every 30 s of wall time, so
+    how many there are depends on the machine; a number makes the run the same on any machine)."""
     memory = {"store": "prefetch", "pool_slots": pool_slots, "host_mem_gib": host_mem_gib}
     overlay = {"chunks": chunks, "kv_scale": kv_scale, "chunk_ms": chunk_ms, "memory": memory}
+    if save_every is not None:
+        overlay["save_every"] = save_every
     if trajectory is not None:
         overlay["trajectory"] = str(trajectory)
     return run_synthetic(overlay, spill_root, warmup=warmup, name="memory",
