@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import click
 
-from engine.quality.retention import shown
 from worldpager_cli.bench import echo_table
+
+
+def shown(ci, episodes: int, digits: int = 2, sign: str = "") -> str:
+    """``engine.quality.retention.shown``, imported when a table is drawn (it needs numpy, and the
+    command line's start imports neither numpy nor torch)."""
+    from engine.quality.retention import shown as interval
+
+    return interval(ci, episodes, digits, sign)
 
 SMOKE_LINE = ("smoke test (--quick): one short episode of each kind in one held-out arena; it checks that "
               "the benchmark runs end to end. Its figures come from a handful of frames: not the benchmark's.")
