@@ -104,26 +104,41 @@ def frames_for(config: VAEConfig, num_latents: int, first: bool) -> int:
     return t * num_latents - (t - 1) if first and num_latents > 0 else t * num_latents
 
 
-class StreamingDecoder:
-    """Decodes one generation's latents chunk by chunk, carrying the decoder's causal state between calls."""
+class _CausalStream:
+    """A causal VAE half's state across calls and a count of what it has seen (``COUNTER``), saved and
+    restored as a save point's share of it."""
+
+    COUNTER = ""
 
     def __init__(self, vae: WanVAE):
         self.vae = vae
         self.reset()
 
+    def _half(self):
+        raise NotImplementedError
+
     def reset(self) -> None:
-        """Start a new generation: forget every frame seen so far."""
-        self.state = self.vae.decoder.new_state()
-        self.latents_seen = 0
+        """Start a new stream: forget every frame seen so far."""
+        self.state = self._half().new_state()
+        setattr(self, self.COUNTER, 0)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """The causal state after the frames decoded so far (a save point's share of the decoder)."""
-        return {"latents_seen": integer(self.latents_seen), **nest("stream", self.state.state_tensors())}
+        """The causal state after the frames so far (a save point's share)."""
+        return {self.COUNTER: integer(getattr(self, self.COUNTER)), **nest("stream", self.state.state_tensors())}
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         self.reset()
-        self.latents_seen = as_int(tensors["latents_seen"])
+        setattr(self, self.COUNTER, as_int(tensors[self.COUNTER]))
         self.state.load_state_tensors(sub("stream", tensors), self.vae.device, self.vae.dtype)
+
+
+class StreamingDecoder(_CausalStream):
+    """Decodes one generation's latents chunk by chunk, carrying the decoder's causal state between calls."""
+
+    COUNTER = "latents_seen"
+
+    def _half(self):
+        return self.vae.decoder
 
     def frames_for(self, num_latents: int) -> int:
         """Frames the next ``decode_chunk`` call of ``num_latents`` latents will return."""
@@ -265,7 +280,7 @@ class StartImageEncoder:
         return torch.cat([mask, latent], dim=1)
 
 
-class StreamingEncoder:
+class StreamingEncoder(_CausalStream):
     """Encodes one video's frames chunk by chunk into normalised latents, carrying the encoder's causal
     state between calls.
 
@@ -274,23 +289,10 @@ class StreamingEncoder:
     ``conv1``), exactly what :class:`StartImageEncoder` computes for the start image.
     """
 
-    def __init__(self, vae: WanVAE):
-        self.vae = vae
-        self.reset()
+    COUNTER = "frames_seen"
 
-    def reset(self) -> None:
-        """Start a new video: forget every frame seen so far."""
-        self.state = self.vae.encoder.new_state()
-        self.frames_seen = 0
-
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        """The causal state after the frames encoded so far (a save point's share of the encoder)."""
-        return {"frames_seen": integer(self.frames_seen), **nest("stream", self.state.state_tensors())}
-
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        self.reset()
-        self.frames_seen = as_int(tensors["frames_seen"])
-        self.state.load_state_tensors(sub("stream", tensors), self.vae.device, self.vae.dtype)
+    def _half(self):
+        return self.vae.encoder
 
     @torch.no_grad()
     def encode_chunk(self, frames: torch.Tensor) -> torch.Tensor:
