@@ -1,4 +1,5 @@
-"""Shared test fixtures: where the MG2 parity fixtures live, and GPU skipping."""
+"""Shared test fixtures: where the MG2 parity fixtures live, GPU skipping, and each parallel worker's
+share of the cores."""
 from __future__ import annotations
 
 import os
@@ -24,6 +25,24 @@ def parity_fixtures() -> Path:
             pytest.fail(f"parity fixtures missing at {path} (set WORLDPAGER_PARITY_DIR)")
         pytest.skip(f"parity fixtures not found at {path}")
     return path
+
+
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist, give each worker (and the sessions it starts) its share of the cores.
+
+    Two workers that each run torch's default team of one thread per core oversubscribe the machine, and
+    OpenMP teams that wait on each other's barriers slow compute-bound tests several times over; one team
+    per core keeps the suite's length close to its serial length divided by the workers.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1:
+        return
+    share = str(max(1, (os.cpu_count() or 1) // workers))
+    os.environ["OMP_NUM_THREADS"] = share   # inherited by the sessions the tests start
+    torch.set_num_threads(int(share))
+
+
+_share_the_cores_between_workers()
 
 
 def pytest_collection_modifyitems(config, items):
