@@ -183,8 +183,12 @@ def quant_step(ctx: StepContext) -> tuple[str, dict]:
     parts = [f"{b} q/dq {x['quant_vs_copy']:.2g}/{x['dequant_vs_copy']:.2g} of copy"
              for b, x in figures["backends"].items()]
     c = figures["copies"]
-    return (f"{'; '.join(parts)} ({r['copy_gbps']:.0f} GB/s); pool->device {c['h2d_gbps']:.1f} GB/s, "
-            f"device->pool {c['d2h_gbps']:.1f} GB/s (pinned {c['pinned']})"), figures
+    summary = (f"{'; '.join(parts)} ({r['copy_gbps']:.0f} GB/s); pool->device {c['h2d_gbps']:.1f} GB/s, "
+               f"device->pool {c['d2h_gbps']:.1f} GB/s (pinned {c['pinned']}), pageable->device "
+               f"{c['h2d_pageable_gbps']:.1f} GB/s")
+    if not c["round_trip_equal"]:
+        raise StepFailed("a block copied pool -> device -> pool came back changed", summary, figures)
+    return summary, figures
 
 
 def pinned_copies(block_bytes: int, device: str, repeats: int) -> dict:
@@ -208,21 +212,31 @@ def pinned_copies(block_bytes: int, device: str, repeats: int) -> dict:
                                        "h2d_pageable": (on_device, pageable)}.items():
                 times[key].append(_timed_copy(dst, source, dev))
         out = {f"{k}_gbps": slot / sorted(v[1:])[len(v[1:]) // 2] / 1e9 for k, v in times.items()}
-        ok = torch.equal(on_device.cpu(), src) if dev.type == "cuda" else True
+        want = torch.randint(0, 256, (slot,), dtype=torch.uint8)
+        src.copy_(want)
+        on_device.copy_(src, non_blocking=True)      # pool -> device
+        _sync(dev)
+        src.zero_()
+        src.copy_(on_device, non_blocking=True)      # device -> pool
+        _sync(dev)
+        ok = torch.equal(src, want)
         return {**out, "bytes": slot, "pinned": pool.pinned, "round_trip_equal": bool(ok)}
     finally:
         pool.close()
 
 
-def _timed_copy(dst, src, dev) -> float:
+def _sync(dev) -> None:
     import torch
 
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
+
+
+def _timed_copy(dst, src, dev) -> float:
+    _sync(dev)
     t0 = time.perf_counter()
     dst.copy_(src, non_blocking=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    _sync(dev)
     return time.perf_counter() - t0
 
 
