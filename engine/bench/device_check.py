@@ -254,7 +254,10 @@ def run_step(name: str, ctx: StepContext) -> dict:
     except Exception as exc:   # any fault of a step is its row, and the next step runs
         traceback.print_exc()
         status, reason = "failed", one_line(exc)
-    peak = torch.cuda.max_memory_allocated() if cuda and torch.cuda.is_initialized() else 0
+    peak = 0
+    if cuda and torch.cuda.is_initialized():
+        peak = torch.cuda.max_memory_allocated()
+        torch.cuda.empty_cache()     # what the step cached is not the next step's (the sessions' budgets)
     return _row(name, status, reason, time.monotonic() - t0, ctx.budget_s, summary, _plain(figures),
                 rss_bytes=process_rss(), device_peak_bytes=peak)
 

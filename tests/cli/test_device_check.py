@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from engine.bench.device_check import STEPS
+from engine.bench.device_steps import junit_counts
 from tests_support import PATIENCE_S, WORLDPAGER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,21 +91,44 @@ def test_a_step_past_its_budget_is_stopped_and_a_fresh_process_goes_on(tmp_path)
     assert "pytest_gpu: failed" in run.stderr
 
 
-def test_without_pyav_the_mp4_steps_are_skipped_with_the_reason_and_the_rest_run(tmp_path):
-    """A folder first on PYTHONPATH whose ``av`` cannot be imported stands for a machine without PyAV;
-    the check, its children and the model steps import no PyAV."""
+def hide_av(tmp_path: Path) -> dict:
+    """An environment whose ``import av`` fails as it does where PyAV is not installed."""
     hide = tmp_path / "no_av"
     (hide / "av").mkdir(parents=True)
     (hide / "av" / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'av\'", name="av")\n')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hide), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(hide), str(REPO), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_junit_counts_count_modules_that_need_pyav_apart(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_video_thing.py").write_text("import av\n\ndef test_x():\n    pass\n")
+    (suite / "test_other.py").write_text("import missing_module_xyz\n")
+    (suite / "test_kernels.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2\n\n"
+                                           "def test_skip():\n    import pytest\n    pytest.skip('no')\n")
+    junit = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                    "--continue-on-collection-errors", f"--junitxml={junit}", str(suite)],
+                   env=hide_av(tmp_path), cwd=tmp_path, capture_output=True, timeout=PATIENCE_S)
+    got = junit_counts(junit)
+    assert (got["passed"], got["failed"], got["errors"], got["skipped"]) == (1, 1, 1, 1)
+    assert len(got["av_collection_errors"]) == 1 and "test_video_thing" in got["av_collection_errors"][0]
+    assert any("test_other" in name for name in got["failures"])
+    assert any("test_bad" in name for name in got["failures"])
+
+
+def test_without_pyav_the_mp4_steps_are_skipped_with_the_reason_and_the_rest_run(tmp_path):
+    """A folder first on PYTHONPATH whose ``av`` cannot be imported stands for a machine without PyAV;
+    the check, its children and the model steps import no PyAV."""
+    env = hide_av(tmp_path)
     probe = subprocess.run([sys.executable, "-c", "import av"], env=env, capture_output=True, text=True)
     assert probe.returncode == 1 and "No module named 'av'" in probe.stderr
-    names = ("env", "parity_micro", "session_mp4", "synthetic_session")
+    names = ("env", "quant", "parity_micro", "dit_mg2", "arena", "session_mp4", "synthetic_session")
     _, doc = bench_device(tmp_path / "check", "--steps", ",".join(names), *patient(*names), env=env)
     got = rows(doc)
     for name in ("session_mp4", "synthetic_session"):
         assert got[name]["status"] == "skipped"
         assert got[name]["reason"].startswith("PyAV is not importable") and ".whl/" in got[name]["reason"]
-    assert got["env"]["status"] == got["parity_micro"]["status"] == "ok"
+    assert all(got[n]["status"] == "ok" for n in names[:5]), [(n, got[n]["reason"]) for n in names]
     assert got["env"]["figures"]["av"].startswith("missing")
     assert doc["skipped"] == ["session_mp4", "synthetic_session"] and doc["status"] == "ok"
