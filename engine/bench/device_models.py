@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from engine.bench.device_steps import GiB, StepContext, StepFailed
+from engine.bench.device_steps import GiB, StepContext, StepFailed, plural
 
 PARITY_REL = 0.05            # largest relative L2 distance of a chunk's latents, bf16 device vs fp32 CPU
 PAPER_CHUNK_S = 1.2          # MG2 on an RTX 4090 (the paper)
@@ -93,7 +93,7 @@ def parity(name: str, ctx: StepContext, chunks: int) -> tuple[str, dict]:
                "latents_rel_l2": rel, "frames_mean_abs": frame_mean, "frames_max_abs": frame_max,
                "tolerance_rel_l2": PARITY_REL, "denoise_s": got["denoise_s"], "decode_s": got["decode_s"],
                "cpu_denoise_s": ref["denoise_s"], "finite": all(bool(t.isfinite().all()) for t in got["latents"])}
-    summary = (f"{name}, {chunks} chunks: latents rel {max(rel):.2g} (<= {PARITY_REL}), frames mean |d| "
+    summary = (f"{name}, {plural(chunks, 'chunk')}: latents rel {max(rel):.2g} (<= {PARITY_REL}), frames mean |d| "
                f"{max(frame_mean):.2g}, chunk {_median(got['denoise_s']) * 1e3:.0f} ms vs CPU "
                f"{_median(ref['denoise_s']) * 1e3:.0f} ms")
     if not figures["finite"] or max(rel) > PARITY_REL:
@@ -229,7 +229,7 @@ def arena_step(ctx: StepContext) -> tuple[str, dict]:
                "chunk_s": _median(steady), "decode_s": _median(got["decode_s"][1:] or got["decode_s"]),
                "chunk_s_all": got["denoise_s"], "cpu_chunk_s": _median(cpu["denoise_s"][1:] or cpu["denoise_s"]),
                "finite": all(bool(t.isfinite().all()) for t in got["latents"])}
-    summary = (f"{chunks} chunks: {figures['chunk_s'] * 1e3:.0f} ms a chunk + decode {figures['decode_s'] * 1e3:.0f} ms "
+    summary = (f"{plural(chunks, 'chunk')}: {figures['chunk_s'] * 1e3:.0f} ms a chunk + decode {figures['decode_s'] * 1e3:.0f} ms "
                f"on {device} {figures['dtype']}; CPU {figures['cpu_chunk_s'] * 1e3:.0f} ms")
     if not figures["finite"]:
         raise StepFailed("the arena model's latents are not finite", summary, figures)

@@ -63,6 +63,10 @@ def require_av() -> str:
     return av.__version__
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def optional_version(module: str) -> str:
     try:
         return __import__(module).__version__
@@ -259,7 +263,7 @@ def session_mp4_step(ctx: StepContext) -> tuple[str, dict]:
                "mp4_bytes": cfg.out.stat().st_size, "wall_s": result.wall_s, "status": result.status,
                "compute_ms": [r["compute_ms"] for r in records],
                "device_bytes_max": max((r["device_bytes"] for r in records), default=0)}
-    summary = f"micro, {result.chunks} chunks, {result.frames} frames in {figures['mp4_bytes']} B of MP4"
+    summary = f"micro, {plural(result.chunks, 'chunk')}, {result.frames} frames in {figures['mp4_bytes']} B of MP4"
     if result.status != "done" or result.frames != expected:
         raise StepFailed(f"session {result.status} with {result.frames} of {expected} frames", summary, figures)
     return summary, figures

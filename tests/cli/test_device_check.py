@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.bench.device_check import STEPS
 from engine.bench.device_steps import junit_counts
 from tests_support import PATIENCE_S, WORLDPAGER
@@ -45,6 +47,7 @@ def rows(doc: dict) -> dict[str, dict]:
     return {r["name"]: r for r in doc["steps"]}
 
 
+@pytest.mark.slow
 def test_dry_run_runs_every_step_and_writes_json_and_markdown(tmp_path):
     run, doc = bench_device(tmp_path / "check", *patient())
     assert [r["name"] for r in doc["steps"]] == list(STEPS)
