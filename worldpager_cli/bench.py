@@ -437,16 +437,18 @@ def predict(trajectories: str, chunks: int, retrieve_k: int, lookahead: int) -> 
 # ---- bench device ---------------------------------------------------------------------------------
 
 def _step_budgets(values: tuple[str, ...]) -> dict[str, float]:
-    from engine.bench.device_check import step_names
+    from engine.bench.device_check import STEPS
 
     out = {}
     for value in values:
-        name, _, seconds = value.partition("=")
+        name, _, seconds = (part.strip() for part in value.partition("="))
         try:
-            out[step_names(name)[0]] = float(seconds)
-        except (ValueError, IndexError):
+            out[name] = float(seconds)
+        except ValueError:
             raise ConfigError(f"--step-budget {value!r} (use STEP=SECONDS, e.g. dit_mg2=60)") from None
-        if not out[name] > 0:
+        if name not in STEPS:
+            raise ConfigError(f"--step-budget {value!r}: no step {name!r} (choose from {', '.join(STEPS)})")
+        if not 0 < out[name] < float("inf"):
             raise ConfigError(f"--step-budget {value!r}: seconds must be positive")
     return out
 

@@ -135,3 +135,14 @@ def test_without_pyav_the_mp4_steps_are_skipped_with_the_reason_and_the_rest_run
     assert all(got[n]["status"] == "ok" for n in names[:5]), [(n, got[n]["reason"]) for n in names]
     assert got["env"]["figures"]["av"].startswith("missing")
     assert doc["skipped"] == ["session_mp4", "synthetic_session"] and doc["status"] == "ok"
+
+
+def test_bad_options_are_one_line_errors(tmp_path):
+    for args, message in ((["--steps", "nope"], "unknown step 'nope'"), (["--steps", "env,env"], "name each step once"),
+                          (["--step-budget", "env=-1"], "seconds must be positive"),
+                          (["--step-budget", "nope=3"], "no step 'nope'"), (["--budget-s", "0"], "must be positive")):
+        run = subprocess.run(WORLDPAGER + ["bench", "device", "--dry-run", "--out", str(tmp_path / "x"), *args],
+                             capture_output=True, text=True, timeout=PATIENCE_S)
+        assert run.returncode == 1 and message in run.stderr, (args, run.stderr)
+        assert len(run.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
