@@ -432,3 +432,56 @@ def predict(trajectories: str, chunks: int, retrieve_k: int, lookahead: int) -> 
     echo_table(("trajectory", "const-velocity", "reuse-current", "chunks", "mean set"), rows)
     echo_json("predict", {"trajectories": results}, machine(),
               {"trajectories": trajectories, "chunks": chunks, "k": retrieve_k, "lookahead": lookahead})
+
+
+# ---- bench device ---------------------------------------------------------------------------------
+
+def _step_budgets(values: tuple[str, ...]) -> dict[str, float]:
+    from engine.bench.device_check import STEPS
+
+    out = {}
+    for value in values:
+        name, _, seconds = (part.strip() for part in value.partition("="))
+        try:
+            out[name] = float(seconds)
+        except ValueError:
+            raise ConfigError(f"--step-budget {value!r} (use STEP=SECONDS, e.g. dit_mg2=60)") from None
+        if name not in STEPS:
+            raise ConfigError(f"--step-budget {value!r}: no step {name!r} (choose from {', '.join(STEPS)})")
+        if not 0 < out[name] < float("inf"):
+            raise ConfigError(f"--step-budget {value!r}: seconds must be positive")
+    return out
+
+
+@bench.command("device")
+@click.option("--dry-run", is_flag=True,
+              help="The same steps on the CPU at tiny sizes (Triton under its interpreter): for CI, and to "
+                   "know the check works before a GPU is lent.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("device_check"), show_default=True,
+              help="Directory for device_check.json, device_check.md and device_check.log.")
+@click.option("--steps", "steps_spec", help="Comma list of steps to run (default: all, in order).")
+@click.option("--budget-s", type=float, help="Seconds for the whole check. Default: 450 (150 in a dry run).")
+@click.option("--step-budget", "step_budget", multiple=True, metavar="STEP=SECONDS",
+              help="Override one step's budget (repeatable).")
+@click.option("--spill", type=click.Path(path_type=Path),
+              help="Directory for the synthetic sessions' disk tier. Default: a temporary directory.")
+def device(dry_run: bool, out: Path, steps_spec: str | None, budget_s: float | None, step_budget: tuple[str, ...],
+           spill: Path | None) -> None:
+    """Everything that needs a GPU, in one run of a few minutes: one JSON document and a Markdown table."""
+    import torch
+
+    from engine.bench.device_check import run_device_check, step_names
+
+    names = step_names(steps_spec)
+    budgets = _step_budgets(step_budget)
+    if budget_s is not None and not budget_s > 0:
+        raise ConfigError(f"--budget-s must be positive, got {budget_s}")
+    if not dry_run and not torch.cuda.is_available():
+        raise ConfigError("bench device: no CUDA device here (use --dry-run to exercise the check on the CPU)")
+    click.echo(f"bench device: {len(names)} steps{' (dry run on the CPU)' if dry_run else ''}, output in {out}",
+               err=True)
+    doc = run_device_check(out, dry_run=dry_run, names=names, budget_s=budget_s, step_budgets=budgets, spill=spill,
+                           echo=lambda line: click.echo(f"  {line}", err=True))
+    click.echo((out / "device_check.md").read_text(), nl=False)
+    echo_json("device", doc, machine(doc["device"]),
+              {"dry_run": dry_run, "steps": names, "budget_s": doc["budget_s"], "spill": str(spill) if spill else None})

@@ -218,7 +218,8 @@ class ArenaDiT(nn.Module):
         return self.condition_embedded(t, self.a_embed(actions))
 
     def condition_embedded(self, t: torch.Tensor, action_emb: torch.Tensor) -> torch.Tensor:
-        return self.t_embed(timestep_embedding(t, self.cfg.freq_dim))[..., None, :] + action_emb
+        emb = timestep_embedding(t.float(), self.cfg.freq_dim).to(action_emb.dtype)   # angles in float32
+        return self.t_embed(emb)[..., None, :] + action_emb
 
     def token_positions(self, start_frame: torch.Tensor) -> torch.Tensor:
         """Latent-frame index of every token of a chunk starting at ``start_frame [...]`` -> ``[..., T]``."""
@@ -260,10 +261,15 @@ class ArenaDiT(nn.Module):
     # ---- inference: one chunk through the attention context
 
     def chunk_inputs(self, actions: torch.Tensor, cam: torch.Tensor, start_frame: int) -> ChunkInputs:
-        """What every forward of one chunk shares: ray features, action embedding, rotary tables, copy keys."""
-        geom = ray_geometry(cam, self.cfg)                                     # [B, F, N, G]
+        """What every forward of one chunk shares: ray features, action embedding, rotary tables, copy keys.
+
+        ``actions`` come in the model's dtype; the ray features are computed from ``cam`` in float32 and
+        then cast to it (in bf16 a position of a few world units times the highest octave's frequency
+        is an angle bf16 cannot resolve)."""
+        dtype = actions.dtype
+        geom = ray_geometry(cam.float(), self.cfg).to(dtype)                   # [B, F, N, G]
         pos = self.token_positions(torch.full((cam.shape[0],), float(start_frame), device=cam.device))
-        return ChunkInputs(geom, self.a_embed(actions), self.rope.tables(pos, cam.dtype), self.copy_keys(geom))
+        return ChunkInputs(geom, self.a_embed(actions), self.rope.tables(pos, dtype), self.copy_keys(geom))
 
     def chunk_forward(self, frames: torch.Tensor, t: torch.Tensor, inputs: ChunkInputs, ctx,
                       output: bool = True) -> torch.Tensor | None:

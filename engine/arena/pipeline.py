@@ -85,7 +85,7 @@ class ArenaPipeline:
         rows = self._frames(chunk)
         to = dict(device=self.device, dtype=self.dtype)
         actions = torch.from_numpy(self.actions[rows])[None].to(**to)
-        cam = torch.from_numpy(self.cam[rows].astype(np.float32))[None].to(**to)
+        cam = torch.from_numpy(self.cam[rows].astype(np.float32))[None].to(self.device)   # float32: see chunk_inputs
         return self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk), to
 
     def _clean_pass(self, x0: torch.Tensor, inputs, to: dict, ctx) -> torch.Tensor:

@@ -5,13 +5,15 @@ file before its model is built (``probe_clip``: its frame count and frame size, 
 ``InputError`` when PyAV cannot decode it) and reading its frames in order (``ClipReader.frames``: RGB uint8 ``[T, H, W, 3]``, as decoded, never resized). Frames are
 decoded on demand and only forward; asking for an earlier frame opens the file again, so a session that
 resumes inside the clip reads exactly the frames an uninterrupted one read.
+
+PyAV is imported where a file is opened, not with the module: the MG2 family imports this module, and a
+model that observes nothing builds and runs where PyAV is not installed (a GPU machine's bare image).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
 import numpy as np
 import torch
 
@@ -37,6 +39,8 @@ class ClipInfo:
 
 def probe_clip(path: Path) -> ClipInfo:
     """Decode ``path`` once: its frame count and (height, width); one-line ``InputError`` otherwise."""
+    import av
+
     frames, size = 0, None
     try:
         with av.open(str(path)) as container:
@@ -88,6 +92,8 @@ class ClipReader:
         self._container, self._frames, self._next = None, None, 0
 
     def _open(self) -> None:
+        import av
+
         self.close()
         self._container = av.open(str(self.path))
         self._frames = self._container.decode(video=0)
