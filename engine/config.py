@@ -292,6 +292,10 @@ POSITION_MODES = ("native", "extend", "rerotate")
 # background: dirty chunks are written when the pool runs low (write-back); through: every stored chunk
 # is written at once in the background (write-through); sync: put waits for its write-back (a baseline).
 WRITEBACK_MODES = ("background", "through", "sync")
+# What the prefetch mode does with a staged set still loading when its chunk starts: "miss" (the design:
+# never wait, the slot keeps its previous chunk) or "wait" (a stall instead: the run's frames no longer
+# depend on how fast the machine and the drive were, for reproducible runs and frame-exact comparisons).
+LATE_PREFETCH_MODES = ("miss", "wait")
 
 
 @dataclass(frozen=True)
@@ -328,6 +332,7 @@ class MemoryConfig:
     drive_bw: str | None = None              # emulated drive bandwidth, GB/s: "0.25" or "r=0.5,w=0.5"
     writeback: str = "background"            # WRITEBACK_MODES: when a stored chunk goes to the drive
     io_deadline_s: float = 30.0              # a synchronous read or a write-back late by this much fails
+    late_prefetch: str = "miss"              # LATE_PREFETCH_MODES: a prefetch still loading is a miss, or waited for
 
 
 @dataclass(frozen=True)
@@ -388,6 +393,9 @@ class SessionConfig:
             (self.memory.retrieve_k >= 0, f"retrieve_k must be >= 0, got {self.memory.retrieve_k}"),
             (math.isfinite(self.memory.io_deadline_s) and self.memory.io_deadline_s > 0,
              f"--io-deadline (memory.io_deadline_s) must be a positive number of seconds, got {self.memory.io_deadline_s}"),
+            (self.memory.late_prefetch in LATE_PREFETCH_MODES,
+             f"--late-prefetch (memory.late_prefetch) must be one of {', '.join(LATE_PREFETCH_MODES)}, "
+             f"got {self.memory.late_prefetch!r}"),
             (self.memory.writeback in WRITEBACK_MODES,
              f"writeback must be one of {', '.join(WRITEBACK_MODES)}, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from engine.config import ARENA_MODEL, MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL
+from engine.config import ARENA_MODEL, LATE_PREFETCH_MODES, MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL
 from engine.errors import ConfigError
 from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
@@ -35,6 +35,7 @@ SHARED_OPTIONS = [   # (flag, job option, click type, help): every job's default
     ("--save-every", "save_every", int, "Save point every N chunks (0: none)."),
     ("--keep-savepoints", "keep_savepoints", int, "Newest save points kept."),
     ("--io-deadline", "io_deadline", float, "Seconds a read or write-back may take."),
+    ("--late-prefetch", "late_prefetch", click.Choice(LATE_PREFETCH_MODES), "Prefetch: a late set is a miss or waited for."),
     ("--store", "store", click.Choice(STORE_MODES), "Store mode."),
     ("--spill", "spill", str, "Spill directory template: {job} is the job's name (e.g. /mnt/nvme/{job})."),
     ("--pool-slots", "pool_slots", int, "Exact host-pool size in chunks."),

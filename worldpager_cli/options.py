@@ -16,7 +16,8 @@ from typing import Mapping
 
 import click
 
-from engine.config import ARENA_MODEL, MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL, WRITEBACK_MODES
+from engine.config import (ARENA_MODEL, LATE_PREFETCH_MODES, MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL,
+                           WRITEBACK_MODES)
 from engine.errors import ConfigError
 
 LENGTH_KEYS = ("chunks", "seconds", "minutes")
@@ -76,6 +77,7 @@ SESSION_OPTIONS = [
     click.option("--keep-savepoints", type=int, help="Newest save points kept (where the run can be resumed or forked). Default: 2."),
     click.option("--decode-overlap/--no-decode-overlap", default=None, help="Decode and mux each chunk on a worker thread while the next one denoises (same MP4). Default: off."),
     click.option("--io-deadline", type=float, help="Seconds a synchronous read or a write-back may take before the drive counts as stuck. Default: 30."),
+    click.option("--late-prefetch", type=click.Choice(LATE_PREFETCH_MODES), help="Prefetch mode: a set still loading when its chunk starts is a miss (the slot keeps its previous chunk; never waits) or is waited for (a stall; the frames then do not depend on the machine's speed: reproducible runs). Default: miss."),
     click.option("--writeback", type=click.Choice(WRITEBACK_MODES), help="When stored chunks go to the spill drive: background (when the pool runs low), through (each at once, in the background) or sync (a baseline: the loop waits). Default: background."),
 ]
 
@@ -130,6 +132,8 @@ def session_overlay(opts: Mapping) -> dict:
                        o["drive_bw"], o["retrieve_k"], o["sink"])
     if o["io_deadline"] is not None:
         mem["io_deadline_s"] = o["io_deadline"]
+    if o["late_prefetch"] is not None:
+        mem["late_prefetch"] = o["late_prefetch"]
     if o["writeback"] is not None:
         mem["writeback"] = o["writeback"]
     if mem:

@@ -80,7 +80,7 @@ OPTION_TYPES: dict[str, Callable[[Any], Any]] = {
     "name": _text, "preset": _text, "image": _path, "trajectory": _path, "repeat": _text, "out": _path,
     "log": _path, "chunks": _integer, "seconds": _number, "minutes": _number, "checkpoint": _path,
     "model": _text, "arena_seed": _integer, "arena_weights": _path, "seed": _integer,
-    "save_every": _integer, "keep_savepoints": _integer, "io_deadline": _number, "store": _text,
+    "save_every": _integer, "keep_savepoints": _integer, "io_deadline": _number, "late_prefetch": _text, "store": _text,
     "spill": _path, "host_mem": _number, "pool_slots": _integer, "device_mem": _number, "kv_bits": _integer,
     "drive_bw": _text, "retrieve_k": _integer, "sink": _flag, "positions": _text, "chunk_ms": _number,
     "kv_scale": _number,

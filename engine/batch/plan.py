@@ -29,7 +29,8 @@ from engine.session.preflight import check_memory, host_budget
 GiB = 2 ** 30
 MEMORY_KEYS = {"store": "store", "spill": "spill", "host_mem": "host_mem_gib", "pool_slots": "pool_slots",
                "device_mem": "device_mem_gib", "kv_bits": "kv_bits", "drive_bw": "drive_bw",
-               "retrieve_k": "retrieve_k", "sink": "sink", "io_deadline": "io_deadline_s"}
+               "retrieve_k": "retrieve_k", "sink": "sink", "io_deadline": "io_deadline_s",
+               "late_prefetch": "late_prefetch"}
 TOP_KEYS = ("image", "out", "log", "trajectory", "repeat", "checkpoint", "model", "seed", "positions",
             "chunk_ms", "kv_scale", "arena_seed", "arena_weights", "save_every", "keep_savepoints")
 LENGTH_KEYS = ("chunks", "seconds", "minutes")

@@ -9,7 +9,8 @@ it sits on the session's side: the components know nothing of one another. Shape
 
 * ``prefetch`` (WorldPager): select c's set from c's real pose; take what was staged during c−1 (from
   the extrapolated pose) without waiting; a miss keeps the slot's previous chunk (stale-set fallback);
-  then stage c+1's predicted set in the background.
+  then stage c+1's predicted set in the background. With ``late_prefetch: wait`` a set still loading is
+  waited for instead (a stall), so the frames do not depend on the machine's speed (reproducible runs).
 * ``on-demand``: select from the real pose; chunks not already in a slot are loaded synchronously.
 * ``sync``: every chunk of the set is loaded synchronously every chunk (no reuse of slots).
 * ``dram-only``: ``prefetch`` without a disk tier; stops with a capacity error when the pool is full.
@@ -87,6 +88,7 @@ class SessionMemory:
         self.io_deadline_s = cfg.memory.io_deadline_s
         self._stuck = False
         self._wait_staged = False
+        self._late_wait = cfg.memory.late_prefetch == "wait"
         self.layout, self.ctx, self.retriever, self.clock = layout, ctx, retriever, clock
         self.k = cfg.memory.retrieve_k if self.mode != "window" else 0
         self.slots = MemorySlots(self.k, cfg.memory.sink and self.mode != "window")
@@ -270,7 +272,13 @@ class SessionMemory:
     def _prepare_prefetch(self, chunk: int, desired: list[int], record: dict) -> None:
         # Right after a resume the set staged before the save point is waited for once: the run
         # that made the save point had it in time (a miss would have been logged there).
-        staged = self.store.take_staged(timeout=None if self._wait_staged else 0)
+        # With late_prefetch "wait", a set still loading is waited for (up to the I/O deadline, as any
+        # read) and the wait is a stall, so the frames do not depend on the machine's speed.
+        t0 = self.clock()
+        timeout = None if self._wait_staged else self.io_deadline_s if self._late_wait else 0
+        staged = self.store.take_staged(timeout=timeout)
+        if self._late_wait:
+            record["stall_ms"] += (self.clock() - t0) * 1e3
         self._wait_staged = False
         self._apply(self.slots.plan(desired, set(staged.hits)), staged.kv, record)
         nxt = self.retriever.predict_select(chunk + 1, self.candidates(chunk + 1), self.k)

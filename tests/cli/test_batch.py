@@ -36,7 +36,8 @@ from worldpager_cli.main import cli
 REPO = Path(__file__).resolve().parents[2]
 YAW = REPO / "trajectories" / "yaw.yaml"
 SYNTHETIC = ["--model", "synthetic", "--chunk-ms", "5", "--kv-scale", "0.034", "--pool-slots", "4", "--kv-bits", "16"]
-ARENA = ["--model", "arena", "--pool-slots", "4"]   # a small pool: sizing one from the machine takes seconds
+ARENA = ["--model", "arena", "--pool-slots", "4",   # a small pool: sizing one from the machine takes seconds
+         "--late-prefetch", "wait"]                # frames compared exactly: whatever the machine's speed
 
 
 def run(*args):

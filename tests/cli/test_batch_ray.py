@@ -63,7 +63,7 @@ def same_frames(a: Path, b: Path) -> bool:
 def test_ray_actors_write_the_local_batchs_frames(local_ray, tmp_path):
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(f"jobs:\n  - {{name: one, arena_seed: 3, trajectory: {YAW}}}\n  - {{name: two, arena_seed: 4}}\n")
-    shared = ["--model", "arena", "--pool-slots", "4", "--chunks", "2", "--quiet",
+    shared = ["--model", "arena", "--pool-slots", "4", "--chunks", "2", "--quiet", "--late-prefetch", "wait",
               "--host-mem", "12"]   # 6 GiB a worker, whatever else the machine is doing
     local = run(jobs, "--out-dir", tmp_path / "local", "--workers", "2", *shared)
     assert local.exit_code == 0, local.output

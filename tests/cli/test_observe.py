@@ -38,7 +38,8 @@ def paths(tmp_path):
 
 def _cfg(tmp, name, **extra):
     flags = {"model": "arena", "chunks": CHUNKS, "observe": tmp / "tour.yaml", "trajectory": tmp / "explore.yaml",
-             "out": tmp / f"{name}.mp4", "save_every": 0, "memory": {"pool_slots": 4}}
+             "out": tmp / f"{name}.mp4", "save_every": 0,
+             "memory": {"pool_slots": 4, "late_prefetch": "wait"}}   # bytes compared: whatever the machine's speed
     for key, value in extra.items():
         if key == "memory":
             flags["memory"] = {**flags["memory"], **value}

@@ -50,7 +50,7 @@ def clip(tmp_path_factory):
 
 def _cfg(clip, out, **extra):
     flags = {"model": "micro", "chunks": CHUNKS, "observe": clip, "out": out, "save_every": 0,
-             "memory": {"pool_slots": 4}}
+             "memory": {"pool_slots": 4, "late_prefetch": "wait"}}   # bytes compared: whatever the speed
     for key, value in extra.items():
         flags[key] = {**flags["memory"], **value} if key == "memory" else value
     return resolve_session_config(None, flags)

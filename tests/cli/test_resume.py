@@ -27,10 +27,12 @@ from engine.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 CHUNKS = 12
-ARENA = ["--model", "arena", "--pool-slots", "4", "--save-every", "2"]
-MICRO = ["--model", "micro", "--pool-slots", "4", "--save-every", "2"]
+# A late prefetch is waited for (--late-prefetch wait): the frames compared below then do not depend on
+# how fast the machine was (with the default, a set still loading is a miss by design).
+ARENA = ["--model", "arena", "--pool-slots", "4", "--save-every", "2", "--late-prefetch", "wait"]
+MICRO = ["--model", "micro", "--pool-slots", "4", "--save-every", "2", "--late-prefetch", "wait"]
 SYNTHETIC = ["--model", "synthetic", "--chunk-ms", "20", "--kv-scale", "0.034", "--pool-slots", "4",
-             "--save-every", "2"]
+             "--save-every", "2", "--late-prefetch", "wait"]
 MODELS = {"arena": ARENA, "micro": MICRO, "synthetic": SYNTHETIC}
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 

@@ -102,6 +102,7 @@ def test_a_decoder_failure_is_raised_in_the_loop(tmp_path, overlap):
 # ---- whole sessions -------------------------------------------------------------------------------
 
 def _cfg(out, overlap: bool, **extra):
+    extra["memory"] = {"late_prefetch": "wait", **extra.get("memory", {})}   # bytes compared: whatever the speed
     return resolve_session_config(None, {"model": "arena", "chunks": CHUNKS, "out": out, "decode_overlap": overlap,
                                          **extra})
 
