@@ -15,44 +15,22 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from engine.config import ARENA_MODEL, LATE_PREFETCH_MODES, MODEL_CONFIGS, POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL
 from engine.errors import ConfigError
+from engine.options import SESSION_OPTIONS
 from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from worldpager_cli.options import options_of
 
-SHARED_OPTIONS = [   # (flag, job option, click type, help): every job's default, a job's own value wins
-    ("--preset", "preset", str, "Preset name or YAML file."),
-    ("--image", "image", click.Path(), "Start image (MG2 models)."),
-    ("--trajectory", "trajectory", click.Path(), "Trajectory file (with a job list whose jobs name none)."),
-    ("--repeat", "repeat", click.Choice(["loop", "pingpong"]), "How a short trajectory is extended."),
-    ("--chunks", "chunks", int, "Length in chunks."),
-    ("--seconds", "seconds", float, "Length in seconds of video."),
-    ("--minutes", "minutes", float, "Length in minutes of video."),
-    ("--checkpoint", "checkpoint", click.Path(), "Directory with the official MG2 weights."),
-    ("--model", "model", click.Choice([ARENA_MODEL] + sorted(MODEL_CONFIGS) + [SYNTHETIC_MODEL]), "Model."),
-    ("--arena-seed", "arena_seed", int, "Arena model: which world."),
-    ("--arena-weights", "arena_weights", click.Path(), "Arena model: weights file."),
-    ("--seed", "seed", int, "Seed of the noise."),
-    ("--save-every", "save_every", int, "Save point every N chunks (0: none)."),
-    ("--keep-savepoints", "keep_savepoints", int, "Newest save points kept."),
-    ("--io-deadline", "io_deadline", float, "Seconds a read or write-back may take."),
-    ("--late-prefetch", "late_prefetch", click.Choice(LATE_PREFETCH_MODES), "Prefetch: a late set is a miss or waited for."),
-    ("--store", "store", click.Choice(STORE_MODES), "Store mode."),
-    ("--spill", "spill", str, "Spill directory template: {job} is the job's name (e.g. /mnt/nvme/{job})."),
-    ("--pool-slots", "pool_slots", int, "Exact host-pool size in chunks."),
-    ("--device-mem", "device_mem", float, "Device memory budget for KV in GiB."),
-    ("--kv-bits", "kv_bits", click.Choice(["2", "4", "8", "16"]), "Stored KV format."),
-    ("--drive-bw", "drive_bw", str, "Emulated drive bandwidth in GB/s."),
-    ("--retrieve-k", "retrieve_k", int, "Past chunks retrieved per chunk."),
-    ("--positions", "positions", click.Choice(POSITION_MODES), "Position handling past the horizon."),
-    ("--chunk-ms", "chunk_ms", float, "Synthetic model: device time per chunk."),
-    ("--kv-scale", "kv_scale", float, "Synthetic model: KV bytes relative to MG2."),
-]
+# Every job's defaults: the table's options (engine.options) but those a batch sets per job or for itself
+# (the outputs go under --out-dir, the device is the workers', --host-mem is the whole batch's); a job's
+# own value wins.
+NOT_SHARED = ("out", "log", "device", "host_mem")
+SHARED = tuple(o.name for o in SESSION_OPTIONS if o.name not in NOT_SHARED)
+SHARED_HELP = {"spill": "Spill directory template: {job} is the job's name (e.g. /mnt/nvme/{job}).",
+               "image": "Start image (MG2 models).", "trajectory": "Trajectory file (with a job list whose jobs name none)."}
 
 
 def shared_options(func):
-    for flag, dest, kind, text in reversed(SHARED_OPTIONS):
-        func = click.option(flag, dest, type=kind, help=text)(func)
-    return click.option("--sink/--no-sink", "sink", default=None, help="Keep the first chunk resident.")(func)
+    return options_of(SHARED, func, SHARED_HELP)
 
 
 def worker_devices(devices: str | None, workers: int | None) -> list[str]:
@@ -111,7 +89,7 @@ def batch(jobs, out_dir, workers, devices, ray_address, retries, host_mem, quiet
 
     if retries < 0:
         raise ConfigError(f"--retries must be >= 0, got {retries}")
-    options = {k: (int(v) if k == "kv_bits" else v) for k, v in shared.items() if v is not None}
+    options = {k: (int(v) if k == "kv_bits" else v) for k, v in shared.items() if v is not None and v != ()}
     job_list = load_jobs(jobs, options)
     out_dir = out_dir.expanduser().resolve()
     backend, plans = _backend_and_plans(job_list, out_dir, workers, devices, ray_address, host_mem)

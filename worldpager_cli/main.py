@@ -23,7 +23,7 @@ from worldpager_cli.batch import batch
 from worldpager_cli.bench import bench
 from worldpager_cli.download import download
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
-from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given, memory_flags, memory_options,  # noqa: F401
+from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given,  # noqa: F401
                                     parse_arena_seed, session_options, session_overlay)
 from worldpager_cli.plan import plan
 from worldpager_cli.quality import bench_quality

@@ -149,7 +149,7 @@ def plan_config(opts: dict):
     --checkpoint, the paper's platform (``PLAN_PRESET``): ``generate``'s default arena model is not
     MG2-shaped."""
     preset = opts["preset"]
-    if preset is None and opts["model_name"] is None and opts["checkpoint"] is None:
+    if preset is None and opts["model"] is None and opts["checkpoint"] is None:
         preset = PLAN_PRESET
     flags = session_overlay(opts)
     cfg = resolve_session_config(preset, flags, PLAN_BASE)

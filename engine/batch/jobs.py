@@ -28,63 +28,12 @@ from typing import Any, Callable
 import yaml
 
 from engine.errors import InputError
+from engine.options import job_parsers
 
 
-def _integer(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("not an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        return int(value)
-    raise ValueError("not an integer")
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError("not a number")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError("not a number") from None
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise ValueError("not true or false")
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, (dict, list)) or value is None:
-        raise ValueError("not a text value")
-    return str(value)
-
-
-def _path(value: Any) -> str:
-    text = _text(value)
-    if not text.strip():
-        raise ValueError("an empty path")
-    return text
-
-
-PATH_OPTIONS = ("image", "trajectory", "out", "log", "checkpoint", "arena_weights", "spill", "preset")
-OPTION_TYPES: dict[str, Callable[[Any], Any]] = {
-    "name": _text, "preset": _text, "image": _path, "trajectory": _path, "repeat": _text, "out": _path,
-    "log": _path, "chunks": _integer, "seconds": _number, "minutes": _number, "checkpoint": _path,
-    "model": _text, "arena_seed": _integer, "arena_weights": _path, "seed": _integer,
-    "save_every": _integer, "keep_savepoints": _integer, "io_deadline": _number, "late_prefetch": _text, "store": _text,
-    "spill": _path, "host_mem": _number, "pool_slots": _integer, "device_mem": _number, "kv_bits": _integer,
-    "drive_bw": _text, "retrieve_k": _integer, "sink": _flag, "positions": _text, "chunk_ms": _number,
-    "kv_scale": _number,
-}
+PATH_OPTIONS = ("image", "trajectory", "out", "log", "checkpoint", "arena_weights", "spill", "preset", "observe",
+                "observe_poses")
+OPTION_TYPES: dict[str, Callable[[Any], Any]] = job_parsers()   # the generate flags' table, less --device
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 

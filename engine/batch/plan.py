@@ -22,17 +22,12 @@ from typing import Any
 from engine.batch.jobs import Job
 from engine.config import SessionConfig
 from engine.errors import ConfigError, InputError, WorldPagerError
+from engine.options import overlay
 from engine.model.registry import model_kv_layout, model_spec
 from engine.overlay import resolve_session_config
 from engine.session.preflight import check_memory, host_budget
 
 GiB = 2 ** 30
-MEMORY_KEYS = {"store": "store", "spill": "spill", "host_mem": "host_mem_gib", "pool_slots": "pool_slots",
-               "device_mem": "device_mem_gib", "kv_bits": "kv_bits", "drive_bw": "drive_bw",
-               "retrieve_k": "retrieve_k", "sink": "sink", "io_deadline": "io_deadline_s",
-               "late_prefetch": "late_prefetch"}
-TOP_KEYS = ("image", "out", "log", "trajectory", "repeat", "checkpoint", "model", "seed", "positions",
-            "chunk_ms", "kv_scale", "arena_seed", "arena_weights", "save_every", "keep_savepoints")
 LENGTH_KEYS = ("chunks", "seconds", "minutes")
 
 
@@ -47,19 +42,14 @@ class JobPlan:
 
 
 def overlay_of(options: dict[str, Any], out_dir: Path, name: str) -> dict[str, Any]:
-    """``generate``'s config overlay for a job's options (paths resolved, spill template filled)."""
-    flags: dict[str, Any] = {k: options[k] for k in TOP_KEYS if k in options}
-    flags["out"] = out_dir / options.get("out", f"{name}.mp4")
+    """``generate``'s config overlay for a job's options (``engine.options.overlay``, the rule ``generate``
+    uses), with the outputs under ``out_dir`` and the spill template filled."""
+    values = {**options, "out": out_dir / options.get("out", f"{name}.mp4")}
     if "log" in options:
-        flags["log"] = out_dir / options["log"]
-    memory = {MEMORY_KEYS[k]: options[k] for k in MEMORY_KEYS if k in options}
-    if "spill" in memory:
-        memory["spill"] = memory["spill"].replace("{job}", name)
-    if memory:
-        flags["memory"] = memory
-    if "checkpoint" in options and "model" not in options and "preset" not in options:
-        flags["model"] = "mg2-universal"
-    return flags
+        values["log"] = out_dir / options["log"]
+    if "spill" in options:
+        values["spill"] = options["spill"].replace("{job}", name)
+    return overlay(values)
 
 
 def length_chunks(options: dict[str, Any], cfg: SessionConfig) -> int | None:

@@ -1,0 +1,262 @@
+"""A session's options, declared once: the table ``generate``, ``plan``, ``batch`` (its flags and its job
+lines) and the overlay rule all read.
+
+Owns ``SESSION_OPTIONS`` (each option's name, value kind, the config key it sets and its help),
+``job_parsers()`` (how a batch job line's value of each kind is read), ``overlay(values)`` (the sparse
+config overlay of the options given: ``engine.overlay.resolve_session_config`` applies it over a preset)
+and ``parse_settings`` (``--set KEY=VALUE``: any config key, the keys presets set included, so that a
+flag, a job line and a preset can each reach every setting). No click here (``engine`` never imports
+it): ``worldpager_cli.options`` builds the flags from this table.
+
+Names are the flags without their dashes, with ``_`` for ``-`` (``io_deadline`` is ``--io-deadline``
+and a job's ``io_deadline`` or ``io-deadline``). ``target`` is the dotted config key an option sets;
+options without one (the preset, the length, ``--set``) are read by the commands themselves.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from engine.config import (ARENA_MODEL, LATE_PREFETCH_MODES, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
+                           SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
+from engine.errors import ConfigError
+
+MODEL_NAMES = (ARENA_MODEL, *sorted(MODEL_CONFIGS), SYNTHETIC_MODEL)
+KINDS = ("path", "int", "float", "text", "choice", "switch", "settings")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One session option. ``kind``: path, int, float, text, choice (one of ``choices``), switch (an
+    on/off pair, ``--sink/--no-sink``) or settings (``KEY=VALUE``, repeatable)."""
+
+    name: str
+    kind: str
+    help: str
+    target: str | None = None
+    choices: tuple[str, ...] = ()
+    group: str = "session"          # where the help lists it: session | memory | advanced
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def parse_arena_seed(value: Any) -> int:
+    """``--arena-seed``: a non-negative integer (one-line error naming the value otherwise)."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit():
+        raise ConfigError(f"--arena-seed must be a non-negative integer, got {value!r}")
+    return int(text)
+
+
+def _opt(name, kind, help, target=None, choices=(), group="session") -> Option:
+    return Option(name, kind, help, target, tuple(choices), group)
+
+
+SESSION_OPTIONS: tuple[Option, ...] = (
+    _opt("preset", "text", "Preset name (presets/NAME.yaml) or a YAML file; flags override it."),
+    _opt("image", "path", "Start image (PNG/JPEG/WebP). Default: the packaged scene.", "image"),
+    _opt("trajectory", "path", "Trajectory file (YAML, pose CSV, action CSV, nerfstudio JSON). Default: the "
+         "model's packaged one (the arena model: arena_tour.yaml; MG2: revisit_loop.yaml).", "trajectory"),
+    _opt("observe", "path", "Start from an observed clip for its whole chunks, then --trajectory goes on from "
+         "where it ended: for the arena model a trajectory file whose path through its world is observed "
+         "(rendered truth); for MG2 a recorded video at the model's frame size (its frame 0 is the start image), "
+         "its camera path in CLIP.poses.csv beside it.", "observe"),
+    _opt("observe_poses", "path", "The --observe video's camera path (pose CSV: frame,x,y,z,yaw,pitch). "
+         "Default: CLIP.poses.csv beside the video.", "observe_poses"),
+    _opt("repeat", "choice", "How a short trajectory is extended. Default: loop.", "repeat", ("loop", "pingpong")),
+    _opt("out", "path", "Output MP4. Default: worldpager-DATE-TIME.mp4 here.", "out"),
+    _opt("log", "path", "JSON Lines log. Default: beside the MP4 (.log.jsonl).", "log"),
+    _opt("chunks", "int", "Length in chunks (12 video frames each; the first has 9)."),
+    _opt("seconds", "float", "Length in seconds of video (16 fps). Default: 30."),
+    _opt("minutes", "float", "Length in minutes of video (16 fps)."),
+    _opt("checkpoint", "path", "Directory with the official MG2 weights (implies --model mg2-universal).",
+         "checkpoint"),
+    _opt("model", "choice", "Model. Default: arena (our own world model), or mg2-universal with --checkpoint. "
+         "tiny/micro: MG2's architecture with seeded weights; synthetic: real KV bytes, no math.", "model",
+         MODEL_NAMES),
+    _opt("arena_seed", "text", "Arena model: which procedural world (a non-negative integer). Default: 1000017.",
+         "arena_seed"),
+    _opt("arena_weights", "path", "Arena model: weights file. Default: the packaged ones.", "arena_weights"),
+    _opt("seed", "int", "Seed of the noise. Default: 0.", "seed"),
+    _opt("device", "text", "auto, cpu, cuda or cuda:N. Default: auto.", "device"),
+    _opt("save_every", "int", "Save point every N chunks (0: none). Default: about every 30 s of wall time.",
+         "save_every"),
+    _opt("keep_savepoints", "int", "Newest save points kept (where the run can be resumed or forked). Default: 2.",
+         "keep_savepoints"),
+    _opt("decode_overlap", "switch", "Decode and mux each chunk on a worker thread while the next one denoises "
+         "(same MP4). Default: off.", "decode_overlap", group="advanced"),
+    _opt("positions", "choice", "Position handling past the horizon. Default: rerotate.", "positions",
+         POSITION_MODES, group="advanced"),
+    _opt("chunk_ms", "float", "Synthetic model: device time per chunk. Default: 1200.", "chunk_ms",
+         group="advanced"),
+    _opt("kv_scale", "float", "Synthetic model: KV bytes relative to MG2. Default: 1.", "kv_scale",
+         group="advanced"),
+    _opt("store", "choice", "Store mode. Default: prefetch.", "memory.store", STORE_MODES, group="memory"),
+    _opt("spill", "path", "Directory of the disk tier (O_DIRECT). Default: none.", "memory.spill", group="memory"),
+    _opt("host_mem", "float", "Host memory budget in GiB (the pool is this minus the process and 2 GiB).",
+         "memory.host_mem_gib", group="memory"),
+    _opt("pool_slots", "int", "Exact host-pool size in chunks (overrides --host-mem).", "memory.pool_slots",
+         group="memory"),
+    _opt("device_mem", "float", "Device memory budget for KV in GiB (device-only mode).", "memory.device_mem_gib",
+         group="memory"),
+    _opt("kv_bits", "choice", "Stored KV format (16 = unquantised). Default: 4.", "memory.kv_bits",
+         ("2", "4", "8", "16"), group="memory"),
+    _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw",
+         group="memory"),
+    _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k", group="memory"),
+    _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink", group="memory"),
+    _opt("io_deadline", "float", "Seconds a synchronous read or a write-back may take before the drive counts "
+         "as stuck. Default: 30.", "memory.io_deadline_s", group="memory"),
+    _opt("late_prefetch", "choice", "Prefetch mode: a set still loading when its chunk starts is a miss (the "
+         "slot keeps its previous chunk; never waits) or is waited for (a stall; the frames then do not depend "
+         "on the machine's speed: reproducible runs). Default: miss.", "memory.late_prefetch",
+         LATE_PREFETCH_MODES, group="memory"),
+    _opt("writeback", "choice", "When stored chunks go to the spill drive: background (when the pool runs low), "
+         "through (each at once, in the background) or sync (a baseline: the loop waits). Default: background.",
+         "memory.writeback", WRITEBACK_MODES, group="memory"),
+    _opt("set", "settings", "Any config key, as a preset sets it: KEY=VALUE (dotted keys, YAML values), "
+         "repeatable, e.g. --set calibration.mouse_step=0.2 --set save_interval_s=10.", group="advanced"),
+)
+BY_NAME = {o.name: o for o in SESSION_OPTIONS}
+LENGTH_NAMES = ("chunks", "seconds", "minutes")
+
+
+# ---- batch job lines: a value of each kind, from JSON, CSV or YAML -------------------------------
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("not an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    raise ValueError("not an integer")
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError("not a number") from None
+
+
+def _switch(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError("not true or false")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (dict, list)) or value is None:
+        raise ValueError("not a text value")
+    return str(value)
+
+
+def _path(value: Any) -> str:
+    text = _text(value)
+    if not text.strip():
+        raise ValueError("an empty path")
+    return text
+
+
+def _settings(value: Any) -> tuple[str, ...]:
+    """A job's ``set``: a mapping of config keys, or KEY=VALUE text (a list of them, or ``;``-separated)."""
+    if isinstance(value, dict):
+        return tuple(f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in value.items())
+    items = value if isinstance(value, list) else str(value).split(";")
+    texts = tuple(_text(v).strip() for v in items if str(v).strip())
+    if not all("=" in t for t in texts):
+        raise ValueError("not KEY=VALUE settings")
+    return texts
+
+
+JOB_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "path": _path, "int": _integer, "float": _number, "text": _text, "choice": _text, "switch": _switch,
+    "settings": _settings}
+
+
+def job_parsers() -> dict[str, Callable[[Any], Any]]:
+    """How a batch job line reads each option (a job cannot choose its device: the batch's workers do)."""
+    parsers = {o.name: JOB_PARSERS[o.kind] for o in SESSION_OPTIONS if o.name != "device"}
+    parsers["kv_bits"] = _integer
+    return {"name": _text, **parsers}
+
+
+# ---- the overlay ----------------------------------------------------------------------------------
+
+def parse_settings(texts) -> dict:
+    """``KEY=VALUE`` settings as a nested overlay (values read as YAML: 0.2, true, [1, 2], text)."""
+    overlay: dict = {}
+    for text in texts or ():
+        key, sep, raw = str(text).partition("=")
+        key = key.strip()
+        if not sep or not key or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", p) for p in key.split(".")):
+            raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted config key, "
+                              "e.g. --set memory.retrieve_k=4")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        node = overlay
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {text!r}: {part} is set both as a value and as a section")
+        node[leaf] = value
+    return overlay
+
+
+def _deep_merge(base: dict, top: Mapping) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) \
+            else value
+    return out
+
+
+def overlay(values: Mapping[str, Any]) -> dict:
+    """The sparse config overlay of the options given in ``values`` (None = not given): what a flag
+    sets, then ``--set``'s keys over it. ``--checkpoint`` without ``--model`` or ``--preset`` means the
+    official MG2 (mg2-universal)."""
+    flags: dict = {}
+    for option in SESSION_OPTIONS:
+        value = values.get(option.name)
+        if value is None or option.target is None:
+            continue
+        if option.name == "kv_bits":
+            value = int(value)
+        elif option.name == "arena_seed":
+            value = parse_arena_seed(value)
+        node = flags
+        *parents, leaf = option.target.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    if values.get("checkpoint") is not None and values.get("model") is None and values.get("preset") is None:
+        flags["model"] = "mg2-universal"
+    return _deep_merge(flags, parse_settings(values.get("set")))
+
+
+def config_keys(cfg: Any = None, prefix: str = "") -> list[str]:
+    """Every leaf config key (dotted), what a preset or ``--set`` may set."""
+    cfg = SessionConfig() if cfg is None else cfg
+    keys = []
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        keys += config_keys(value, f"{prefix}{f.name}.") if is_dataclass(value) else [prefix + f.name]
+    return keys
