@@ -65,6 +65,7 @@ def generate(quiet, overwrite, **opts) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     from engine.model.registry import model_spec
     from engine.session.ownership import check_video_path, claim_output, refuse_existing
+    from engine.session.preflight import check_output_paths
     from engine.session.resume import with_absolute_paths
 
     preset, chunks, seconds, minutes = (opts[k] for k in ("preset", *LENGTH_KEYS))
@@ -74,6 +75,7 @@ def generate(quiet, overwrite, **opts) -> None:
     n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
     cfg = with_absolute_paths(resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}))
     check_video_path(cfg.out)
+    check_output_paths(cfg)   # an output on an input or on another output is told as such, first
     with claim_output(cfg.out):   # held until the run ends: one writer per output
         refuse_existing(cfg, overwrite)
         _generate(cfg, spec, grid, quiet)

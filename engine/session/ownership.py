@@ -124,7 +124,7 @@ def _holder(path: Path) -> str:
 
 def refuse_existing(cfg: SessionConfig, overwrite: bool, flag: str = "--out") -> None:
     """Refuse to replace an earlier run's outputs unless ``overwrite`` (call it holding the claim)."""
-    existing = [p for p in (cfg.out, cfg.log_path, cfg.config_path) if Path(p).exists()]
+    existing = [p for p in (cfg.out, cfg.log_path, cfg.config_path) if Path(p).is_file()]
     if not existing:
         return
     if overwrite:
