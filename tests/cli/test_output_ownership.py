@@ -28,7 +28,7 @@ from engine.session.resume import run_config
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
 from engine.telemetry import read_log
-from tests_support import PATIENCE_S, WORLDPAGER, sigkill_when_ready
+from tests_support import PATIENCE_S, WORLDPAGER, one_line_error, sigkill_when_ready
 from worldpager_cli.main import cli
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -37,24 +37,15 @@ LONG = 400   # chunks: a run that cannot finish while a test watches it
 YAW = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"
 
 
-def _wp(cwd: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run(WORLDPAGER + [str(a) for a in args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=PATIENCE_S)
-
-
 def _start(cwd: Path, *args) -> subprocess.Popen:
     return subprocess.Popen(WORLDPAGER + [str(a) for a in args], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
-def _one_line(result: subprocess.CompletedProcess, *needles: str) -> str:
-    """Exit 1 and exactly one line on stderr, ``worldpager: error: ...``, holding every needle."""
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == 1 and len(lines) == 1, result.stderr
-    assert lines[0].startswith("worldpager: error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+def _here(*args):
+    """``worldpager ARGS`` in this process (the current directory is the test's): no interpreter start
+    for a command that is refused, or for a short run."""
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
 def _wait(log: Path, proc: subprocess.Popen, seen) -> None:
@@ -117,52 +108,56 @@ def test_two_resumes_at_once_one_goes_on_the_other_is_one_line(tmp_path):
     log = out.with_suffix(".log.jsonl")
     first = _start(tmp_path, "resume", out, "--quiet")
     _wait(log, first, _after("resume"))
-    _one_line(_wp(tmp_path, "resume", out), f"cannot resume {out}", f"pid {first.pid}", "another WorldPager process")
+    one_line_error(_here("resume", out), f"cannot resume {out}", f"pid {first.pid}", "another WorldPager process")
     _stop(first)
     _decodes_to_its_log(out, log)
 
 
-def test_resume_during_its_generate_is_refused_before_it_touches_anything(tmp_path):
+def test_resume_during_its_generate_is_refused_before_it_touches_anything(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     proc = _start(tmp_path, "generate", *MICRO, "--chunks", LONG, "--out", "g.mp4", "--spill", "g.spill")
     log = tmp_path / "g.log.jsonl"
     _wait(log, proc, _savepoint(2))
-    _one_line(_wp(tmp_path, "resume", "g.mp4"), "cannot resume g.mp4", f"pid {proc.pid}")
+    one_line_error(_here("resume", "g.mp4"), "cannot resume g.mp4", f"pid {proc.pid}")
     _wait(log, proc, _after("header", 4))   # still writing its own file
     _stop(proc)
     assert not any(r["type"] == "resume" for r in read_log(log))
     _decodes_to_its_log(tmp_path / "g.mp4", log)
 
 
-def test_two_generates_to_one_output_one_goes_on_the_other_is_one_line(tmp_path):
+def test_two_generates_to_one_output_one_goes_on_the_other_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     proc = _start(tmp_path, "generate", *MICRO, "--chunks", LONG, "--out", "same.mp4", "--spill", "a.spill")
     log = tmp_path / "same.log.jsonl"
     _wait(log, proc, _after("header"))
     for extra in ([], ["--overwrite"]):   # --overwrite replaces a finished run's files, never a running one's
-        _one_line(_wp(tmp_path, "generate", *MICRO, "--chunks", 2, "--out", "same.mp4", "--spill", "b.spill", *extra),
-                  "same.mp4", f"pid {proc.pid}")
+        one_line_error(_here("generate", *MICRO, "--chunks", 2, "--out", "same.mp4", "--spill", "b.spill", *extra),
+                       "same.mp4", f"pid {proc.pid}")
     assert proc.poll() is None
     _stop(proc)
     _decodes_to_its_log(tmp_path / "same.mp4", log)
 
 
-def test_two_forks_to_one_output_one_goes_on_the_other_is_one_line(tmp_path, parent):
+def test_two_forks_to_one_output_one_goes_on_the_other_is_one_line(tmp_path, parent, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     first = _start(tmp_path, "fork", parent, "--trajectory", YAW, "--out", "b.mp4", "--quiet")
     log = tmp_path / "b.log.jsonl"
     _wait(log, first, _after("fork"))
-    _one_line(_wp(tmp_path, "fork", parent, "--trajectory", YAW, "--out", "b.mp4"), "b.mp4", f"pid {first.pid}")
+    one_line_error(_here("fork", parent, "--trajectory", YAW, "--out", "b.mp4"), "b.mp4", f"pid {first.pid}")
     _stop(first)
     assert sum(r["type"] == "fork" for r in read_log(log)) == 1
     _decodes_to_its_log(tmp_path / "b.mp4", log)
 
 
-def test_an_earlier_run_is_not_overwritten_without_overwrite(tmp_path, parent):
-    assert _wp(tmp_path, "generate", *MICRO, "--chunks", 1, "--out", "o.mp4").returncode == 0
+def test_an_earlier_run_is_not_overwritten_without_overwrite(tmp_path, parent, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _here("generate", *MICRO, "--chunks", 1, "--out", "o.mp4").exit_code == 0
     before = (tmp_path / "o.mp4").read_bytes()
-    _one_line(_wp(tmp_path, "generate", *MICRO, "--chunks", 1, "--out", "o.mp4"), "o.mp4", "--overwrite")
-    _one_line(_wp(tmp_path, "fork", parent, "--trajectory", YAW, "--out", "o.mp4"), "o.mp4", "--overwrite")
+    one_line_error(_here("generate", *MICRO, "--chunks", 1, "--out", "o.mp4"), "o.mp4", "--overwrite")
+    one_line_error(_here("fork", parent, "--trajectory", YAW, "--out", "o.mp4"), "o.mp4", "--overwrite")
     assert (tmp_path / "o.mp4").read_bytes() == before
-    again = _wp(tmp_path, "generate", *MICRO, "--chunks", 2, "--out", "o.mp4", "--overwrite")
-    assert again.returncode == 0, again.stderr
+    again = _here("generate", *MICRO, "--chunks", 2, "--out", "o.mp4", "--overwrite")
+    assert again.exit_code == 0, again.output
     _decodes_to_its_log(tmp_path / "o.mp4", tmp_path / "o.log.jsonl")
     assert not lock_path(tmp_path / "o.mp4").exists()   # the owner removes its lock at the end
 
@@ -178,52 +173,54 @@ def test_a_claim_names_its_owner_and_is_freed_by_release(tmp_path):
 
 # ---- checks before cuts ---------------------------------------------------------------------------------
 
-def test_resume_checks_every_piece_before_it_cuts_and_works_from_another_directory(tmp_path):
+def test_resume_checks_every_piece_before_it_cuts_and_works_from_another_directory(tmp_path, monkeypatch):
     """A relative --spill, resumed from the directory above: missing log and spill are one line each,
     nothing changed; put back, the resume goes on and the video decodes to its log."""
     run = tmp_path / "run"
     run.mkdir()
-    out = _killed(run, "k", 12)
+    out = _killed(run, "k", 6)
     video, log, spill = out.read_bytes(), out.with_suffix(".log.jsonl"), run / "k.spill"
     text = log.read_text()
     away = tmp_path / "away"
+    monkeypatch.chdir(tmp_path)
     log.rename(away)
-    _one_line(_wp(tmp_path, "resume", "run/k.mp4"), "log", "k.log.jsonl", "missing")
+    one_line_error(_here("resume", "run/k.mp4"), "log", "k.log.jsonl", "missing")
     away.rename(log)
     spill.rename(away)
-    _one_line(_wp(tmp_path, "resume", "run/k.mp4"), "spill directory", str(spill), "missing")
+    one_line_error(_here("resume", "run/k.mp4"), "spill directory", str(spill), "missing")
     assert out.read_bytes() == video and log.read_text() == text
     away.rename(spill)
-    _one_line(_wp(tmp_path, "generate", *MICRO, "--chunks", 2, "--out", "run/k.mp4"),
-              "unfinished run", "worldpager resume run/k.mp4", "--overwrite")
-    done = _wp(tmp_path, "resume", "run/k.mp4", "--quiet")
-    assert done.returncode == 0, done.stderr
-    assert _decodes_to_its_log(out, log) == model_spec(run_config(out)).grid.frames_total(12)
+    one_line_error(_here("generate", *MICRO, "--chunks", 2, "--out", "run/k.mp4"),
+                   "unfinished run", "worldpager resume run/k.mp4", "--overwrite")
+    done = _here("resume", "run/k.mp4", "--quiet")
+    assert done.exit_code == 0, done.output
+    assert _decodes_to_its_log(out, log) == model_spec(run_config(out)).grid.frames_total(6)
 
 
-def test_a_finished_run_whose_log_is_gone_is_not_cut(tmp_path):
-    assert _wp(tmp_path, "generate", *MICRO, "--chunks", 3, "--save-every", 1, "--out", "f.mp4",
-               "--spill", "f.spill").returncode == 0
+def test_a_finished_run_whose_log_is_gone_is_not_cut(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _here("generate", *MICRO, "--chunks", 3, "--save-every", 1, "--out", "f.mp4",
+                 "--spill", "f.spill").exit_code == 0
     video = (tmp_path / "f.mp4").read_bytes()
     (tmp_path / "f.log.jsonl").unlink()
-    _one_line(_wp(tmp_path, "resume", "f.mp4"), "log", "missing")
+    one_line_error(_here("resume", "f.mp4"), "log", "missing")
     assert (tmp_path / "f.mp4").read_bytes() == video
 
 
 def test_a_video_shorter_than_the_newest_save_point_resumes_from_an_older_one(tmp_path):
-    out = _killed(tmp_path, "s", 12, 4, "--keep-savepoints", "3")
+    out = _killed(tmp_path, "s", 8, 4, "--keep-savepoints", "3")
     spec = model_spec(run_config(out))
     kept = sorted(int(p.stem.removeprefix("savepoint-")) for p in savepoint_paths(savepoint_dir(out)))
     assert len(kept) >= 2, kept
     older = spec.grid.frames_total(kept[0])   # the video now ends at the oldest save point
     height, width = spec.frame_size
     VideoWriter.reopen(out, older, width, height, spec.grid.fps, preset=spec.encoder_preset).close()
-    done = _wp(tmp_path, "resume", out, "--quiet")
-    assert done.returncode == 0, done.stderr
-    assert f"holds {older}" in done.stderr and "(skipped)" in done.stderr
+    done = _here("resume", out, "--quiet")
+    assert done.exit_code == 0, done.output
+    assert f"holds {older}" in done.output and "(skipped)" in done.output
     log = out.with_suffix(".log.jsonl")
     assert [r["chunk"] for r in read_log(log) if r["type"] == "resume"] == [kept[0]]
-    assert _decodes_to_its_log(out, log) == spec.grid.frames_total(12)
+    assert _decodes_to_its_log(out, log) == spec.grid.frames_total(8)
 
 
 FORK_SET_UP = """
@@ -239,21 +236,18 @@ time.sleep(600)
 """
 
 
-def test_a_fork_killed_during_its_set_up_leaves_no_branch_named_file(tmp_path, parent):
+def test_a_fork_killed_during_its_set_up_leaves_no_branch_named_file(tmp_path, parent, monkeypatch):
     assert sigkill_when_ready(FORK_SET_UP, str(parent), str(YAW), "b.mp4", cwd=tmp_path, env=ENV) == -signal.SIGKILL
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("b.")]
-    _one_line(_wp(tmp_path, "resume", "b.mp4"), "config", "missing")
+    monkeypatch.chdir(tmp_path)
+    one_line_error(_here("resume", "b.mp4"), "config", "missing")
     newest = max(int(p.stem.removeprefix("savepoint-")) for p in savepoint_paths(savepoint_dir(parent)))
-    again = _wp(tmp_path, "fork", parent, "--trajectory", YAW, "--out", "b.mp4", "--chunks", newest + 2, "--quiet")
-    assert again.returncode == 0, again.stderr
+    again = _here("fork", parent, "--trajectory", YAW, "--out", "b.mp4", "--chunks", newest + 2, "--quiet")
+    assert again.exit_code == 0, again.output
     _decodes_to_its_log(tmp_path / "b.mp4", tmp_path / "b.log.jsonl")
 
 
 # ---- paths and the spill drive, before any output ---------------------------------------------------------
-
-def _cli(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
 
 @pytest.mark.parametrize("out, needles", [
     ("nodir/x.mp4", ["--out nodir/x.mp4", "does not exist"]),
@@ -261,7 +255,7 @@ def _cli(*args):
 ])
 def test_a_bad_video_name_blames_out(tmp_path, monkeypatch, out, needles):
     monkeypatch.chdir(tmp_path)
-    result = _cli("generate", "--model", "micro", "--chunks", 1, "--out", out)
+    result = _here("generate", "--model", "micro", "--chunks", 1, "--out", out)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 1 and len(lines) == 1 and "--log" not in lines[0], result.output
     assert all(n in lines[0] for n in needles), lines[0]
@@ -271,7 +265,7 @@ def test_a_bad_video_name_blames_out(tmp_path, monkeypatch, out, needles):
 def test_a_spill_that_is_a_file_is_refused_before_any_output(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "f").write_text("x")
-    result = _cli("generate", "--model", "micro", "--chunks", 1, "--out", "o.mp4", "--spill", "f")
+    result = _here("generate", "--model", "micro", "--chunks", 1, "--out", "o.mp4", "--spill", "f")
     assert result.exit_code == 1 and "--spill" in result.output and "is a file" in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
 
@@ -299,18 +293,20 @@ def _mounted(where: Path, fstype: str, *options: str):
             subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
-def test_a_read_only_spill_is_refused_before_any_output(tmp_path):
+def test_a_read_only_spill_is_refused_before_any_output(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     with _mounted(tmp_path / "ro", "tmpfs", "-o", "ro,size=1m"):
-        done = _wp(tmp_path, "generate", *MICRO, "--chunks", 1, "--out", "o.mp4", "--spill", "ro/sp")
-        _one_line(done, "--spill", "not writable")
+        one_line_error(_here("generate", *MICRO, "--chunks", 1, "--out", "o.mp4", "--spill", "ro/sp"),
+                       "--spill", "not writable")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"]
 
 
-def test_a_spill_on_ramfs_is_not_full(tmp_path):
+def test_a_spill_on_ramfs_is_not_full(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     with _mounted(tmp_path / "ram", "ramfs"):
-        done = _wp(tmp_path, "generate", *MICRO, "--chunks", 6, "--writeback", "through", "--out", "r.mp4",
-                   "--spill", "ram/sp")
-        assert done.returncode == 0, done.stderr   # was: "the spill drive is full: ram/sp (0 MiB free)"
+        done = _here("generate", *MICRO, "--chunks", 3, "--writeback", "through", "--out", "r.mp4",
+                     "--spill", "ram/sp")
+        assert done.exit_code == 0, done.output   # was: "the spill drive is full: ram/sp (0 MiB free)"
         records = read_log(tmp_path / "r.log.jsonl")
         assert records[-1]["status"] == "done"
         assert sum(r["disk_bytes_written"] for r in records if r["type"] == "chunk") > 0
