@@ -17,8 +17,8 @@ attention context is shaped by ``model.layout``, the retriever keyed by ``model.
 
 Set-up validates every user input (start image, trajectory, output and log paths, the spill directory)
 and checks that the settings fit the memory budget (``engine.session.preflight``) before anything is
-written; a fork's outputs keep their staging names until its model is loaded (``Fork.commit``); if set-up or loading
-fails, only the files this session created are removed. The MP4 and the log are closed on every exit
+written; a fork's outputs keep their staging names until its model is loaded (``Fork.commit``); if
+set-up or loading fails, only the files this session created are removed. The MP4 and the log are closed on every exit
 path (the log with its summary line), so a failed or interrupted run leaves a playable file and a
 complete log. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
 hand.

@@ -140,7 +140,8 @@ def check_spill(out: Path, cfg: SessionConfig, sp: SavePoint, doing: str) -> Non
 def _stored_chunks(out: Path, directory: Path, doing: str, chunk: int, flag: str) -> set[int]:
     """The chunks ``directory``'s index lists; a one-line error naming where it was expected if absent."""
     index = directory / INDEX_NAME
-    where = str(directory) if directory.is_absolute() else f"{directory} (relative: taken here as {directory.absolute()})"
+    where = str(directory) if directory.is_absolute() else \
+        f"{directory} (relative: taken here as {directory.absolute()})"
     if not directory.is_dir():
         raise InputError(f"cannot {doing} {out}: its spill directory {where} is missing (its save point at chunk "
                          f"{chunk} refills the memory from it; {flag} was moved or deleted?)")

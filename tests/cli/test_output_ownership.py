@@ -309,7 +309,8 @@ def test_a_spill_on_ramfs_is_not_full(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with _mounted(tmp_path / "ram", "ramfs"):
         # was: "the spill drive is full: ram/sp (0 MiB free)"
-        _run(tmp_path, "generate", *MICRO, "--chunks", 3, "--writeback", "through", "--out", "r.mp4", "--spill", "ram/sp")
+        _run(tmp_path, "generate", *MICRO, "--chunks", 3, "--writeback", "through", "--out", "r.mp4",
+             "--spill", "ram/sp")
         records = read_log(tmp_path / "r.log.jsonl")
         assert records[-1]["status"] == "done"
         assert sum(r["disk_bytes_written"] for r in records if r["type"] == "chunk") > 0
