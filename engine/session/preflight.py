@@ -7,8 +7,8 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
   the log can be created (not a directory, in an existing, writable directory).
 * ``check_spill_drive(cfg, block_bytes)`` — the ``--spill`` directory (of a store mode that uses it)
   is a directory, or can be created under an existing one, can be written (a probe file made and
-  removed: a read-only mount is refused whoever runs it), and its drive has room for one stored chunk
-  and the index's reserve. A file system that reports no size at all (ramfs: 0 blocks) has free space
+  removed, with O_DIRECT where the file system takes it: a read-only mount is refused whoever runs
+  it), and its drive has room for one stored chunk and the index's reserve. A file system that reports no size at all (ramfs: 0 blocks) has free space
   unknown, not 0: it is not refused for it (``usable_free_bytes``).
 * ``check_memory(cfg, grid, layout, ...)`` — what the settings will allocate fits the memory budget.
   The estimate (``estimate_memory``) counts what grows with a setting, not the process itself:
@@ -33,9 +33,9 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,14 +129,23 @@ def spill_block_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> 
 
 
 def _probe_writable(spill: Path, existing: Path) -> None:
+    """Make and remove a file where the spill directory is (or will be): with O_DIRECT, else buffered
+    (the disk tier's own fallback, which it reports when it opens the directory)."""
+    probe = existing / f".worldpager-probe-{os.getpid()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".worldpager-probe-")
+        try:
+            fd = os.open(probe, flags | getattr(os, "O_DIRECT", 0), 0o600)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600)   # ramfs: made, then refused O_DIRECT
     except OSError as exc:
         where = "" if existing == spill else f" (it would be created under {existing})"
         raise OutputError(f"--spill {spill} is not writable{where}: {exc.strerror or exc}; "
                           f"choose another --spill") from None
     os.close(fd)
-    os.unlink(probe)
+    probe.unlink()
 
 
 # ---- memory ------------------------------------------------------------------------------------

@@ -46,15 +46,20 @@ def run_config(out: Path, doing: str = "resume") -> SessionConfig:
 
 
 def with_absolute_paths(cfg: SessionConfig) -> SessionConfig:
-    """``cfg`` with every file and directory it names made absolute (the video's aside), as the config
-    file and the log's header record them: a run resumed or forked from another directory finds them."""
+    """``cfg`` with the files and directories it names made absolute (the video's aside), as the config
+    file and the log's header record them: a run resumed or forked from another directory finds them.
+    The spill directory and the log always (they are made); an input only where it exists here (a
+    missing one is reported as the user gave it; ``--checkpoint`` may be a hub repo id)."""
     def absolute(path):
         return None if path is None else Path(path).absolute()
 
+    def existing(path):
+        return path if path is None or not Path(path).exists() else Path(path).absolute()
+
     memory = dataclasses.replace(cfg.memory, spill=absolute(cfg.memory.spill))
-    return dataclasses.replace(cfg, image=absolute(cfg.image), trajectory=absolute(cfg.trajectory),
-                               observe=absolute(cfg.observe), observe_poses=absolute(cfg.observe_poses),
-                               checkpoint=absolute(cfg.checkpoint), arena_weights=absolute(cfg.arena_weights),
+    return dataclasses.replace(cfg, image=existing(cfg.image), trajectory=existing(cfg.trajectory),
+                               observe=existing(cfg.observe), observe_poses=existing(cfg.observe_poses),
+                               checkpoint=existing(cfg.checkpoint), arena_weights=existing(cfg.arena_weights),
                                log=absolute(cfg.log), memory=memory)
 
 
