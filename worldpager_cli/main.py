@@ -53,21 +53,38 @@ def default_output_path() -> Path:
     return Path.cwd() / datetime.now().strftime("worldpager-%Y%m%d-%H%M%S.mp4")
 
 
+OVERWRITE = click.option("--overwrite", is_flag=True,
+                         help="Replace the outputs of an earlier run at --out (default: refuse).")
+
+
 @cli.command()
 @session_options
+@OVERWRITE
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def generate(quiet, **opts) -> None:
+def generate(quiet, overwrite, **opts) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     from engine.model.registry import model_spec
-    from engine.session.loop import Session   # keeps `worldpager --help` fast
-    from worldpager_cli.progress import make_progress
+    from engine.session.ownership import check_video_path, claim_output, refuse_existing
+    from engine.session.preflight import check_output_paths
+    from engine.session.resume import with_absolute_paths
 
     preset, chunks, seconds, minutes = (opts[k] for k in ("preset", *LENGTH_KEYS))
     flags = session_overlay({**opts, "out": opts["out"] or default_output_path()})
     spec = model_spec(resolve_session_config(preset, flags))
     grid = spec.grid
     n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
-    cfg = resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})})
+    cfg = with_absolute_paths(resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}))
+    check_video_path(cfg.out)
+    check_output_paths(cfg)   # an output on an input or on another output is told as such, first
+    with claim_output(cfg.out):   # held until the run ends: one writer per output
+        refuse_existing(cfg, overwrite)
+        _generate(cfg, spec, grid, quiet)
+
+
+def _generate(cfg, spec, grid, quiet: bool) -> None:
+    from engine.session.loop import Session   # keeps `worldpager --help` fast
+    from worldpager_cli.progress import make_progress
+
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
     session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
     _warn(session.warnings())
@@ -88,12 +105,19 @@ def generate(quiet, **opts) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def resume(out, quiet) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
+    from engine.session.ownership import claim_output
+
+    with claim_output(out, "resume"):   # before anything is read: the run's files are ours now
+        _resume(out, quiet)
+
+
+def _resume(out: Path, quiet: bool) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.resume import resume_point
     from worldpager_cli.progress import make_progress
 
-    cfg, sp, notes = resume_point(out)
+    cfg, sp, notes = resume_point(out)   # everything checked before the MP4 is cut
     say = (lambda text: None) if quiet else click.echo
     for note in notes:
         click.echo(f"worldpager: {note}", err=True)
@@ -116,17 +140,26 @@ def resume(out, quiet) -> None:
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="The branch's MP4.")
 @click.option("--chunks", type=int, help="The branch's length in chunks. Default: the parent's.")
 @click.option("--spill", type=click.Path(path_type=Path), help="The branch's own spill directory. Default: OUT.mp4.spill beside it.")
+@OVERWRITE
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def fork(parent, at, trajectory, out, chunks, spill, quiet) -> None:
+def fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet) -> None:
     """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
+    from engine.session.ownership import check_video_path, claim_output
+
+    if chunks is not None and chunks < 1:
+        raise ConfigError(f"--chunks must be at least 1, got {chunks}")
+    check_video_path(out)
+    with claim_output(out):   # held until the branch's run ends: one writer per output
+        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet)
+
+
+def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.fork import prepare_fork
     from worldpager_cli.progress import make_progress
 
-    if chunks is not None and chunks < 1:
-        raise ConfigError(f"--chunks must be at least 1, got {chunks}")
-    branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill)
+    branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill, overwrite=overwrite)
     cfg, sp = branch.cfg, branch.savepoint
     say = (lambda text: None) if quiet else click.echo
     grid = model_spec(cfg).grid

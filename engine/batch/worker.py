@@ -7,7 +7,11 @@ an earlier attempt of the same job left (its MP4, log, config and save points â€
 says the job ran before); the session gets the worker's ``ModelCache``, so only the first job of a
 model loads weights, and every job builds its own noise, caches and memory (its frames equal a fresh
 ``generate`` of the same options). The result says done, failed (with the one-line error) or
-interrupted, and carries the figures of the job's log summary.
+interrupted, and carries the figures of the job's log summary. A job owns its MP4 while it runs
+(``engine.session.ownership.claim_output``): a ``generate``, ``resume`` or another batch writing the same
+file makes the job fail with the one-line error, and the job's files are left alone. A batch rewrites
+its own jobs' outputs without ``--overwrite``: the batch owns its ``--out-dir`` (locked by its
+manifest), and what it replaces is an earlier attempt of the same job.
 
 Errors never escape ``run``: a ``WorldPagerError`` is the job's failure as ``generate`` would print it,
 anything else a failure named ``internal error`` with its traceback on stderr, so one bad job never
@@ -126,9 +130,15 @@ class Worker:
         return result
 
     def _run(self, job: JobRun, on_chunk, result: JobResult) -> None:
-        from engine.session.loop import Session   # the session pulls in torch and the models
+        from engine.session.ownership import claim_output
 
         cfg = node_config(job.plan.cfg, self.device)
+        with claim_output(cfg.out):   # one writer per output, also against a generate or resume of it
+            self._run_owned(job, cfg, on_chunk, result)
+
+    def _run_owned(self, job: JobRun, cfg: SessionConfig, on_chunk, result: JobResult) -> None:
+        from engine.session.loop import Session   # the session pulls in torch and the models
+
         savepoint = None
         if job.resume:
             cfg, savepoint = self._resume_point(cfg, result)

@@ -166,6 +166,32 @@ def read_groups(path: Path, frames: int) -> Iterator[list[Sample]]:
         yield group
 
 
+def cut_points(path: Path) -> tuple[int, set[int]]:
+    """The whole coded frames of ``path`` (demuxed, not decoded) and the indices of its keyframes: a
+    file can be continued after frame ``f`` when ``f`` is their count or one of those keyframes
+    (``read_groups``). A frame cut short by a kill, and whatever follows it, does not count.
+
+    Raises:
+        InputError: the file cannot be opened as a video.
+    """
+    frames, keys = 0, set()
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise InputError(f"video {path} has no video stream")
+            for packet in container.demux(video=0):
+                if packet.size == 0 or packet.is_corrupt:
+                    break
+                if packet.is_keyframe:
+                    keys.add(frames)
+                frames += 1
+    except (OSError, av.error.FFmpegError) as exc:
+        if frames == 0:   # past the first frame, an error is a tail a kill cut short
+            reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+            raise InputError(f"cannot read video {path}: {reason}") from None
+    return frames, keys
+
+
 def annexb_to_length_prefixed(data: bytes) -> bytes:
     """Annex B NAL units (start-code separated) as MP4 stores them: each after its 4-byte length.
 

@@ -362,6 +362,8 @@ class DiskTier:
             st = os.statvfs(self.dir)
         except OSError:
             return None
+        if st.f_blocks == 0:   # no size reported (ramfs): free space unknown, not none
+            return None
         return st.f_bavail * st.f_frsize
 
     def _full(self, length: int) -> DiskFullError:

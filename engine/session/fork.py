@@ -11,17 +11,21 @@ Owns what a branch needs before the session starts, and nothing of the chunk loo
   and the branch is an ordinary run of its own config (it can be resumed, and forked again). A parent
   that started from an observed clip (``--observe``) passes on its whole path: the branch's chunks after
   the fork are generated, whether or not the parent's were observed there.
-* **Outputs.** The parent's MP4 and log are copied to the branch's paths; the session cuts the copy back
-  to the save point's frames and continues it, keeps the log's records before the save point and adds a
-  ``fork`` record (``Session(..., resume_from=save point, fork_of=Fork)``). Stale save points of an
-  earlier branch at the same path are removed.
+* **Outputs.** The branch's trajectory, config, and copies of the parent's MP4 and log are written
+  under hidden staging names beside the branch's (``.NAME.fork``, ``Fork.staging``); the session cuts
+  the MP4's copy back to the save point's frames, keeps the log's records before the save point and
+  adds a ``fork`` record (``Session(..., resume_from=save point, fork_of=Fork)``); only once its model
+  is loaded does ``Fork.commit`` rename them into place (after removing stale save points of an earlier
+  run at the same path). A fork killed during set-up leaves no file under the branch's names. Existing
+  outputs at the branch's paths are refused unless ``overwrite`` (``engine.session.ownership``).
 * **Memory.** The branch reads the parent's stored chunks before the save point from the parent's spill
   directory read-only (``BaseTier``: no lock, no write) and writes its own to its own directory. The
   layers are recorded in the branch's save points (``base_layers``), so a resumed branch reads them too;
   a branch of a branch reads its parent's layers before its parent's own chunks.
 
-Nothing is written before every check has passed; ``Fork.discard()`` removes what was written when the
-session cannot start.
+Nothing is written before every check has passed — the parent's video, log, save point (the newest
+whose frames the parent's video holds whole) and the spill chunks it needs (``engine.session.resume``);
+``Fork.discard()`` removes what was staged when the session cannot start.
 """
 from __future__ import annotations
 
@@ -36,11 +40,13 @@ from engine.errors import InputError, OutputError
 from engine.io.trajectory import load_trajectory
 from engine.io.trajectory.splice import splice_yaml
 from engine.memory.disk import INDEX_NAME
+from engine.durable import fsync_directory
 from engine.overlay import write_resolved_config
-from engine.session.savepoint import SavePoint, latest_savepoint, read_savepoint, savepoint_name, savepoint_paths
+from engine.session.ownership import refuse_existing
+from engine.session.savepoint import SavePoint, savepoint_paths
 from engine.session.observe import is_video, session_path
-from engine.session.resume import run_config
-from engine.session.save import config_digest, savepoint_dir
+from engine.session.resume import check_present, check_spill, fitting_savepoint, run_config, with_absolute_paths
+from engine.session.save import savepoint_dir
 
 
 @dataclass
@@ -52,7 +58,29 @@ class Fork:
     savepoint: SavePoint
     base_layers: list[tuple[str, int]]       # read-only spill directories, oldest first: (path, before)
     trajectory: str                          # one line: where the branch's actions come from
-    created: list[Path] = field(default_factory=list)
+    created: list[Path] = field(default_factory=list)   # staged files, in the order they were made
+    committed: bool = False
+
+    @staticmethod
+    def staging(path: Path) -> Path:
+        """Where the branch's file ``path`` is made before the set-up is complete."""
+        path = Path(path)
+        return path.with_name(f".{path.name}.fork")
+
+    def staged_config(self) -> SessionConfig:
+        """The branch's config with its trajectory read from the staged file (the session's set-up)."""
+        return dataclasses.replace(self.cfg, trajectory=self.staging(self.cfg.trajectory))
+
+    def commit(self) -> None:
+        """The set-up is complete: rename the staged files into place, the MP4 last."""
+        assert not self.committed, "a fork is committed once"
+        for stale in savepoint_paths(savepoint_dir(self.cfg.out)):   # never resumed into this branch
+            stale.unlink()
+        for staged in self.created:
+            os.replace(staged, _final(staged))
+        fsync_directory(Path(self.cfg.out).parent, required=False)
+        self.created.clear()
+        self.committed = True
 
     def record(self) -> dict:
         """The fields of the branch log's ``fork`` record."""
@@ -61,7 +89,7 @@ class Fork:
                 "base": [{"spill": d, "before": b} for d, b in self.base_layers]}
 
     def discard(self) -> None:
-        """Remove the branch's files (the session could not start); the parent's are never touched."""
+        """Remove the branch's staged files (the session could not start); nothing else is touched."""
         for path in reversed(self.created):
             path.unlink(missing_ok=True)
         self.created.clear()
@@ -77,26 +105,17 @@ def base_layers(resume_from: SavePoint | None, fork_of: Fork | None) -> list[tup
 
 
 def fork_savepoint(parent: Path, at: int | None) -> tuple[SessionConfig, SavePoint]:
-    """The parent's config and its save point at ``at`` (None: the newest intact one)."""
+    """The parent's config and its save point at ``at`` (None: the newest intact one its video holds)."""
     cfg = run_config(parent, doing="fork")
-    for path, what in ((parent, "video"), (cfg.log_path, "log")):
-        if not path.is_file():
-            raise InputError(f"cannot fork {parent}: its {what} {path} is missing")
+    check_present(parent, cfg, "fork")
     directory = savepoint_dir(parent)
     chunks = sorted(int(p.name[len("savepoint-"):-len(".wps")]) for p in savepoint_paths(directory))
-    if at is None:
-        sp, _ = latest_savepoint(directory)
-        if sp is None:
-            raise InputError(f"cannot fork {parent}: no intact save point in {directory}")
-    elif at not in chunks:
+    if at is not None and at not in chunks:
         have = ", ".join(map(str, chunks)) if chunks else "none"
         raise InputError(f"cannot fork {parent} at chunk {at}: no save point there; its save points are at "
                          f"chunks: {have} (in {directory}; generate --keep-savepoints N keeps more)")
-    else:
-        sp = read_savepoint(directory / savepoint_name(at))
-    if sp.facts.get("config_digest") != config_digest(cfg):
-        raise InputError(f"cannot fork {parent}: save point {sp.chunk} was made with another config than "
-                         f"{parent.with_suffix('.config.json')}")
+    sp, _ = fitting_savepoint(parent, cfg, "fork", at)
+    check_spill(parent, cfg, sp, "fork")
     return cfg, sp
 
 
@@ -108,13 +127,15 @@ def branch_config(parent_cfg: SessionConfig, out: Path, trajectory: Path, chunks
         memory = dataclasses.replace(memory, spill=own)
     # The branch's trajectory file holds the parent's whole path before the fork (observed part included):
     # its chunks before the fork come from the parent, and every chunk after it is generated.
-    return dataclasses.replace(parent_cfg, out=out, log=None, trajectory=trajectory, observe=None, memory=memory,
-                               chunks=parent_cfg.chunks if chunks is None else chunks).validate()
+    cfg = dataclasses.replace(parent_cfg, out=out, log=None, trajectory=trajectory, observe=None, memory=memory,
+                              chunks=parent_cfg.chunks if chunks is None else chunks).validate()
+    return with_absolute_paths(cfg)
 
 
 def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: int | None = None,
-                 spill: Path | None = None) -> Fork:
-    """Check everything, then write the branch's config, trajectory, MP4 and log copies."""
+                 spill: Path | None = None, overwrite: bool = False) -> Fork:
+    """Check everything, then stage the branch's config, trajectory, MP4 and log copies (the caller
+    owns ``out``: ``engine.session.ownership.claim_output``)."""
     from engine.model.registry import model_spec
 
     parent, out = Path(parent), Path(out)
@@ -132,6 +153,7 @@ def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: i
     if parent_cfg.memory.spill is not None:
         layers = layers + [(str(Path(parent_cfg.memory.spill).resolve()), sp.chunk)]
     _check_branch_paths(parent, parent_cfg, cfg, layers)
+    refuse_existing(cfg, overwrite)
     spec = model_spec(parent_cfg)
     frames = sp.facts["frames_total"]
     first = session_path(parent_cfg, spec).trajectory
@@ -174,21 +196,19 @@ def _check_branch_paths(parent: Path, parent_cfg: SessionConfig, cfg: SessionCon
 
 
 def _write(fork: Fork, trajectory_text: str, parent_log: Path) -> None:
-    cfg = fork.cfg
-    for stale in savepoint_paths(savepoint_dir(cfg.out)):   # an earlier branch's: never resumed into this one
-        stale.unlink()
-    fork.created.append(cfg.trajectory)
-    Path(cfg.trajectory).write_text(trajectory_text, encoding="utf-8")
-    fork.created.append(cfg.config_path)
-    write_resolved_config(cfg, cfg.config_path)
-    fork.created.append(cfg.out)
-    _copy(fork.parent, cfg.out)
-    fork.created.append(cfg.log_path)
-    _copy(parent_log, cfg.log_path)
+    """Stage the branch's files (``Fork.commit`` renames them in the order they are listed: MP4 last)."""
+    cfg, staged = fork.cfg, fork.staging
+    fork.created.append(staged(cfg.trajectory))
+    staged(cfg.trajectory).write_text(trajectory_text, encoding="utf-8")
+    fork.created.append(staged(cfg.config_path))
+    write_resolved_config(cfg, staged(cfg.config_path))
+    fork.created.append(staged(cfg.log_path))
+    shutil.copyfile(parent_log, staged(cfg.log_path))
+    fork.created.append(staged(cfg.out))
+    shutil.copyfile(fork.parent, staged(cfg.out))
 
 
-def _copy(source: Path, target: Path) -> None:
-    """``target`` := ``source``, via a temporary file and a rename (a copy never seen half-made)."""
-    tmp = target.with_name(f".{target.name}.fork")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+def _final(staged: Path) -> Path:
+    """The branch's name of a staged file (``Fork.staging``'s inverse)."""
+    assert staged.name.startswith(".") and staged.name.endswith(".fork"), staged
+    return staged.with_name(staged.name[1:-len(".fork")])

@@ -15,9 +15,10 @@ needs before the model is built (start-image size, action space, video grid, fra
 attention context is shaped by ``model.layout``, the retriever keyed by ``model.camera_poses()`` on
 ``model.grid``, re-rotation done by ``model.rotate_time``.
 
-Set-up validates every user input (start image, trajectory, output and log paths) and checks that the
-settings fit the memory budget (``engine.session.preflight``) before anything is written; if set-up or loading
-fails, only the files this session created are removed. The MP4 and the log are closed on every exit
+Set-up validates every user input (start image, trajectory, output and log paths, the spill directory)
+and checks that the settings fit the memory budget (``engine.session.preflight``) before anything is
+written; a fork's outputs keep their staging names until its model is loaded (``Fork.commit``); if
+set-up or loading fails, only the files this session created are removed. The MP4 and the log are closed on every exit
 path (the log with its summary line), so a failed or interrupted run leaves a playable file and a
 complete log. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
 hand.
@@ -45,7 +46,8 @@ from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.overlay import config_to_json, write_resolved_config
 from engine.session.positions import Rerotation
-from engine.session.preflight import Budget, check_memory, check_output_paths, device_budget, host_budget
+from engine.session.preflight import (Budget, check_memory, check_output_paths, check_spill_drive, device_budget,
+                                      host_budget, spill_block_bytes)
 from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.session.savepoint import SavePoint
 from engine.session.fork import Fork, base_layers
@@ -109,12 +111,14 @@ class Session:
         self._header_written = False
         spec = self.spec
         check_output_paths(cfg)
+        check_spill_drive(cfg, spill_block_bytes(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch.")))
         check_memory(cfg, spec.grid, model_kv_layout(cfg), dtype_bytes=self.dtype.itemsize,
                      dtype_name=str(self.dtype).removeprefix("torch."),
                      host=host_budget(cfg, process_rss(), available_memory()),
                      device=device_memory_budget(cfg, self.device))
         self.image = load_image(cfg.image or default_start_image_path(), *spec.image_size) if spec.uses_image else None
-        path = session_path(cfg, spec)           # --observe: the observed clip's chunks come first
+        # --observe: the observed clip's chunks come first; a fork's trajectory is still staged
+        path = session_path(cfg if fork_of is None else fork_of.staged_config(), spec)
         self.trajectory: Trajectory = path.trajectory
         self.observed_chunks, self.observed = path.observed_chunks, path.observed
         height, width = spec.frame_size
@@ -126,10 +130,12 @@ class Session:
         self.log: SessionLog | None = None
         if resume_from is not None:
             frames = resume_from.facts["frames_total"]
-            self.writer = VideoWriter.reopen(cfg.out, frames, width, height, spec.grid.fps,
+            video, log = (cfg.out, cfg.log_path) if fork_of is None else \
+                (fork_of.staging(cfg.out), fork_of.staging(cfg.log_path))   # renamed in place by load()
+            self.writer = VideoWriter.reopen(video, frames, width, height, spec.grid.fps,
                                              preset=spec.encoder_preset)
             try:
-                self.log = SessionLog(cfg.log_path, continue_before=resume_from.chunk)
+                self.log = SessionLog(log, continue_before=resume_from.chunk)
             except BaseException:
                 self.writer.close()
                 raise
@@ -161,6 +167,9 @@ class Session:
         try:
             self.model = build_world_model(self.cfg, self.image, self.trajectory, self.device, self.dtype,
                                            self.models)
+            if self.fork_of is not None:   # the set-up is complete: the branch's files take their names
+                self.fork_of.commit()
+                self.writer.path, self.log.path = self.cfg.out, self.cfg.log_path
         except BaseException:
             self._discard_outputs()
             raise
@@ -258,7 +267,8 @@ class Session:
         left = self.cfg.chunks - done
         need = left * memory.chunk_bytes()
         try:
-            free = f"{shutil.disk_usage(spill).free / 2**20:.0f} MiB free"
+            usage = shutil.disk_usage(spill)
+            free = f"{usage.free / 2**20:.0f} MiB free" if usage.total else "free space unknown"
         except OSError:
             free = "free space unknown"
         again = (f"`worldpager resume {self.cfg.out}` goes on from the save point before chunk {self._saved_through}"

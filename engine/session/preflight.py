@@ -1,10 +1,15 @@
 """Checks of a session's settings that must pass before any output file exists (no torch).
 
-Owns two refusals, each a one-line ``WorldPagerError`` naming the bad value and the fix:
+Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value and the fix:
 
 * ``check_output_paths(cfg)`` — the video, the log and the resolved config are three different files,
   none of them an input (``--log`` equal to ``--out`` would interleave JSON with the MP4's bytes), and
   the log can be created (not a directory, in an existing, writable directory).
+* ``check_spill_drive(cfg, block_bytes)`` — the ``--spill`` directory (of a store mode that uses it)
+  is a directory, or can be created under an existing one, can be written (a probe file made and
+  removed, with O_DIRECT where the file system takes it: a read-only mount is refused whoever runs
+  it), and its drive has room for one stored chunk and the index's reserve. A file system that reports no size at all (ramfs: 0 blocks) has free space
+  unknown, not 0: it is not refused for it (``usable_free_bytes``).
 * ``check_memory(cfg, grid, layout, ...)`` — what the settings will allocate fits the memory budget.
   The estimate (``estimate_memory``) counts what grows with a setting, not the process itself:
 
@@ -28,6 +33,7 @@ Owns two refusals, each a one-line ``WorldPagerError`` naming the bad value and 
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 from dataclasses import dataclass
@@ -41,6 +47,7 @@ from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS
 
 GiB, MiB = 1 << 30, 1 << 20
 TRAJECTORY_BYTES_PER_FRAME = 1024
+SPILL_RESERVE_BYTES = MiB   # the disk tier keeps this free for its index (engine.memory.disk.RESERVE_BYTES)
 TIERED_STORES = ("prefetch", "on-demand", "sync", "dram-only")   # the modes that build a KVStore
 
 
@@ -81,6 +88,64 @@ def _check_log_path(log: Path) -> None:
         raise OutputError(f"--log {log}: {parent} {what}; create the directory or choose another --log")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"--log {log}: directory {parent} is not writable; choose another --log")
+
+
+# ---- the spill drive ----------------------------------------------------------------------------
+
+def usable_free_bytes(st: os.statvfs_result) -> int | None:
+    """Bytes an unprivileged writer may still use; None when the file system reports no size (ramfs)."""
+    if st.f_blocks == 0:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def check_spill_drive(cfg: SessionConfig, block_bytes: int) -> None:
+    """Refuse a ``--spill`` the disk tier could not use (see the module docstring); creates nothing."""
+    spill = cfg.memory.spill
+    if spill is None or cfg.memory.store not in TIERED_STORES or cfg.memory.store == "dram-only":
+        return
+    spill = Path(spill)
+    if spill.exists() and not spill.is_dir():
+        raise OutputError(f"--spill {spill} is a file, not a directory; give a directory (it is created if missing)")
+    existing = spill
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"--spill {spill}: {existing} is a file, so the directory cannot be created")
+    _probe_writable(spill, existing)
+    try:
+        free = usable_free_bytes(os.statvfs(existing))
+    except OSError:
+        free = None
+    need = block_bytes + SPILL_RESERVE_BYTES
+    if free is not None and free < need:
+        raise OutputError(f"--spill {spill}: its drive has {free / MiB:.1f} MiB free; one stored chunk and the "
+                          f"index need {need / MiB:.1f} MiB; free space or choose another --spill")
+
+
+def spill_block_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> int:
+    """Bytes one stored chunk takes on the spill drive."""
+    return ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits, raw_dtype=dtype_name).slot_bytes
+
+
+def _probe_writable(spill: Path, existing: Path) -> None:
+    """Make and remove a file where the spill directory is (or will be): with O_DIRECT, else buffered
+    (the disk tier's own fallback, which it reports when it opens the directory)."""
+    probe = existing / f".worldpager-probe-{os.getpid()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        try:
+            fd = os.open(probe, flags | getattr(os, "O_DIRECT", 0), 0o600)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600)   # ramfs: made, then refused O_DIRECT
+    except OSError as exc:
+        where = "" if existing == spill else f" (it would be created under {existing})"
+        raise OutputError(f"--spill {spill} is not writable{where}: {exc.strerror or exc}; "
+                          f"choose another --spill") from None
+    os.close(fd)
+    probe.unlink()
 
 
 # ---- memory ------------------------------------------------------------------------------------

@@ -1,22 +1,31 @@
 """Resuming a generation session from its save points: ``worldpager resume OUT.mp4``.
 
-Owns finding what a resumed run needs beside the MP4: the resolved config written at the start
-(``<out>.config.json``), the newest intact save point in ``<out>.save/`` (a damaged newest one falls
-back to the one before, with a note), and the checks that they belong together (the config digest the
-save point recorded; a finished log is not resumed). The session does the rest (``Session(...,
+Owns finding what a resumed run needs beside the MP4, and checking all of it before anything is cut,
+copied or reopened: the resolved config written at the start (``<out>.config.json``; ``generate``
+writes it with absolute paths, ``with_absolute_paths``, so a run is resumed from any directory), the
+video and the log (``check_present``; a finished log is not resumed), the newest intact save point
+whose frames the video holds whole (``fitting_savepoint``: a damaged one, or one newer than the video
+reaches, falls back to the one before, with a note; the config digest the save point recorded must
+match), and the spill directories that hold the chunks its memory is refilled from (``check_spill``:
+the own one and a branch's read-only ones, each index listing them). A missing piece is one line
+saying what is missing and where it was expected. The session does the rest (``Session(...,
 resume_from=...)``): the MP4 is cut back to the save point's frames and continued, the log keeps its
 records before the save point and goes on after a ``resume`` record, the memory reopens its spill
 directory.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from engine.config import SessionConfig
-from engine.errors import InputError
+from engine.errors import InputError, SavePointError
+from engine.io.mp4_segments import cut_points
+from engine.memory.disk import INDEX_NAME
 from engine.overlay import resolve_session_config
-from engine.session.savepoint import SavePoint, latest_savepoint
+from engine.session.preflight import TIERED_STORES
+from engine.session.savepoint import SavePoint, read_savepoint, savepoint_name, savepoint_paths
 from engine.session.save import config_digest, savepoint_dir
 from engine.telemetry import read_log
 
@@ -36,6 +45,24 @@ def run_config(out: Path, doing: str = "resume") -> SessionConfig:
     return resolve_session_config(None, data)
 
 
+def with_absolute_paths(cfg: SessionConfig) -> SessionConfig:
+    """``cfg`` with the files and directories it names made absolute (the video's aside), as the config
+    file and the log's header record them: a run resumed or forked from another directory finds them.
+    The spill directory and the log always (they are made); an input only where it exists here (a
+    missing one is reported as the user gave it; ``--checkpoint`` may be a hub repo id)."""
+    def absolute(path):
+        return None if path is None else Path(path).absolute()
+
+    def existing(path):
+        return path if path is None or not Path(path).exists() else Path(path).absolute()
+
+    memory = dataclasses.replace(cfg.memory, spill=absolute(cfg.memory.spill))
+    return dataclasses.replace(cfg, image=existing(cfg.image), trajectory=existing(cfg.trajectory),
+                               observe=existing(cfg.observe), observe_poses=existing(cfg.observe_poses),
+                               checkpoint=existing(cfg.checkpoint), arena_weights=existing(cfg.arena_weights),
+                               log=absolute(cfg.log), memory=memory)
+
+
 def finished(cfg: SessionConfig) -> bool:
     try:
         records = read_log(cfg.log_path)
@@ -45,15 +72,89 @@ def finished(cfg: SessionConfig) -> bool:
 
 
 def resume_point(out: Path) -> tuple[SessionConfig, SavePoint, list[str]]:
-    """Config, newest intact save point and notes on skipped ones, for resuming ``out``."""
+    """Config, newest save point the MP4 can be continued from, and notes on skipped ones, for
+    resuming ``out``; every piece the resumed run needs is checked here, before anything is changed."""
+    out = Path(out)
     cfg = run_config(out)
+    check_present(out, cfg, "resume")
     if finished(cfg):
         raise InputError(f"cannot resume {out}: the run finished (its log {cfg.log_path} ends with status done)")
-    directory = savepoint_dir(out)
-    sp, notes = latest_savepoint(directory)
-    if sp is None:
-        raise InputError(f"cannot resume {out}: no save point in {directory}"
-                         + (f" ({'; '.join(notes)})" if notes else " (the run stopped before its first one)"))
-    if sp.facts.get("config_digest") != config_digest(cfg):
-        raise InputError(f"cannot resume {out}: save point {sp.chunk} was made with another config than {out.with_suffix('.config.json')}")
+    sp, notes = fitting_savepoint(out, cfg, "resume")
+    check_spill(out, cfg, sp, "resume")
     return cfg, sp, notes
+
+
+def check_present(out: Path, cfg: SessionConfig, doing: str) -> None:
+    """The video and the log of the run are there (a resume keeps the log's records before its save point)."""
+    for path, what in ((out, "video"), (cfg.log_path, "log")):
+        path = Path(path)
+        if not path.is_file():
+            where = f"{path} ({path.absolute()})" if not path.is_absolute() else str(path)
+            raise InputError(f"cannot {doing} {out}: its {what} {where} is "
+                             + ("not a file" if path.exists() else "missing"))
+
+
+def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None = None) -> tuple[SavePoint, list[str]]:
+    """The newest intact save point (or the one at chunk ``at``) whose frames ``out`` holds whole;
+    a newer one the video is too short for is skipped with a note."""
+    directory = savepoint_dir(out)
+    paths = savepoint_paths(directory)
+    if at is not None:
+        paths = [p for p in paths if p.name == savepoint_name(at)]
+    frames, keys = cut_points(out)
+    notes: list[str] = []
+    too_short = False
+    for path in paths:
+        try:
+            sp = read_savepoint(path)
+        except SavePointError as exc:
+            notes.append(f"{path.name}: {exc.reason} (skipped)")
+            continue
+        if sp.facts.get("config_digest") != config_digest(cfg):
+            raise InputError(f"cannot {doing} {out}: save point {sp.chunk} was made with another config than "
+                             f"{out.with_suffix('.config.json')}")
+        need = sp.facts["frames_total"]
+        if need == frames or (need < frames and need in keys):
+            return sp, notes
+        too_short = True
+        notes.append(f"{path.name}: needs the video's first {need} frames, {out} holds {frames} (skipped)")
+    if not too_short:
+        raise InputError(f"cannot {doing} {out}: no save point in {directory}"
+                         + (f" ({'; '.join(notes)})" if notes else " (the run stopped before its first one)"))
+    raise InputError(f"cannot {doing} {out}: no save point fits its video ({'; '.join(notes)})")
+
+
+def check_spill(out: Path, cfg: SessionConfig, sp: SavePoint, doing: str) -> None:
+    """The spill directories the save point's memory is refilled from hold its chunks."""
+    memory = sp.facts.get("memory", {})
+    spill = cfg.memory.spill
+    if spill is None or cfg.memory.store not in TIERED_STORES or cfg.memory.store == "dram-only":
+        return
+    slots = memory.get("slots", [])
+    sink = len(slots) - 1 if cfg.memory.sink and slots else None
+    needed = sorted({int(c) for j, c in enumerate(slots) if c is not None and j != sink})
+    own = _stored_chunks(out, Path(spill), doing, sp.chunk, flag="--spill")
+    layers = [(Path(layer["spill"]), int(layer["before"])) for layer in memory.get("base", [])]
+    bases = [(_stored_chunks(out, d, doing, sp.chunk, flag="the parent's spill"), before) for d, before in layers]
+    missing = [c for c in needed if c not in own and not any(c in chunks and c < before for chunks, before in bases)]
+    if missing:
+        raise InputError(f"cannot {doing} {out}: its spill directory {Path(spill).absolute()} lacks chunks "
+                         f"{', '.join(map(str, missing))}, which its save point at chunk {sp.chunk} needs")
+
+
+def _stored_chunks(out: Path, directory: Path, doing: str, chunk: int, flag: str) -> set[int]:
+    """The chunks ``directory``'s index lists; a one-line error naming where it was expected if absent."""
+    index = directory / INDEX_NAME
+    where = str(directory) if directory.is_absolute() else \
+        f"{directory} (relative: taken here as {directory.absolute()})"
+    if not directory.is_dir():
+        raise InputError(f"cannot {doing} {out}: its spill directory {where} is missing (its save point at chunk "
+                         f"{chunk} refills the memory from it; {flag} was moved or deleted?)")
+    try:
+        doc = json.loads(index.read_text(encoding="utf-8"))
+        return {int(c) for c in doc["blocks"]}
+    except FileNotFoundError:
+        raise InputError(f"cannot {doing} {out}: its spill directory {where} has no {INDEX_NAME} (its save point at "
+                         f"chunk {chunk} refills the memory from it)") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"cannot {doing} {out}: unreadable {index} ({exc})") from None
