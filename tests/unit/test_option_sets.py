@@ -38,8 +38,12 @@ SAMPLES = {
 }
 
 
+# How a command behaves, not what a session is: no config key, so not in the table.
+COMMAND_FLAGS = ("quiet", "overwrite", "help")
+
+
 def _params(command) -> set[str]:
-    return {p.name for p in command.params if p.name not in ("quiet", "help")}
+    return {p.name for p in command.params if p.name not in COMMAND_FLAGS}
 
 
 def test_generate_takes_the_table_and_plan_every_flag_of_it():
