@@ -44,6 +44,11 @@ class Option:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def envvar(self) -> str:
+        """The environment variable that gives the option when the flag is not given: WORLDPAGER_SPILL."""
+        return "WORLDPAGER_" + self.name.upper()
+
 
 def parse_arena_seed(value: Any) -> int:
     """``--arena-seed``: a non-negative integer (one-line error naming the value otherwise)."""

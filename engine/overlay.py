@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 import typing
 from pathlib import Path
@@ -100,6 +101,39 @@ def _show(value: Any) -> str:
     """A value for a one-line message: its repr, shortened."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def user_config_path() -> Path | None:
+    """The user's config file: ``$WORLDPAGER_CONFIG`` (empty: none), else
+    ``$XDG_CONFIG_HOME/worldpager/config.yaml`` (``~/.config/...``) when it exists."""
+    env = os.environ.get("WORLDPAGER_CONFIG")
+    if env is not None:
+        return Path(env).expanduser() if env.strip() else None
+    home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    path = Path(home) / "worldpager" / "config.yaml"
+    return path if path.is_file() else None
+
+
+def with_user_config(base: Mapping[str, Any] | None = None) -> dict:
+    """A new session's base overlay: the user's config file (a preset's format), under the command's
+    ``base``. Precedence of a new session: flags > WORLDPAGER_* variables > preset > this file >
+    defaults. A file that is named but missing, or does not parse, is one line naming it."""
+    path = user_config_path()
+    user = {} if path is None else load_preset(path)
+    if path is not None:
+        try:
+            replace_strict(SessionConfig(), user)
+        except ConfigError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
+    return _merged(user, base or {})
+
+
+def _merged(low: Mapping[str, Any], high: Mapping[str, Any]) -> dict:
+    out = dict(low)
+    for key, value in high.items():
+        out[key] = _merged(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) \
+            else value
+    return out
 
 
 def preset_names() -> list[str]:

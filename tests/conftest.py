@@ -1,5 +1,5 @@
-"""Shared test fixtures: where the MG2 parity fixtures live, GPU skipping, and each parallel worker's
-share of the cores."""
+"""Shared test fixtures: where the MG2 parity fixtures live, GPU skipping, each parallel worker's share
+of the cores, and tests that no user setting (WORLDPAGER_* variables, a config file) reaches."""
 from __future__ import annotations
 
 import os
@@ -43,6 +43,19 @@ def _share_the_cores_between_workers() -> None:
 
 
 _share_the_cores_between_workers()
+
+
+def _independent_of_the_users_settings() -> None:
+    """No test reads the developer's WORLDPAGER_* option variables or config file (the sessions the
+    tests start inherit this)."""
+    from engine.options import SESSION_OPTIONS
+
+    for option in SESSION_OPTIONS:
+        os.environ.pop(option.envvar, None)
+    os.environ["WORLDPAGER_CONFIG"] = ""
+
+
+_independent_of_the_users_settings()
 
 
 def pytest_collection_modifyitems(config, items):

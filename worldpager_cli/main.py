@@ -17,7 +17,7 @@ import click
 
 from engine.config import MODEL_CONFIGS, model_config
 from engine.errors import ConfigError
-from engine.overlay import resolve_session_config
+from engine.overlay import resolve_session_config, with_user_config
 from worldpager_cli.arena import arena, bench_arena, train
 from worldpager_cli.batch import batch
 from worldpager_cli.bench import bench
@@ -31,7 +31,7 @@ from worldpager_cli.report import report
 from worldpager_cli.tail import tail
 
 
-@click.group(cls=WorldPagerGroup)
+@click.group(cls=WorldPagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="worldpager")
 def cli() -> None:
     """WorldPager: long-session interactive world-model video with a tiered KV memory."""
@@ -70,10 +70,11 @@ def generate(quiet, overwrite, **opts) -> None:
 
     preset, chunks, seconds, minutes = (opts[k] for k in ("preset", *LENGTH_KEYS))
     flags = session_overlay({**opts, "out": opts["out"] or default_output_path()})
-    spec = model_spec(resolve_session_config(preset, flags))
+    base = with_user_config()
+    spec = model_spec(resolve_session_config(preset, flags, base))
     grid = spec.grid
     n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
-    cfg = with_absolute_paths(resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}))
+    cfg = with_absolute_paths(resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}, base))
     check_video_path(cfg.out)
     check_output_paths(cfg)   # an output on an input or on another output is told as such, first
     with claim_output(cfg.out):   # held until the run ends: one writer per output

@@ -51,14 +51,15 @@ def chunks_for_length(chunks: int | None, seconds: float | None, minutes: float 
 def click_option(option: Option, help: str | None = None):
     """The click flag of one of the table's options (``help`` replaces the table's text)."""
     text = help or option.help
+    env = {"envvar": option.envvar, "show_envvar": True}
     if option.kind == "switch":
-        return click.option(f"{option.flag}/--no-{option.flag[2:]}", option.name, default=None, help=text)
+        return click.option(f"{option.flag}/--no-{option.flag[2:]}", option.name, default=None, help=text, **env)
     if option.kind == "settings":
-        return click.option(option.flag, option.name, multiple=True, metavar="KEY=VALUE", help=text)
+        return click.option(option.flag, option.name, multiple=True, metavar="KEY=VALUE", help=text, **env)
     kind = {"path": click.Path(path_type=Path), "int": int, "float": float, "text": str}.get(option.kind)
     if option.kind == "choice":
         kind = click.Choice(option.choices)
-    return click.option(option.flag, option.name, type=kind, help=text)
+    return click.option(option.flag, option.name, type=kind, help=text, **env)
 
 
 def options_of(names, func, helps: Mapping[str, str] | None = None):

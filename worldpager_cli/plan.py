@@ -18,7 +18,7 @@ import click
 from engine.planner import model as planner
 from engine.config import ARENA_MODEL, session_model_config
 from engine.errors import ConfigError
-from engine.overlay import resolve_session_config
+from engine.overlay import resolve_session_config, with_user_config
 from engine.planner.probe import DEFAULT_PROBE_BYTES, probe_drive
 from worldpager_cli.options import chunks_for_length, session_options, session_overlay
 
@@ -152,7 +152,8 @@ def plan_config(opts: dict):
     if preset is None and opts["model"] is None and opts["checkpoint"] is None:
         preset = PLAN_PRESET
     flags = session_overlay(opts)
-    cfg = resolve_session_config(preset, flags, PLAN_BASE)
+    base = with_user_config(PLAN_BASE)
+    cfg = resolve_session_config(preset, flags, base)
     if cfg.model == ARENA_MODEL:
         raise ConfigError("plan models MG2-shaped KV (--model mg2-*, tiny, micro or synthetic); "
                           "the arena model is not one")
@@ -160,7 +161,7 @@ def plan_config(opts: dict):
     n = chunks_for_length(opts["chunks"], opts["seconds"], opts["minutes"], m.fps,
                           m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
     if n is not None:
-        cfg = resolve_session_config(preset, {**flags, "chunks": n}, PLAN_BASE)
+        cfg = resolve_session_config(preset, {**flags, "chunks": n}, base)
     return cfg, m
 
 

@@ -24,7 +24,7 @@ from engine.config import SessionConfig
 from engine.errors import ConfigError, InputError, WorldPagerError
 from engine.options import overlay
 from engine.model.registry import model_kv_layout, model_spec
-from engine.overlay import resolve_session_config
+from engine.overlay import resolve_session_config, with_user_config
 from engine.session.preflight import check_memory, host_budget
 
 GiB = 2 ** 30
@@ -76,9 +76,10 @@ def job_config(job: Job, out_dir: Path) -> SessionConfig:
     try:
         flags = overlay_of(job.options, out_dir, job.name)
         preset = job.options.get("preset")
-        cfg = resolve_session_config(preset, flags)
+        base = with_user_config()
+        cfg = resolve_session_config(preset, flags, base)
         n = length_chunks(job.options, cfg)
-        return cfg if n is None else resolve_session_config(preset, {**flags, "chunks": n})
+        return cfg if n is None else resolve_session_config(preset, {**flags, "chunks": n}, base)
     except WorldPagerError as exc:
         raise type(exc)(f"{job.where}: {exc}") from None
 
