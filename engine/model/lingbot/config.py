@@ -19,7 +19,12 @@ VAE_STRIDE = (4, 8, 8)                      # Wan2.1 VAE: video frames and pixel
 
 @dataclass(frozen=True)
 class FastDiTConfig:
-    """``WanModelFast`` constructor arguments (defaults are the official constructor's)."""
+    """``WanModelFast`` constructor arguments.
+
+    ``patch_size``, ``qk_norm``, ``cross_attn_norm`` and ``text_dim`` are never in the released config
+    and always take these (the official constructor's) defaults; the other defaults are the released
+    14B shape (Wan2.1-14B i2v widths), which a release's ``config.json`` states anyway.
+    """
 
     model_type: str = "i2v"
     control_type: str = "cam"
@@ -65,6 +70,10 @@ class FastDiTConfig:
         """Inputs of ``patch_embedding_wancamctrl``: control channels x pixels of a latent cell x patch."""
         return self.control_dim * VAE_STRIDE[1] * VAE_STRIDE[2] * math.prod(self.patch_size)
 
+
+# The released LingBot-World-Fast DiT: Wan2.1-14B i2v widths, camera control. Its cache window and sink
+# are the pipeline's settings, not the checkpoint's.
+FULL_SIZE = FastDiTConfig()
 
 _FIELDS = {f.name for f in fields(FastDiTConfig)}
 _IGNORED = {"_class_name", "_diffusers_version"}

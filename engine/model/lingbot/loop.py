@@ -22,6 +22,7 @@ from typing import Callable, Protocol
 import torch
 
 from engine.errors import InputError
+from engine.layout import KVLayout
 from engine.model.lingbot import camera
 from engine.model.lingbot.cache import FastCaches
 from engine.model.lingbot.config import VAE_STRIDE, FastDiTConfig, LoopSettings
@@ -57,6 +58,14 @@ class RunShape:
     @property
     def pixel_size(self) -> tuple[int, int]:
         return self.lat_h * VAE_STRIDE[1], self.lat_w * VAE_STRIDE[2]
+
+
+def kv_layout(cfg: FastDiTConfig, shape: RunShape) -> KVLayout:
+    """One chunk's self-attention KV as the memory would store it (window: the cache's past frames)."""
+    window = shape.kv_size // shape.frame_seqlen - shape.chunk_frames
+    return KVLayout(layers=cfg.num_layers, tokens_per_frame=shape.frame_seqlen,
+                    frames_per_chunk=shape.chunk_frames, heads=cfg.num_heads, head_dim=cfg.head_dim,
+                    window_frames=max(window, 0))
 
 
 def run_shape(frame_num: int, n_poses: int, lat_h: int, lat_w: int, cfg: FastDiTConfig,
