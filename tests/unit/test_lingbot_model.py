@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from engine.errors import CheckpointError, ConfigError
 from engine.model.lingbot.cache import FastCaches, RollingKV
 from engine.model.lingbot.config import FastDiTConfig, LoopSettings, config_from_official
-from engine.model.lingbot.loop import image_mask, run_shape
+from engine.model.lingbot.loop import allocate_caches, generate_latents, image_mask, run_shape
 from engine.model.lingbot.schedule import DMDSchedule
 from engine.model.lingbot.weights import key_shapes, load_checkpoint, load_state, seeded_model
 
@@ -124,3 +124,33 @@ def test_sigma_lookups_take_the_first_and_the_second_match(shift):
         if step > 0:
             second = matches[1] if len(matches) > 1 else matches[0]
             assert schedule.sigma_renoise[step - 1] == schedule.sigmas_table[second]
+
+
+def test_cache_too_small_for_sink_and_chunk_is_a_config_error():
+    with pytest.raises(ConfigError, match="cannot hold"):
+        run_shape(49, 50, 4, 4, FastDiTConfig(**{**TINY, "local_attn_size": 3, "sink_size": 1}), LoopSettings())
+
+
+def test_loop_runs_other_shapes_and_keeps_sink_and_window():
+    """act control, shift 10, head width 24, chunks of 2 latent frames, a 5-frame cache with a 2-frame sink."""
+    cfg = FastDiTConfig(**{**TINY, "dim": 48, "control_type": "act", "local_attn_size": 5, "sink_size": 2})
+    settings = LoopSettings(chunk_size=2, shift=10.0)
+    shape = run_shape(33, 40, 4, 6, cfg, settings)
+    assert (shape.lat_f, shape.frame_seqlen, shape.kv_size) == (8, 6, 30)
+    model = seeded_model(cfg, 11)
+    caches = allocate_caches(cfg, shape, settings)
+    schedule = DMDSchedule(settings)
+    gen = torch.Generator().manual_seed(0)
+    noise = torch.randn(1, 16, shape.lat_f, 4, 6, generator=gen)
+    y = torch.cat([image_mask(shape), torch.randn(16, shape.lat_f, 4, 6, generator=gen)])[None]
+    control = torch.randn(1, 7 * 64, shape.lat_f, 4, 6, generator=gen)
+    held = []
+
+    def trace(chunk, step, x_in, velocity, x0):
+        if step == schedule.num_steps:
+            held.append(caches.self_kv[0].frames(shape.frame_seqlen).tolist())
+
+    latents = generate_latents(model, schedule, caches, shape, noise, y, control, torch.randn(1, 3, 16),
+                               lambda c, k, like: torch.randn(like.shape, generator=gen), trace)
+    assert latents.shape == noise.shape and torch.isfinite(latents).all()
+    assert held == [[0, 1], [0, 1, 2, 3], [0, 1, 3, 4, 5], [0, 1, 5, 6, 7]]

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from engine.errors import InputError
+from engine.errors import ConfigError, InputError
 from engine.layout import KVLayout
 from engine.model.lingbot import camera
 from engine.model.lingbot.cache import FastCaches
@@ -82,8 +82,11 @@ def run_shape(frame_num: int, n_poses: int, lat_h: int, lat_w: int, cfg: FastDiT
         raise InputError(f"latent grid {lat_h}x{lat_w} is not a multiple of the patch {ph}x{pw}")
     seqlen = (lat_h // ph) * (lat_w // pw)
     window = lat_f if cfg.local_attn_size == -1 else cfg.local_attn_size
-    return RunShape(frames, lat_f, lat_h, lat_w, settings.chunk_size, seqlen, window * seqlen,
-                    max(cfg.sink_size, 0) * seqlen)
+    sink = max(cfg.sink_size, 0)
+    if window < sink + settings.chunk_size:
+        raise ConfigError(f"a cache of {window} latent frames cannot hold the sink ({sink}) and a chunk "
+                          f"({settings.chunk_size})")
+    return RunShape(frames, lat_f, lat_h, lat_w, settings.chunk_size, seqlen, window * seqlen, sink * seqlen)
 
 
 @dataclass

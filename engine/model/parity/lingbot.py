@@ -12,7 +12,7 @@ generator, rebuild the weights, then
     every chunk and every layer's cross-attention K/V;
 
 plus the input rows of ``lingbot_camera`` (and the ``_camutils`` companion's). The control tensor fed to
-the DiT is the stored ``cam.embedding``, so a camera error and a DiT error show apart. Attention runs on
+the DiT is the stored one (``cam.embedding``), so a camera error and a DiT error show apart. Attention runs on
 PyTorch's math kernel, the reference's. Rows are ``(name, max |ours - ref| / std(ref))``.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from engine.errors import InputError
 from engine.model.lingbot.cache import FastCaches
 from engine.model.lingbot.config import FastDiTConfig, LoopSettings, config_from_official
 from engine.model.lingbot.dit import WanModelFast
@@ -35,6 +36,10 @@ from engine.model.parity.fixture import Fixture, relative_error
 from engine.model.parity.lingbot_camera import (Row, camera_rows, camutils_rows, compare, mask_rows,
                                                 schedule_rows)
 from engine.model.parity.vae import verified_weights
+
+
+SETTINGS = ("chunk_size", "timesteps_index", "shift", "num_train_timesteps", "frame_num_requested",
+            "n_poses", "lat_h", "lat_w")
 
 
 @dataclasses.dataclass
@@ -49,6 +54,9 @@ class Case:
         fx = Fixture.open(path)
         cfg = config_from_official(fx.json("config"))
         s = fx.json("settings")
+        missing = [k for k in SETTINGS if k not in s]
+        if missing:
+            raise InputError(f"{path}: settings lack {missing}")
         settings = LoopSettings(chunk_size=s["chunk_size"], timesteps_index=tuple(s["timesteps_index"]),
                                 shift=float(s["shift"]), num_train_timesteps=s["num_train_timesteps"],
                                 max_attention_size=s.get("max_attention_size"))
@@ -58,7 +66,16 @@ class Case:
     def inputs(self):
         """noise, y, control, context with a batch axis of 1."""
         t = self.fx.tensor
-        return (t("inputs.noise")[None], t("inputs.y")[None], t("cam.embedding"), t("inputs.context")[None])
+        return (t("inputs.noise")[None], t("inputs.y")[None], t(self.control_key()), t("inputs.context")[None])
+
+    def control_key(self) -> str:
+        """The stored control tensor: ``cam.embedding``, else the one other ``*.embedding`` input."""
+        keys = [k for k in self.fx.keys() if k.endswith(".embedding") and not k.startswith("debug.")]
+        if "cam.embedding" in keys:
+            return "cam.embedding"
+        if len(keys) != 1:
+            raise InputError(f"{self.fx.path}: no single control tensor among {keys or 'no *.embedding'}")
+        return keys[0]
 
     def conditioning(self, chunk: int) -> ChunkConditioning:
         _, y, control, context = self.inputs()
@@ -84,11 +101,18 @@ def _tap_module(name: str) -> str:
     return name
 
 
+def _module(model: WanModelFast, name: str) -> torch.nn.Module:
+    try:
+        return model.get_submodule(_tap_module(name))
+    except AttributeError:
+        raise InputError(f"debug tensor {name!r} names no module of the model") from None
+
+
 @contextmanager
 def _taps(model: WanModelFast, names: list[str], store: dict[str, torch.Tensor]):
     def hook(name):
         return lambda module, args, output: store.__setitem__(name, output)
-    handles = [model.get_submodule(_tap_module(n)).register_forward_hook(hook(n)) for n in names]
+    handles = [_module(model, n).register_forward_hook(hook(n)) for n in names]
     try:
         yield
     finally:

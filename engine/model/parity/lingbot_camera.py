@@ -29,13 +29,16 @@ def compare(name: str, ours: torch.Tensor, ref: torch.Tensor) -> Row:
 
 
 def camera_rows(fx: Fixture, shape: RunShape, control_type: str) -> list[Row]:
-    """``cam.*`` from ``inputs.poses_c2w`` / ``inputs.intrinsics`` (the camera path of ``cam`` control;
-    with other control types only the pose and intrinsics tensors that the fixture holds)."""
+    """``cam.*`` from ``inputs.poses_c2w`` / ``inputs.intrinsics``: the whole camera path of ``cam``
+    control; with ``act`` control the poses, intrinsics and ray directions that the fixture holds (the
+    action channels of its control tensor are not derived here)."""
     names = set(fx.keys())
     cam = camera_condition(fx.tensor("inputs.poses_c2w"), fx.tensor("inputs.intrinsics"), shape)
     ours = {"cam.Ks": cam.ks, "cam.c2ws_interpolated": cam.interpolated, "cam.c2ws_relative": cam.relative}
     if control_type == "cam":
         ours.update({"cam.plucker": cam.rays, "cam.embedding": cam.embedding})
+    elif "cam.plucker" in names and fx.tensor("cam.plucker").shape[-1] == 3:
+        ours["cam.plucker"] = cam.rays[..., 3:]
     return [compare(k, v, fx.tensor(k)) for k, v in ours.items() if k in names]
 
 
