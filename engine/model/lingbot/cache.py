@@ -10,14 +10,26 @@ Owns, per layer:
   the same chunk overwrite the same rows); attend to the last ``max_attention`` valid rows.
 * ``CrossKV`` — the text K/V, computed by the first forward of a run and reused afterwards.
 
+The DiT sees a layer's self-attention cache only through ``SelfKV.update``, so a session can later
+hand it a view of its own attention context (sink and retrieved memory, window, chunk) instead.
+
 The ``positions`` bookkeeping (which absolute token each cache row holds) is ours, for tests and a
 later memory; it does not change the numerics.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
+
+
+class SelfKV(Protocol):
+    """What a self-attention layer needs from its cache."""
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the chunk's k/v [B, n, H, D] (tokens from ``current_start``); return the K/V to attend."""
 
 
 class RollingKV:
@@ -83,7 +95,7 @@ class CrossKV:
 class FastCaches:
     """All per-layer caches of one run (allocated fresh before chunk 0)."""
 
-    self_kv: list[RollingKV]
+    self_kv: list[RollingKV]         # any SelfKV works for the model; the loop's helpers read RollingKV
     cross: list[CrossKV] = field(default_factory=list)
 
     @classmethod

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from engine.model.attention import attention
-from engine.model.lingbot.cache import CrossKV, FastCaches, RollingKV
+from engine.model.lingbot.cache import CrossKV, FastCaches, SelfKV
 from engine.model.lingbot.config import FastDiTConfig
 from engine.model.mg2 import QKVProjection, layer_norm, sinusoidal_embedding
 from engine.model.rope import DiTRope
@@ -33,7 +33,7 @@ def _modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torc
 
 
 class FastSelfAttention(QKVProjection):
-    def forward(self, x, grid, start_frame, rope: DiTRope, cache: RollingKV, current_start: int):
+    def forward(self, x, grid, start_frame, rope: DiTRope, cache: SelfKV, current_start: int):
         frames, height, width = grid
         q = self.queries(x)
         k, v = self.keys_values(x)
@@ -71,7 +71,7 @@ class FastBlock(nn.Module):
         hidden = self.cam_injector_layer2(F.silu(self.cam_injector_layer1(cond))) + cond
         return _modulate(x, self.cam_shift_layer(hidden), self.cam_scale_layer(hidden))
 
-    def forward(self, x, e0, cond, text, grid, start_frame, rope, cache: RollingKV, cross: CrossKV,
+    def forward(self, x, e0, cond, text, grid, start_frame, rope, cache: SelfKV, cross: CrossKV,
                 current_start: int):
         e = (self.modulation.unsqueeze(0) + e0).chunk(6, dim=2)      # 6 x [B, L, 1, C]
         e = [m.squeeze(2) for m in e]
