@@ -48,6 +48,9 @@ class FastDiTConfig:
     def __post_init__(self) -> None:
         if self.control_type not in CONTROL_CHANNELS:
             raise ConfigError(f"unknown control_type {self.control_type!r} (known: {sorted(CONTROL_CHANNELS)})")
+        if self.model_type != "i2v" or not self.qk_norm:
+            raise ConfigError(f"only the i2v model with q/k norms exists in the fast release "
+                              f"(model_type {self.model_type!r}, qk_norm {self.qk_norm})")
         if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
             raise ConfigError(f"dim {self.dim} does not split into {self.num_heads} heads of even width")
 

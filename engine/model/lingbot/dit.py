@@ -155,7 +155,7 @@ class WanModelFast(nn.Module):
         grid = tuple(h.shape[2:])
         assert frame_seqlen == grid[1] * grid[2], (frame_seqlen, grid)
         h = h.flatten(2).transpose(1, 2)                                  # [B, L, C]
-        e, e0 = self.time_embeddings(t, h.shape[1])
+        e, e0 = self.time_embeddings(t.to(h.device), h.shape[1])
         cond = self.control_condition(control.to(dtype), grid)
         text = None if caches.cross[0].is_init else self.embed_text(context)
         start_frame = current_start // frame_seqlen

@@ -159,7 +159,7 @@ def denoise_chunk(model: WanModelFast, schedule: DMDSchedule, caches: FastCaches
             trace(chunk, step, x, velocity, x0)
         if step + 1 < schedule.num_steps:
             x = schedule.renoise(x0, step, noise_source(chunk, step, x0))
-    velocity = forward(x0, torch.zeros(1))
+    velocity = forward(x0, torch.zeros(1, device=x0.device))       # the clean pass: a float t = 0
     if trace is not None:
         trace(chunk, schedule.num_steps, x0, velocity, None)
     return x0
