@@ -28,8 +28,8 @@ from engine.errors import InputError
 from engine.model.lingbot.cache import FastCaches
 from engine.model.lingbot.config import FastDiTConfig, LoopSettings, config_from_official
 from engine.model.lingbot.dit import WanModelFast
-from engine.model.lingbot.loop import (ChunkConditioning, RunShape, allocate_caches, denoise_chunk,
-                                       generate_latents, run_shape)
+from engine.model.lingbot.loop import (ChunkConditioning, RunShape, allocate_caches, generate_latents,
+                                       run_shape)
 from engine.model.lingbot.schedule import DMDSchedule
 from engine.model.lingbot.weights import load_state
 from engine.model.parity.fixture import Fixture, relative_error
@@ -231,6 +231,3 @@ def lingbot_rows(path: Path) -> list[Row]:
 def camutils_file_rows(path: Path) -> list[Row]:
     """A ``_camutils`` file alone."""
     return camutils_rows(Fixture.open(path))
-
-
-__all__ = ["lingbot_rows", "camutils_file_rows", "Case", "build_model", "denoise_chunk"]
