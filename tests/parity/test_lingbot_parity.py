@@ -1,7 +1,8 @@
 """LingBot-World-Fast parity against the official code's fixture (``fixtures/lingbot_parity``).
 
-Every stored tensor within the bound, the command-line runner on the fixture, and deliberately broken
-formulas (shift, RoPE split, RoPE time origin, no sink, the two sigma look-ups) that must fail it.
+Every stored tensor within the bound, the command-line runner on the fixture files, and deliberately broken
+formulas (shift, RoPE split, RoPE time origin, no sink, the two sigma look-ups, the intrinsics row) that
+must fail it.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 from engine.model.lingbot.schedule import DMDSchedule
 from engine.model.parity import lingbot as parity_lingbot
 from engine.model.parity.fixture import DEFAULT_TOLERANCE
+from engine.model.parity.lingbot_camera import camera_rows
 from engine.model.parity.runner import main as runner_main
 from engine.model.rope import DiTRope
 from tests.conftest import REPO_ROOT
@@ -131,3 +133,19 @@ def test_a_broken_model_fails_parity(case, mutation, monkeypatch):
         fixture_case = dataclasses.replace(fixture_case, shape=shape)
     rows = _free_running(fixture_case, model, monkeypatch)
     assert _worst(rows, "output.latents") > DEFAULT_TOLERANCE
+
+
+def test_camera_from_the_wrong_intrinsics_row_fails_parity(case, monkeypatch):
+    fixture_case, _ = case
+    fx = fixture_case.fx
+    original = fx.tensor
+    monkeypatch.setattr(fx, "tensor",
+                        lambda name: original(name)[1:] if name == "inputs.intrinsics" else original(name))
+    rows = dict(camera_rows(fx, fixture_case.shape, fixture_case.cfg.control_type))
+    assert rows["cam.embedding"] > DEFAULT_TOLERANCE and rows["cam.c2ws_relative"] < DEFAULT_TOLERANCE
+
+
+def test_runner_takes_the_camera_utilities_file_alone(fixture_path, capsys):
+    camutils = fixture_path.with_name(fixture_path.stem + "_camutils.safetensors")
+    assert runner_main([str(camutils)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tensors"] == 7

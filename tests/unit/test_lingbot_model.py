@@ -72,8 +72,8 @@ def test_checkpoint_folder_with_overrides(tmp_path):
     keys = sorted(state)
     save_file({k: state[k] for k in keys[:10]}, str(folder / "part-1.safetensors"))
     save_file({k: state[k] for k in keys[10:]}, str(folder / "part-2.safetensors"))
-    model = load_checkpoint(tmp_path, {"text_dim": 16, "local_attn_size": 4, "sink_size": 1, "control_type": "cam"},
-                            torch.float32, "cpu")
+    overrides = {"text_dim": 16, "local_attn_size": 4, "sink_size": 1, "control_type": "cam"}
+    model = load_checkpoint(tmp_path, overrides, torch.float32, "cpu")
     assert model.cfg == cfg
     assert all(torch.equal(model.state_dict()[k], state[k]) for k in keys)
 

@@ -187,7 +187,8 @@ def free_running_rows(case: Case, model: WanModelFast, caches_fx: Fixture | None
     def trace(chunk, step, x_in, velocity, x0):
         index[chunk, step] = torch.tensor([caches.self_kv[0].global_end, caches.self_kv[0].local_end])
         if 0 < step < n:
-            rows.append((f"chain.x_in_renoised[{chunk},{step - 1}]", relative_error(x_in[0], ref_in[chunk, step - 1])))
+            rows.append((f"chain.x_in_renoised[{chunk},{step - 1}]",
+                         relative_error(x_in[0], ref_in[chunk, step - 1])))
         if step < n:
             rows.append((f"chain.x0[{chunk},{step}]", relative_error(x0[0], ref_x0[chunk, step])))
         elif caches_fx is not None:

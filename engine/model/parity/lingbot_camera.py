@@ -65,7 +65,8 @@ def camutils_rows(fx: Fixture) -> list[Row]:
                     t("camcase.relative_framewise_unnormalized")),
             compare("camcase.Ks_transformed", ks, t("camcase.Ks_transformed")),
             compare("camcase.plucker", camera.plucker_rays(relative, per_frame, hf, wf), t("camcase.plucker")),
-            compare("camcase.plucker_rays_d", camera.plucker_rays(relative, per_frame, hf, wf, with_origin=False),
+            compare("camcase.plucker_rays_d",
+                    camera.plucker_rays(relative, per_frame, hf, wf, with_origin=False),
                     t("camcase.plucker_rays_d"))]
     return rows
 
