@@ -1,12 +1,14 @@
-"""``python -m engine.model.parity.runner FIXTURE [FIXTURE ...]``: replay official-MG2 parity fixtures.
+"""``python -m engine.model.parity.runner FIXTURE [FIXTURE ...]``: replay official-code parity fixtures.
 
 Owns the command: which cases a fixture file holds (decided from its tensor keys alone), running each
 case through the one replay implementation in ``dit`` / ``vae`` / ``clip`` (the
 tests call the same functions), the result table, and the exit status.
 
 Cases: ``forward.velocity`` -> DiT (its weight checksums, then ``dit_rows``, which also reads the
-``<stem>_caches.safetensors`` companion beside the file); ``vae.frames_raw`` -> VAE decoder; any
-``vaeenc.*`` -> VAE encoder; any ``clip.*`` -> CLIP tower. Config, seeds and key lists come from the
+``<stem>_caches.safetensors`` companion beside the file); ``forward.velocity`` with a text context
+``inputs.context`` -> LingBot-World-Fast (``lingbot_rows``, with the ``_caches`` and ``_camutils``
+companions); any ``camcase.*`` -> LingBot-World-Fast camera utilities alone; ``vae.frames_raw`` -> VAE
+decoder; any ``vaeenc.*`` -> VAE encoder; any ``clip.*`` -> CLIP tower. Config, seeds and key lists come from the
 file. Output: one table row per comparison (name, max |ours - ref| / std(ref), ok/FAIL), then as the
 last line one JSON object ``{"max_rel_err", "tensors", "ok", "fixtures", "failed"}``
 (``max_rel_err`` is null when some error is not finite).
@@ -32,6 +34,7 @@ from engine.errors import InputError, WorldPagerError
 from engine.model.parity.fixture import DEFAULT_TOLERANCE, Fixture
 from engine.model.parity.clip import clip_rows
 from engine.model.parity.dit import Row, dit_rows
+from engine.model.parity.lingbot import camutils_file_rows, lingbot_rows
 from engine.model.parity.vae import vae_decoder_rows, vae_encoder_rows, verified_weights
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2
@@ -58,8 +61,11 @@ def _has_prefix(prefix: str) -> Callable[[set[str]], bool]:
 
 
 CASES = (
-    Case("dit", lambda keys: "forward.velocity" in keys,
+    Case("dit", lambda keys: "forward.velocity" in keys and "inputs.context" not in keys,
          ("config", "denoising_step_list", "weight_keys", "weight_seed"), _dit_case_rows),
+    Case("lingbot", lambda keys: "forward.velocity" in keys and "inputs.context" in keys,
+         ("config", "settings", "weight_keys", "weight_seed"), lingbot_rows),
+    Case("lingbot-camera", _has_prefix("camcase."), ("camcase_sizes",), camutils_file_rows),
     Case("vae-decoder", lambda keys: "vae.frames_raw" in keys,
          ("vae_weight_keys", "vae_weight_seed"), vae_decoder_rows),
     Case("vae-encoder", _has_prefix("vaeenc."),
@@ -78,7 +84,8 @@ def detect_cases(path: Path) -> list[Case]:
     cases = [case for case in CASES if case.present(keys)]
     if not cases:
         raise InputError(f"{path} holds no known parity case (no forward.velocity, vae.frames_raw, "
-                         f"vaeenc.* or clip.* tensors; a _caches file is read beside its DiT file)")
+                         f"vaeenc.*, clip.* or camcase.* tensors; a _caches file is read beside its "
+                         f"DiT file)")
     for case in cases:
         missing = [m for m in case.metadata if m not in fx.metadata]
         if missing:
@@ -108,8 +115,9 @@ def summary(rows: list[Row], fixtures: list[Path], tolerance: float) -> dict:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m engine.model.parity",
-                                     description="Compare our MG2 implementation with the official "
-                                                 "code's outputs stored in parity fixture files.")
+                                     description="Compare our models (MG2, LingBot-World-Fast) with "
+                                                 "the official code's outputs stored in parity "
+                                                 "fixture files.")
     parser.add_argument("fixtures", nargs="+", type=Path, metavar="FIXTURE",
                         help="a parity fixture (.safetensors)")
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,

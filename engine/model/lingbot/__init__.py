@@ -1,0 +1,8 @@
+"""LingBot-World-Fast: a causal, KV-cached Wan2.1-14B i2v DiT driven by camera poses (or actions) and a
+text prompt, denoised chunk by chunk with four distilled (DMD) steps.
+
+Modules: ``config`` (the official constructor config and the loop settings), ``camera`` (poses to the
+per-pixel control tensor), ``schedule`` (the sigma table and its two look-ups), ``cache`` (the rolling
+self-attention KV cache with a sink, and the cross-attention cache), ``dit`` (``WanModelFast``),
+``loop`` (the chunk loop of the official ``generate``) and ``weights`` (strict loading).
+"""
