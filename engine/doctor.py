@@ -1,0 +1,122 @@
+"""What this machine offers WorldPager, for ``worldpager doctor``: one row per check.
+
+Owns the checks, each a small function returning a ``Check`` (name, status ok / warn / missing, what was
+found, and what to do when it is not ok): Python, the torch build (CUDA or CPU-only, its version, the
+devices it sees and their memory, bf16), Triton, PyAV with an H.264 encoder (a real encode of one
+frame), host memory and cores, and a drive for ``--spill`` (a real ``O_DIRECT`` write and read of a few
+MiB in the directory through ``engine.planner.probe``, and its free space). A check never raises: a
+failure is its row. ``missing`` rows are what ``generate`` cannot do without (torch, PyAV with H.264);
+``warn`` rows work with less (no CUDA: CPU; no O_DIRECT: buffered).
+"""
+from __future__ import annotations
+
+import os
+import platform
+from fractions import Fraction
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+GiB = 1 << 30
+MiB = 1 << 20
+PROBE_BYTES = 16 * MiB
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str          # ok | warn | missing
+    found: str
+    advice: str = ""
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def check_python() -> Check:
+    ok = sys.version_info >= (3, 10)
+    return Check("python", "ok" if ok else "missing", f"{platform.python_version()} ({sys.executable})",
+                 "" if ok else "WorldPager needs Python 3.10 or newer")
+
+
+def check_torch() -> list[Check]:
+    try:
+        import torch
+    except ImportError:
+        return [Check("torch", "missing", "not installed", "pip install torch")]
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+    rows = [Check("torch", "ok", f"{torch.__version__}, {build}, {torch.get_num_threads()} intra-op threads")]
+    if not torch.cuda.is_available():
+        advice = ("a CPU-only build: install torch's CUDA build to use a GPU" if not torch.version.cuda
+                  else "a CUDA build, but no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES?)")
+        rows.append(Check("cuda", "warn", "no CUDA device: sessions run on the CPU in float32", advice))
+        return rows
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        bf16 = torch.cuda.is_bf16_supported()
+        rows.append(Check(f"cuda:{i}", "ok", f"{p.name}, {p.total_memory / GiB:.1f} GiB, compute "
+                          f"{p.major}.{p.minor}, bf16 {'yes' if bf16 else 'no'}"))
+    return rows
+
+
+def check_triton() -> Check:
+    try:
+        import triton
+    except ImportError:
+        return Check("triton", "warn", "not installed",
+                     "the int4 kernels use their torch reference instead (slower on a GPU)")
+    return Check("triton", "ok", triton.__version__)
+
+
+def check_video() -> Check:
+    try:
+        import av
+        import numpy as np
+    except ImportError:
+        return Check("pyav", "missing", "PyAV is not installed", "pip install av")
+    try:
+        codec = av.CodecContext.create("libx264", "w")
+        codec.width, codec.height, codec.pix_fmt = 16, 16, "yuv420p"
+        codec.time_base = Fraction(1, 16)
+        frame = av.VideoFrame.from_ndarray(np.zeros((16, 16, 3), np.uint8), format="rgb24").reformat(format="yuv420p")
+        packets = codec.encode(frame) + codec.encode(None)
+    except Exception as exc:   # any failure of the encoder is this row's finding, never a crash of doctor
+        return Check("pyav", "missing", f"PyAV {av.__version__}: H.264 (libx264) cannot encode: {exc}",
+                     "install a PyAV wheel built with libx264 (pip install --force-reinstall av)")
+    return Check("pyav", "ok", f"PyAV {av.__version__}, FFmpeg libx264 encodes ({sum(p.size for p in packets)} "
+                 "bytes for a test frame)")
+
+
+def check_host() -> Check:
+    vm = psutil.virtual_memory()
+    return Check("host", "ok", f"{os.cpu_count()} cores, {vm.total / GiB:.1f} GiB memory, "
+                 f"{vm.available / GiB:.1f} GiB available")
+
+
+def check_drive(directory: Path) -> Check:
+    """A real O_DIRECT write and read of ``PROBE_BYTES`` in ``directory`` (removed after)."""
+    from engine.errors import WorldPagerError
+    from engine.planner.probe import probe_drive
+
+    name = f"drive {directory}"
+    if not directory.is_dir():
+        return Check(name, "missing", "not a directory", "give --spill an existing directory on the drive to use")
+    try:
+        probe = probe_drive(directory, PROBE_BYTES)
+    except (WorldPagerError, OSError) as exc:
+        return Check(name, "missing", f"cannot write and read there: {exc}",
+                     "choose a writable directory on a local drive")
+    rates = f"write {probe.write_Bps / 1e9:.2f} GB/s, read {probe.read_Bps / 1e9:.2f} GB/s ({probe.nbytes // MiB} MiB)"
+    free = f"{probe.free_bytes / GiB:.1f} GiB free"
+    if not probe.direct:
+        return Check(name, "warn", f"no O_DIRECT (buffered I/O), {rates}, {free}",
+                     "the disk tier works buffered here; its reads may be served from the page cache")
+    return Check(name, "ok", f"O_DIRECT, {rates}, {free}")
+
+
+def run_checks(spill: Path | None) -> list[Check]:
+    rows = [check_python(), *check_torch(), check_triton(), check_video(), check_host()]
+    rows.append(check_drive(Path(spill) if spill is not None else Path.cwd()))
+    return rows

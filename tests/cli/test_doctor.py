@@ -1,0 +1,42 @@
+"""``worldpager doctor``: a row per check and one JSON line last; exit 0 when ``generate`` can run here.
+
+Run for real on this machine (torch, PyAV and a temporary directory's drive, probed with O_DIRECT), then
+with what ``generate`` needs taken away: a spill directory that does not exist, and PyAV not importable
+(a directory first on the path whose ``av`` raises ImportError, as an uninstalled package does).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from tests_support import WORLDPAGER
+
+
+def _doctor(tmp_path, *args, env=None):
+    result = subprocess.run(WORLDPAGER + ["doctor", *args], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, **(env or {})})
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    return result, report, {c["name"]: c for c in report["checks"]}
+
+
+def test_this_machine_is_ready_and_every_check_has_a_row(tmp_path):
+    result, report, checks = _doctor(tmp_path, "--spill", str(tmp_path))
+    assert result.returncode == 0 and report["ready"], result.stderr
+    assert {"python", "torch", "triton", "pyav", "host", f"drive {tmp_path}"} <= set(checks)
+    assert checks[f"drive {tmp_path}"]["status"] in ("ok", "warn")       # O_DIRECT, or buffered with a warning
+    assert "GiB free" in checks[f"drive {tmp_path}"]["found"]
+    assert not any("worldpager-probe" in p.name for p in tmp_path.iterdir())   # the probe file is gone
+    assert "ready" in result.stderr.splitlines()[-1]                      # the human table goes to stderr
+
+
+def test_a_missing_spill_directory_and_pyav_are_reported_and_exit_1(tmp_path):
+    fake = tmp_path / "nopyav"
+    fake.mkdir()
+    (fake / "av.py").write_text("raise ImportError('No module named av')\n")
+    path = os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])
+    result, report, checks = _doctor(tmp_path, "--spill", str(tmp_path / "nowhere"), env={"PYTHONPATH": path})
+    assert result.returncode == 1 and not report["ready"]
+    assert checks["pyav"]["status"] == "missing" and "pip install av" in checks["pyav"]["advice"]
+    assert checks[f"drive {tmp_path / 'nowhere'}"]["status"] == "missing"
+    assert checks["torch"]["status"] == "ok"

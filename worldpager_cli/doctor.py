@@ -1,0 +1,34 @@
+"""``worldpager doctor``: what this machine offers WorldPager — the torch build and its devices, Triton,
+PyAV with H.264, memory and cores, and a drive for ``--spill`` (a real O_DIRECT probe) — as a table and
+one JSON line last. Exit 0 when ``generate`` can run here, 1 when something it needs is missing.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from worldpager_cli.errors import EXIT_BAD_INPUT
+
+
+@click.command()
+@click.option("--spill", type=click.Path(path_type=Path), help="The directory to probe for the disk tier "
+              "(a 16 MiB O_DIRECT write and read, removed after). Default: the current directory.")
+def doctor(spill) -> None:
+    """Check this machine: torch build, CUDA devices, Triton, PyAV/x264, memory, and a spill drive."""
+    from engine.doctor import run_checks
+
+    rows = run_checks(spill)
+    width = max(len(r.name) for r in rows)
+    for r in rows:
+        click.echo(f"{r.name:<{width}}  {r.status:<7}  {r.found}" + (f"\n{'':<{width}}           -> {r.advice}"
+                                                                       if r.advice and r.status != "ok" else ""),
+                   err=True)
+    ready = all(r.status != "missing" for r in rows)
+    click.echo(f"worldpager: {'ready' if ready else 'not ready'}: "
+               f"{sum(r.status == 'ok' for r in rows)} ok, {sum(r.status == 'warn' for r in rows)} warnings, "
+               f"{sum(r.status == 'missing' for r in rows)} missing", err=True)
+    click.echo(json.dumps({"ready": ready, "checks": [r.as_json() for r in rows]}, separators=(",", ":")))
+    if not ready:
+        raise SystemExit(EXIT_BAD_INPUT)
