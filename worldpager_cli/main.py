@@ -86,11 +86,11 @@ def generate(quiet, overwrite, **opts) -> None:
 
 def _generate(cfg, spec, grid, quiet: bool) -> None:
     from engine.session.loop import Session   # keeps `worldpager --help` fast
+    from engine.session.resume import unresumable_note
     from worldpager_cli.progress import make_progress
 
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
     session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
-    _warn(session.warnings())
     say = (lambda text: None) if quiet else click.echo
     say(spec.banner)
     horizon = spec.horizon_chunk
@@ -98,6 +98,10 @@ def _generate(cfg, spec, grid, quiet: bool) -> None:
              f"chunk {horizon}, {grid.frames_total(horizon) / grid.fps / 60:.1f} min")
     say(f"worldpager: positions {cfg.positions} (native horizon: {reach}); store {cfg.memory.store}, "
         f"int{cfg.memory.kv_bits} KV, k={cfg.memory.retrieve_k}; log {cfg.log_path}")
+    # After the first line, which says what the run does; --quiet keeps the lag warning (the video will
+    # not be what the file asked) but not the note that the run cannot be resumed (the header has it).
+    notes = [] if not quiet else unresumable_note(cfg)
+    _warn([w for w in session.warnings() if w not in notes])
     with _abort_on_signals():   # nothing generated yet: stop at once, leaving no empty outputs
         session.load()
     _run_and_report(session, progress, grid, say)

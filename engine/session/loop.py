@@ -55,6 +55,7 @@ from engine.session.memory import SessionMemory
 from engine.session.observe import mark_observed, session_path
 from engine.session.decode import DecodeStage, Decoded
 from engine.session.save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
+from engine.session.resume import unresumable_note
 from engine.telemetry import SessionLog, available_memory, process_rss
 
 @dataclass
@@ -158,9 +159,9 @@ class Session:
 
     def warnings(self) -> list[str]:
         """What the user is told before the first chunk (the header's ``warnings``): one line if the
-        camera cannot follow the trajectory file closely."""
+        camera cannot follow the trajectory file closely, one if the run will make no save points."""
         lag = self.trajectory.lag_warning()
-        return [] if lag is None else [lag]
+        return ([] if lag is None else [lag]) + ([] if self.fork_of is not None else unresumable_note(self.cfg))
 
     def load(self) -> None:
         """Build the model (loading its weights); on failure the empty outputs are removed."""

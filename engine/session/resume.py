@@ -94,6 +94,25 @@ def check_present(out: Path, cfg: SessionConfig, doing: str) -> None:
                              + ("not a file" if path.exists() else "missing"))
 
 
+def why_no_savepoints(cfg: SessionConfig) -> str | None:
+    """Why a run of ``cfg`` makes no save points at all, or None when it makes them."""
+    if cfg.save_every == 0:
+        return "it ran with --save-every 0"
+    if cfg.memory.spill is None and cfg.memory.store != "window":
+        return (f"it ran without --spill: its memory (--store {cfg.memory.store}) was only in RAM, "
+                "and a save point needs it on a drive")
+    return None
+
+
+def unresumable_note(cfg: SessionConfig) -> list[str]:
+    """The warning given before a run that will make no save points (so cannot be resumed or forked)."""
+    why = why_no_savepoints(cfg)
+    if why is None or cfg.save_every == 0:   # --save-every 0 is the user's own choice: nothing to say
+        return []
+    return [f"this run makes no save points, so it cannot be resumed or forked ({why.removeprefix('it ran ')}); "
+            "give --spill DIR for that"]
+
+
 def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None = None) -> tuple[SavePoint, list[str]]:
     """The newest intact save point (or the one at chunk ``at``) whose frames ``out`` holds whole;
     a newer one the video is too short for is skipped with a note."""
@@ -119,8 +138,8 @@ def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None 
         too_short = True
         notes.append(f"{path.name}: needs the video's first {need} frames, {out} holds {frames} (skipped)")
     if not too_short:
-        raise InputError(f"cannot {doing} {out}: no save point in {directory}"
-                         + (f" ({'; '.join(notes)})" if notes else " (the run stopped before its first one)"))
+        why = "; ".join(notes) if notes else (why_no_savepoints(cfg) or "the run stopped before its first one")
+        raise InputError(f"cannot {doing} {out}: no save point in {directory} ({why})")
     raise InputError(f"cannot {doing} {out}: no save point fits its video ({'; '.join(notes)})")
 
 
