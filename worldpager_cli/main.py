@@ -207,8 +207,10 @@ def _branch_warnings(trajectory: Path, cfg, sp) -> list[str]:
 def _run_and_report(session, progress, grid, say) -> None:
     with progress, _stop_on_signals(session):
         result = session.run()
+    # Seconds per chunk over the chunks this run made: a resumed or forked run inherits the others.
+    made = "" if result.made == result.chunks else f"{result.made} chunks made here, "
     summary = (f"{result.frames} frames ({result.frames / grid.fps:.1f} s of video) to {result.out} in "
-               f"{result.wall_s:.1f} s ({result.wall_s / max(result.chunks, 1):.2f} s per chunk); log {result.log}")
+               f"{result.wall_s:.1f} s ({made}{result.wall_s / max(result.made, 1):.2f} s per chunk); log {result.log}")
     if result.status == "interrupted":
         click.echo(f"worldpager: interrupted after {result.chunks} chunks: wrote {summary}", err=True)
         raise SystemExit(EXIT_INTERRUPTED)

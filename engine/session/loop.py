@@ -66,6 +66,7 @@ class SessionResult:
     frames: int
     wall_s: float
     status: str                 # done | interrupted
+    made: int = 0               # chunks this run generated (a resumed or forked run inherits the others)
 
 
 def resolve_device(name: str) -> tuple[torch.device, torch.dtype]:
@@ -219,8 +220,9 @@ class Session:
                         error=f"{type(exc).__name__}: {exc}")
             raise
         self._close(memory, status)
+        inherited = 0 if self.resume_from is None else self.resume_from.chunk
         return SessionResult(self.cfg.out, self.cfg.log_path, chunks, frames,
-                             time.perf_counter() - start, status)
+                             time.perf_counter() - start, status, made=chunks - inherited)
 
     def _savepoint_plan(self, memory: SessionMemory) -> str:
         """What the header says about save points."""
