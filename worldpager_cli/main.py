@@ -270,12 +270,19 @@ class _stop_on_signals:
 
 
 @cli.command()
-@click.option("--preset", "name", default="mg2-universal", show_default=True,
-              type=click.Choice(sorted(MODEL_CONFIGS)), help="Model configuration.")
-def inspect(name: str) -> None:
+@click.option("--model", "model", type=click.Choice(sorted(MODEL_CONFIGS)),
+              help="Model configuration. Default: the preset's model, else mg2-universal.")
+@click.option("--preset", help="A preset (presets/NAME.yaml or a YAML file), as generate takes it: its model.")
+def inspect(model: str | None, preset: str | None) -> None:
     """Print a model's shape facts; the last line is JSON."""
     from engine.model.facts import model_facts
 
+    if model is None and preset is not None:
+        model = resolve_session_config(preset, {}).model
+        if model not in MODEL_CONFIGS:
+            raise ConfigError(f"preset {preset!r} is for the {model} model; inspect describes "
+                              f"{', '.join(sorted(MODEL_CONFIGS))}")
+    name = model or "mg2-universal"
     facts = model_facts(model_config(name))
     width = max(len(k) for k in facts)
     for key, value in facts.items():

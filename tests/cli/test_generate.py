@@ -180,12 +180,21 @@ def test_conflicting_length_flags(tmp_path):
 
 
 def test_inspect_universal_last_line_json():
-    result = run("inspect", "--preset", "mg2-universal")
+    result = run("inspect", "--model", "mg2-universal")
     assert result.exit_code == 0
     facts = json.loads(result.output.strip().splitlines()[-1])
     assert facts["kv_bytes_per_chunk_bf16"] == 486_604_800
     assert facts["tokens_per_chunk"] == 2640
     assert facts["params"] == 1_619_242_304 and facts["layers"] == 30
+
+
+def test_inspect_takes_a_preset_as_generate_does():
+    """``--preset`` names a preset, as in generate (its model is described); --model names a model."""
+    by_preset = run("inspect", "--preset", "mg2-4090-32g")
+    assert by_preset.exit_code == 0, by_preset.output
+    assert json.loads(by_preset.output.strip().splitlines()[-1])["model"] == "mg2-universal"
+    assert json.loads(run("inspect", "--model", "tiny").output.strip().splitlines()[-1])["model"] == "tiny"
+    one_line_error(run("inspect", "--preset", "no-such-preset"), "no-such-preset")
 
 
 def test_a_path_through_walls_is_clamped_and_logged(tmp_path):
