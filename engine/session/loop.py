@@ -307,6 +307,10 @@ class Session:
         if self.resume_from is not None:
             restore(self.resume_from, model, ctx, memory)
             start = self.resume_from.chunk
+            if memory.resume_misses:   # blocks missing or failing their check: misses, the run goes on
+                self.log.record("note", chunk=start, misses=memory.resume_misses,
+                                text=f"chunks {memory.resume_misses} of the memory could not be read back "
+                                     "from the drive (missing or failing their check): misses")
             frames_total = self.resume_from.facts["frames_total"]
         saver = self._saver(memory)
         schedule = SaveSchedule(self.cfg.save_every, self.cfg.save_interval_s)

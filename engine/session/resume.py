@@ -16,7 +16,9 @@ from pathlib import Path
 from engine.config import SessionConfig
 from engine.errors import InputError
 from engine.overlay import resolve_session_config
-from engine.session.savepoint import SavePoint, latest_savepoint
+from engine.memory.disk import INDEX_NAME, index_document
+from engine.memory.types import SpillIndexError
+from engine.session.savepoint import SavePoint, latest_savepoint, savepoint_name
 from engine.session.save import config_digest, savepoint_dir
 from engine.telemetry import read_log
 
@@ -56,4 +58,17 @@ def resume_point(out: Path) -> tuple[SessionConfig, SavePoint, list[str]]:
                          + (f" ({'; '.join(notes)})" if notes else " (the run stopped before its first one)"))
     if sp.facts.get("config_digest") != config_digest(cfg):
         raise InputError(f"cannot resume {out}: save point {sp.chunk} was made with another config than {out.with_suffix('.config.json')}")
+    check_spill_index(cfg, out, directory / savepoint_name(sp.chunk))
     return cfg, sp, notes
+
+
+def check_spill_index(cfg: SessionConfig, out: Path, savepoint: Path) -> None:
+    """The spill directory's index must be an index before anything is cut (a damaged block entry is
+    only a miss, found when the memory opens)."""
+    if cfg.memory.spill is None or cfg.memory.store in ("window", "dram-only", "device-only"):
+        return
+    try:
+        index_document(Path(cfg.memory.spill) / INDEX_NAME)
+    except SpillIndexError as exc:
+        raise InputError(f"cannot resume {out} from save point {savepoint}: {exc}; nothing was changed "
+                         "(restore the index from a backup, or generate again)") from None
