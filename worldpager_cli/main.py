@@ -28,6 +28,7 @@ from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given, memor
 from worldpager_cli.plan import plan
 from worldpager_cli.quality import bench_quality
 from worldpager_cli.report import report
+from worldpager_cli.streams import keep_going_without_stdout, stdout_failure
 from worldpager_cli.tail import tail
 
 
@@ -58,6 +59,7 @@ def default_output_path() -> Path:
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def generate(quiet, **opts) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
+    keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.model.registry import model_spec
     from engine.session.loop import Session   # keeps `worldpager --help` fast
     from worldpager_cli.progress import make_progress
@@ -88,6 +90,7 @@ def generate(quiet, **opts) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def resume(out, quiet) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
+    keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.resume import resume_point
@@ -119,6 +122,7 @@ def resume(out, quiet) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def fork(parent, at, trajectory, out, chunks, spill, quiet) -> None:
     """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
+    keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.fork import prepare_fork
@@ -167,6 +171,8 @@ def _branch_warnings(trajectory: Path, cfg, sp) -> list[str]:
 def _run_and_report(session, progress, grid, say) -> None:
     with progress, _stop_on_signals(session):
         result = session.run()
+    if stdout_failure() is not None:
+        _warn([f"standard output failed ({stdout_failure().strerror}): progress was not shown; the run went on"])
     summary = (f"{result.frames} frames ({result.frames / grid.fps:.1f} s of video) to {result.out} in "
                f"{result.wall_s:.1f} s ({result.wall_s / max(result.chunks, 1):.2f} s per chunk); log {result.log}")
     if result.status == "interrupted":

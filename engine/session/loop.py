@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 
 from engine.config import SessionConfig
-from engine.errors import OutputError
+from engine.errors import ConfigError, OutputError
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory
@@ -69,8 +69,27 @@ def resolve_device(name: str) -> tuple[torch.device, torch.dtype]:
     """``auto`` picks CUDA with bf16 when present, else the CPU with float32."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    device = checked_device(name)
     return device, (torch.bfloat16 if device.type == "cuda" else torch.float32)
+
+
+def checked_device(name: str) -> torch.device:
+    """``name`` as a device this process has: ``cpu``, or ``cuda``/``cuda:N`` with that GPU present."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {name!r} is not a device WorldPager runs on: use cpu, cuda or cuda:N "
+                          "(or auto)")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"--device {name}: no CUDA device here; use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s) "
+                              f"(cuda:0 to cuda:{count - 1})")
+    return device
 
 
 def device_bytes(device: torch.device) -> int:

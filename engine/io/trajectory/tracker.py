@@ -93,6 +93,6 @@ def _pose_targets(ctx: _Context, times: np.ndarray, positions: np.ndarray, quats
     """The resampled poses a session of ``frames`` frames can use (the first ``frames + 1``), and the
     actions the whole file describes (one per step between its grid poses)."""
     span = float(times[-1]) - float(times[0])
-    if not math.isfinite(span):
-        raise ctx.error(f"the times span {span:g} s: not a finite duration", line, field)
+    if not math.isfinite(span * FPS):   # 1e308 s is finite, its frames at FPS are not
+        raise ctx.error(f"the times span {span:g} s: not a finite duration at {FPS} fps", line, field)
     return resample(times, positions, quats, FPS, max_frames=frames + 1), grid_frames(span, FPS) - 1
