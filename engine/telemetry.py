@@ -313,8 +313,12 @@ class LogFollower:
         return record
 
     def writer_gone(self) -> bool:
-        """True when the header names a process on this host that no longer runs (False if unknown)."""
+        """True when the header names a process on this host that no longer runs, or — no header yet (a
+        session killed while loading leaves an empty log) — no process holds the log open for writing
+        (False if unknown)."""
         w = self.writer
+        if w is None and self.lines == 0:
+            return held_for_writing(self.path) is False
         if not w or not isinstance(w.get("pid"), int) or w.get("host") != socket.gethostname():
             return False
         try:
@@ -325,6 +329,37 @@ class LogFollower:
             return True
         except psutil.AccessDenied:
             return False
+
+
+def held_for_writing(path: Path) -> bool | None:
+    """Whether a process of the file's owner holds ``path`` open for writing (Linux ``/proc``); None when
+    that cannot be told (no ``/proc``, or the owner's processes cannot be looked into)."""
+    proc = Path("/proc")
+    try:
+        target = os.stat(path)
+        pids = [e.name for e in os.scandir(proc) if e.name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            if os.stat(proc / pid).st_uid != target.st_uid:
+                continue
+            fds = os.listdir(proc / pid / "fd")
+        except FileNotFoundError:
+            continue   # it exited meanwhile
+        except PermissionError:
+            return None
+        for fd in fds:
+            try:
+                st = os.stat(proc / pid / "fd" / fd)
+                if (st.st_dev, st.st_ino) != (target.st_dev, target.st_ino):
+                    continue
+                flags = (proc / pid / "fdinfo" / fd).read_text().split("flags:")[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if int(flags, 8) & os.O_ACCMODE != os.O_RDONLY:
+                return True
+    return False
 
 
 def _check_log_file(path: Path) -> None:
