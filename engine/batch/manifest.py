@@ -113,7 +113,7 @@ class Manifest:
             if problem is not None:
                 raise InputError(f"batch manifest {self.path}: job {name[:40]!r}: {problem}; move it away to "
                                  "start the batch afresh")
-            jobs[name] = dict(entry)
+            jobs[name] = {"status": "pending", "attempts": 0} | entry
         for entry in jobs.values():
             if entry.get("status") == "running":   # its batch was killed (we hold the lock now)
                 entry["status"] = "interrupted"

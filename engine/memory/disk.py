@@ -497,7 +497,7 @@ def read_index(path: Path, slot_bytes: int, format_tag: str) -> tuple[dict[Chunk
     ``SpillIndexError``, an index of another format a ``ConfigError``."""
     doc = index_document(path)
     if doc["version"] != INDEX_VERSION or doc["slot_bytes"] != slot_bytes or doc["format"] != format_tag:
-        raise ConfigError(f"cannot resume from spill directory {Path(path).parent}: it holds "
+        raise ConfigError(f"cannot resume from spill directory {Path(path).parent}: its {path} holds "
                           f"{str(doc['format'])[:200]!r} blocks of {str(doc['slot_bytes'])[:20]} B (index version "
                           f"{str(doc['version'])[:20]}), this session stores {format_tag!r} blocks of {slot_bytes} B")
     blocks, damaged = {}, []
