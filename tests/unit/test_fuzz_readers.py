@@ -282,3 +282,11 @@ def test_mutated_pose_csvs(data, frames):
         one_line_error(exc, path)
         return
     assert traj.frames == frames and np.isfinite(traj.poses).all()
+
+
+def test_a_pose_far_outside_any_world_is_one_line():
+    path = fresh("far") / "clip.poses.csv"
+    path.write_bytes(b"frame,x,y,z,yaw,pitch\n0,0,0,0,0,0\n1,1e308,0,0,0,0\n")
+    with pytest.raises(WorldPagerError) as err:
+        load_trajectory(path, "universal", 16)
+    assert "line 3" in one_line_error(err.value, path) and "outside" in str(err.value)

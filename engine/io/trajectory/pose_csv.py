@@ -10,7 +10,7 @@ import numpy as np
 from engine.geometry import quat_from_euler
 from engine.io.poses import FPS, Calibration
 from engine.io.trajectory.build import _Actions
-from engine.io.trajectory.fields import _check_times, _Context, _integer, _number, _pitch
+from engine.io.trajectory.fields import _check_times, _Context, _coordinate, _integer, _number, _pitch
 from engine.io.trajectory.tracker import _pose_targets, _track
 
 _POSE_COLUMNS = ("x", "y", "z", "yaw", "pitch")
@@ -36,7 +36,8 @@ def _pose_csv(ctx: _Context, header: list[str], header_line: int, table, mode: s
         else:
             times.append(_integer(ctx, row["frame"], number, "frame", 0, text=True) / FPS)
         lines.append(number)
-        values.append([_number(ctx, row[c], number, c, text=True) for c in ("x", "y", "z", "yaw")]
+        values.append([_coordinate(ctx, row[c], number, c, text=True) for c in ("x", "y", "z")]
+                      + [_number(ctx, row["yaw"], number, "yaw", text=True)]
                       + [_pitch(ctx, row["pitch"], number, "pitch", text=True),
                          _number(ctx, row.get("roll", "0"), number, "roll", text=True)])
     shown = [f"t {row['t']} s" if column == "t" else f"frame {row['frame']}" for _, row in table]
