@@ -270,7 +270,11 @@ class LogFollower:
                     pending, idle, last_look = pending + data, 0.0, False
                     if not pending.endswith(b"\n"):
                         continue
-                    record, pending = self._parse(pending), b""
+                    # NUL bytes: a log truncated while its writer went on (a hole up to the writer's offset)
+                    line, pending = pending.lstrip(b"\0"), b""
+                    if line == b"\n":
+                        continue
+                    record = self._parse(line)
                     yield record
                     if record["type"] == "summary":
                         self.ended = "summary"
@@ -281,6 +285,7 @@ class LogFollower:
                     last_look, self.ended = True, None   # read once more: its last line may have just landed
                     continue
                 if self.ended is not None:
+                    self._check_partial(pending)
                     return
                 time.sleep(poll_s)
                 idle += poll_s
@@ -291,6 +296,20 @@ class LogFollower:
         if idle_timeout_s is not None and idle >= idle_timeout_s:
             return "idle"
         return "writer-gone" if self.writer_gone() else None
+
+    def _check_partial(self, pending: bytes) -> None:
+        """A file that ends before its first line does is no session log unless that line could be
+        one still being written (JSON text)."""
+        line = pending.lstrip(b"\0")
+        if self.lines or not line:
+            return
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is None or "\0" in text or not text.isprintable():
+            raise InputError(f"{self.path} is not a session log: line 1 is not text "
+                             "(give the .log.jsonl beside the MP4)")
 
     def _parse(self, line: bytes) -> dict[str, Any]:
         self.lines += 1
@@ -362,6 +381,15 @@ def held_for_writing(path: Path) -> bool | None:
     return False
 
 
+def _first_byte(f) -> bytes:
+    """The first byte after any NUL bytes (a log truncated while written starts with a hole)."""
+    while True:
+        block = f.read(1 << 16)
+        rest = block.lstrip(b"\0")
+        if rest or not block:
+            return rest[:1]
+
+
 def _check_log_file(path: Path) -> None:
     """A one-line InputError unless ``path`` is a regular file that starts like a session log."""
     if not path.exists():
@@ -370,7 +398,7 @@ def _check_log_file(path: Path) -> None:
         raise InputError(f"{path} is a directory, not a session log (give the .log.jsonl file)")
     try:
         with open(path, "rb") as f:
-            first = f.read(1)
+            first = _first_byte(f)
     except OSError as exc:
         raise InputError(f"cannot read log {path}: {exc.strerror or exc}") from None
     if first not in (b"", b"{"):

@@ -102,3 +102,40 @@ def test_tail_of_an_empty_log_nobody_writes_stops(tmp_path):
     result = _run(["tail", str(log)], tmp_path)
     assert result.returncode == 3, result.stderr
     assert "no process has it open for writing" in result.stderr.splitlines()[-1]
+
+
+def test_tail_of_a_binary_file_starting_like_json_is_not_a_log(tmp_path):
+    path = tmp_path / "b.log.jsonl"
+    path.write_bytes(b"{\x00\x01\xff\xfe binary, no newline")
+    result = _run(["tail", "--no-follow", str(path)], tmp_path)
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "is not a session log" in line and str(path) in line
+
+
+def _log_with_a_hole(tmp_path) -> tuple[Path, int]:
+    """A finished micro run's log with three chunk records overwritten by NUL bytes (what a log
+    truncated while its writer went on holds), and how many chunk records are left."""
+    result = _run([*MICRO, "--chunks", "6", "--out", "h.mp4", "--quiet"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    log = tmp_path / "h.log.jsonl"
+    lines = log.read_bytes().split(b"\n")
+    hole = b"\0" * sum(len(line) + 1 for line in lines[1:4])
+    log.write_bytes(lines[0] + b"\n" + hole + b"\n".join(lines[4:]))
+    return log, sum(1 for r in read_log_lines(lines[4:]) if r["type"] == "chunk")
+
+
+def read_log_lines(lines):
+    import json
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_tail_and_report_read_past_nul_bytes(tmp_path):
+    from engine.report.read import read_session
+
+    log, after = _log_with_a_hole(tmp_path)
+    result = _run(["tail", "--no-follow", str(log)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sum(1 for line in result.stdout.splitlines() if line.startswith("chunk")) == after
+    session = read_session(log)
+    assert len(session.chunks) == after and session.summary["status"] == "done"
