@@ -180,16 +180,16 @@ class Session:
         try:
             self.model = build_world_model(self.cfg, self.image, self.trajectory, self.device, self.dtype,
                                            self.models)
-        except BaseException:
-            self._discard_outputs()
+        except BaseException as exc:   # a signal while loading is an interruption (a resume's log says so)
+            self._discard_outputs("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
             raise
 
-    def _discard_outputs(self) -> None:
+    def _discard_outputs(self, status: str = "failed") -> None:
         """Nothing was generated: close and remove the empty outputs this session created (only those,
         so that the clean-up can neither fail on nor delete a path the user gave by mistake)."""
         self.writer.close()
         if self.log is not None:
-            self.log.close("failed")
+            self.log.close(status)
         for path in self._created:
             path.unlink(missing_ok=True)
         self._created.clear()

@@ -133,3 +133,33 @@ def test_an_index_that_is_not_one_is_one_line_and_nothing_changes(stopped, tmp_p
     assert len(lines) == 1 and lines[0].startswith("worldpager: error: cannot resume k.mp4"), result.stderr
     assert "sp/index.json" in lines[0] and needle in lines[0] and "savepoint-" in lines[0], lines[0]
     assert ((work / "k.mp4").read_bytes(), (work / "k.log.jsonl").read_bytes()) == before
+
+
+INTERRUPT_LOAD = """
+import signal
+import engine.session.loop as loop
+from worldpager_cli.main import cli
+
+real = loop.build_world_model
+
+
+def build_then_ctrl_c(*args, **kwargs):   # a Ctrl-C that lands while the model loads
+    model = real(*args, **kwargs)
+    signal.raise_signal(signal.SIGINT)
+    return model
+
+
+loop.build_world_model = build_then_ctrl_c
+cli()
+"""
+
+
+def test_ctrl_c_while_a_resume_loads_is_interrupted_not_failed(stopped, tmp_path):
+    work = _damaged(stopped, tmp_path, lambda sp: None)
+    result = subprocess.run([sys.executable, "-c", INTERRUPT_LOAD, "resume", "k.mp4", "--quiet"], cwd=work,
+                            env=ENV, capture_output=True, text=True, timeout=PATIENCE_S)
+    assert result.returncode == 130, result.stderr
+    assert read_log(work / "k.log.jsonl")[-1]["status"] == "interrupted"
+    again = _resume(work)   # and it still resumes
+    assert again.returncode == 0, again.stderr
+    assert read_log(work / "k.log.jsonl")[-1]["status"] == "done"
