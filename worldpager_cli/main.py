@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from engine.config import MODEL_CONFIGS, model_config
-from engine.errors import ConfigError
+from engine.errors import ConfigError, OutputError
 from engine.overlay import resolve_session_config
 from worldpager_cli.arena import arena, bench_arena, train
 from worldpager_cli.batch import batch
@@ -179,6 +179,9 @@ def _run_and_report(session, progress, grid, say) -> None:
         click.echo(f"worldpager: interrupted after {result.chunks} chunks: wrote {summary}", err=True)
         raise SystemExit(EXIT_INTERRUPTED)
     say(f"wrote {summary}")
+    if result.savepoint_errors:   # the video is whole, but a crash would have lost more than promised
+        raise OutputError(f"{len(result.savepoint_errors)} save point(s) could not be written "
+                          f"(last: {result.savepoint_errors[-1]}); the video is complete")
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -24,10 +24,11 @@ hand.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -54,6 +55,8 @@ from engine.session.observe import mark_observed, session_path
 from engine.session.decode import DecodeStage, Decoded
 from engine.session.save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.telemetry import SessionLog, available_memory, process_rss
+log = logging.getLogger("worldpager.session")
+
 
 @dataclass
 class SessionResult:
@@ -63,6 +66,7 @@ class SessionResult:
     frames: int
     wall_s: float
     status: str                 # done | interrupted
+    savepoint_errors: list[str] = field(default_factory=list)   # save points that could not be written
 
 
 def resolve_device(name: str) -> tuple[torch.device, torch.dtype]:
@@ -126,6 +130,7 @@ class Session:
         self._stop = threading.Event()
         self._created: list[Path] = []     # outputs this session made: the only ones it may remove
         self._header_written = False
+        self.savepoint_errors: list[str] = []   # save points that could not be written (the user is told)
         spec = self.spec
         check_output_paths(cfg)
         check_memory(cfg, spec.grid, model_kv_layout(cfg), dtype_bytes=self.dtype.itemsize,
@@ -229,7 +234,7 @@ class Session:
             raise
         self._close(memory, status)
         return SessionResult(self.cfg.out, self.cfg.log_path, chunks, frames,
-                             time.perf_counter() - start, status)
+                             time.perf_counter() - start, status, list(self.savepoint_errors))
 
     def _savepoint_plan(self, memory: SessionMemory) -> str:
         """What the header says about save points."""
@@ -297,6 +302,9 @@ class Session:
             fields = {"chunk": w.chunk, "bytes": w.bytes, "write_ms": round(w.write_ms, 2),
                       "wait_ms": round(w.wait_ms, 2)}
             self.log.record("savepoint", **fields, **({"path": str(w.path)} if w.path else {"error": w.error}))
+            if w.path is None:   # said at once, and the run's exit says it again at the end
+                self.savepoint_errors.append(f"save point before chunk {w.chunk}: {w.error}")
+                log.warning("worldpager: warning: save point before chunk %s not written: %s", w.chunk, w.error)
 
     def _saver(self, memory: SessionMemory) -> SavePointWriter | None:
         """The save-point writer, or None (``--save-every 0``, or a memory that no drive holds: noted)."""
