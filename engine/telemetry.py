@@ -106,7 +106,9 @@ class SessionLog:
                 tmp = self.path.with_name(self.path.name + ".tmp")
                 tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept), encoding="utf-8")
                 os.replace(tmp, self.path)
-            self._file = open(self.path, "a" if continue_before is not None else "w", encoding="utf-8")
+            # Unbuffered bytes: every line reaches the OS whole, or (a full drive) is cut back off.
+            self._file = open(self.path, "ab" if continue_before is not None else "wb", buffering=0)
+            self._size = os.fstat(self._file.fileno()).st_size
         except OSError as exc:
             raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}; "
                               f"choose another --log") from None
@@ -138,8 +140,19 @@ class SessionLog:
         self._write({"type": kind, **fields})
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
+        """Append one line whole, or not at all (a failed write is cut back: no torn line)."""
+        data = (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._file.write(view):]
+        except OSError as exc:
+            try:
+                os.ftruncate(self._file.fileno(), self._size)
+            except OSError:
+                pass   # the write's error is the one to report
+            raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}") from None
+        self._size += len(data)
 
     def header(self, config: dict[str, Any], facts: dict[str, Any], **extra: Any) -> None:
         self._write({"type": "header", "schema": SCHEMA_VERSION, "started": self._start,
@@ -155,10 +168,12 @@ class SessionLog:
         """Write the summary line (status: done | interrupted | failed) and close; idempotent."""
         if self.closed:
             return
-        self._write({"type": "summary", "status": status, "wall_s": time.time() - self._start,
-                     **self.summary.as_record(), **extra})
-        self._file.close()
         self.closed = True
+        try:
+            self._write({"type": "summary", "status": status, "wall_s": time.time() - self._start,
+                         **self.summary.as_record(), **extra})
+        finally:
+            self._file.close()
 
 
 # The fields readers (``worldpager tail``, the summary) use, by record type: each may be absent, but when

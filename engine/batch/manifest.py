@@ -122,11 +122,17 @@ class Manifest:
     def _write(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         text = json.dumps({"version": 1, "jobs": self.jobs}, indent=1, sort_keys=True) + "\n"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:   # the manifest on the drive stays the last whole one
+            tmp.unlink(missing_ok=True)
+            raise OutputError(f"cannot update the batch manifest {self.path}: {exc.strerror or exc}; free space "
+                              f"in {self.dir}, then run the batch again: it goes on where it stopped "
+                              "(a job left running there is resumed)") from None
         fsync_directory(self.dir, required=False)
 
     # ---- the entries -----------------------------------------------------------------------------

@@ -194,7 +194,10 @@ class Session:
         so that the clean-up can neither fail on nor delete a path the user gave by mistake)."""
         self.writer.close()
         if self.log is not None:
-            self.log.close(status)
+            try:
+                self.log.close(status)
+            except OutputError:   # a full drive: the error that brought us here is the one to report
+                pass
         for path in self._created:
             path.unlink(missing_ok=True)
         self._created.clear()
