@@ -36,6 +36,7 @@ import torch
 
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
+from engine.pause_clock import PauseClock
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory
@@ -56,6 +57,11 @@ from engine.session.decode import DecodeStage, Decoded
 from engine.session.save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.telemetry import SessionLog, available_memory, process_rss
 log = logging.getLogger("worldpager.session")
+
+
+def _ms(seconds: float, paused_s: float) -> float:
+    """A step's milliseconds, less the time the process was stopped during it."""
+    return max(0.0, seconds - paused_s) * 1e3
 
 
 @dataclass
@@ -208,6 +214,7 @@ class Session:
         if self.model is None:
             self.load()
         model = self.model
+        self._pauses = PauseClock().start()
         status, chunks, frames, memory = "failed", 0, 0, None
         try:
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
@@ -235,6 +242,8 @@ class Session:
             self._close(memory, status, abort=isinstance(exc, KeyboardInterrupt),
                         error=f"{type(exc).__name__}: {exc}")
             raise
+        finally:
+            self._pauses.stop()
         self._close(memory, status)
         return SessionResult(self.cfg.out, self.cfg.log_path, chunks, frames,
                              time.perf_counter() - start, status, list(self.savepoint_errors))
@@ -357,6 +366,9 @@ class Session:
     def _chunks(self, ctx, memory, start, frames_total, saver, schedule) -> tuple[int, int]:
         model = self.model
         stage = DecodeStage(self._decode, self.writer, overlap=self.cfg.decode_overlap, frames_total=frames_total)
+        # A chunk's wall time runs from the end of the one before (save points and log lines included), so
+        # that the chunks' wall times and pauses tile the loop: a pause is in exactly one chunk's.
+        self._wall_from, self._paused_before = time.perf_counter(), self._pauses.paused_s()
         try:
             for chunk in range(start, self.cfg.chunks):
                 stopping = self._stop.is_set()
@@ -377,15 +389,15 @@ class Session:
                 if stopping:
                     self._log_decoded(stage.close())
                     return chunk, stage.frames_total
-                t0 = time.perf_counter()
+                t0, p0 = time.perf_counter(), self._pauses.paused_s()
                 # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
                 mem = memory.prepare(chunk)
-                t1 = time.perf_counter()
+                t1, p1 = time.perf_counter(), self._pauses.paused_s()
                 # 5. denoise (the chunk's clean K/V end up in the context's current region); an
                 #    observed chunk only runs the clean pass on what was observed
                 observed = chunk < self.observed_chunks
                 latents = model.observe(chunk, ctx) if observed else model.denoise(chunk, ctx)
-                t2 = time.perf_counter()
+                t2, p2 = time.perf_counter(), self._pauses.paused_s()
                 self.on_output(chunk, latents)
                 # 6. store the chunk's KV, then roll the window
                 tiers = memory.store_chunk(chunk)
@@ -393,15 +405,19 @@ class Session:
                     raise self._drive_stopped(failure, chunk + 1, memory)
                 mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot
                 ctx.commit()
-                t3 = time.perf_counter()
+                t3, p3 = time.perf_counter(), self._pauses.paused_s()
                 # 7. decode and mux: here, or (decode_overlap) on a worker while the next chunk denoises
                 record = {"chunk": chunk, "frames": 0, "frames_total": 0, "wall_ms": 0.0,
-                          "compute_ms": (t2 - t1) * 1e3, "memory_ms": (t1 - t0) * 1e3,
-                          "store_ms": (t3 - t2) * 1e3, "decode_ms": 0.0, **mem, **tiers,
+                          # a stopped process's time (SIGSTOP) is paused time, not the step's
+                          "compute_ms": _ms(t2 - t1, p2 - p1), "memory_ms": _ms(t1 - t0, p1 - p0),
+                          "store_ms": _ms(t3 - t2, p3 - p2), "decode_ms": 0.0, **mem, **tiers,
                           "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device),
                           **({"observed": True} if observed else {})}
                 done = stage.submit(chunk, latents, record)
-                record["wall_ms"] = (time.perf_counter() - t0) * 1e3
+                now, paused = time.perf_counter(), self._pauses.paused_s()
+                record["wall_ms"] = (now - self._wall_from) * 1e3
+                record["paused_ms"] = (paused - self._paused_before) * 1e3   # a stopped process, in wall_ms
+                self._wall_from, self._paused_before = now, paused
                 record["decode_wait_ms"] = stage.wait_ms   # waiting for the chunk before to be in the file
                 # 8. log the chunks now in the file (this one, or with decode_overlap the one before)
                 self._log_decoded(done)
