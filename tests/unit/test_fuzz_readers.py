@@ -290,3 +290,16 @@ def test_a_pose_far_outside_any_world_is_one_line():
     with pytest.raises(WorldPagerError) as err:
         load_trajectory(path, "universal", 16)
     assert "line 3" in one_line_error(err.value, path) and "outside" in str(err.value)
+
+
+def test_a_pose_csv_is_read_only_as_far_as_the_session_goes():
+    """Rows past what a short session needs are not parsed (a damaged row there does not matter, and a
+    long file costs no more than its text), but the file's length still comes from its last row."""
+    rows = [f"{i},{0.1 * i:.3f},0,0,{i % 360},0" for i in range(5000)]
+    rows[3000] = "3000,abc,0,0,0,0"
+    path = fresh("long") / "walk.poses.csv"
+    path.write_text("frame,x,y,z,yaw,pitch\n" + "\n".join(rows) + "\n# the end\n")
+    traj = load_trajectory(path, "universal", 21)
+    assert traj.frames == 21 and traj.source_frames == 4999
+    with pytest.raises(WorldPagerError, match="line 3002"):   # a session that reaches the row reads it
+        load_trajectory(path, "universal", 4000)
