@@ -97,7 +97,7 @@ def test_blocks_that_do_not_read_back_are_counted_misses(stopped, tmp_path, dama
     assert chunks == list(range(CHUNKS))
 
 
-@pytest.mark.parametrize("field", ["length", "crc", "offset"])
+@pytest.mark.parametrize("field", ["length"])   # other fields and values: tests/unit/test_fuzz_readers.py
 def test_a_block_entry_without_a_field_is_a_miss(stopped, tmp_path, field):
     work = _damaged(stopped, tmp_path, _first_entry_without(field))
     result = _resume(work)
@@ -120,10 +120,8 @@ def _cut_in_half(sp: Path) -> None:
 @pytest.mark.parametrize("damage, needle", [
     (_write(b"[]"), "not an index (a JSON list"),
     (_cut_in_half, "not valid JSON"),
-    (_write(b'{"version": 1, "slot_bytes": 8192, "format": "x", "blocks": []}'), "'blocks' is a list"),
-    (_write(b"\xff\xfe\x00"), "not text"),
     (lambda sp: (sp / "index.json").unlink(), "missing"),
-], ids=["list", "half", "blocks-list", "binary", "missing"])
+], ids=["list", "half", "missing"])
 def test_an_index_that_is_not_one_is_one_line_and_nothing_changes(stopped, tmp_path, damage, needle):
     work = _damaged(stopped, tmp_path, damage)
     before = (work / "k.mp4").read_bytes(), (work / "k.log.jsonl").read_bytes()
