@@ -219,7 +219,10 @@ def config_to_json(cfg: Any) -> dict:
 
 
 def write_resolved_config(cfg: SessionConfig, path: Path) -> None:
+    made = not path.exists()
     try:
         path.write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
     except OSError as exc:
+        if made:   # a full drive: no empty or half config left behind
+            path.unlink(missing_ok=True)
         raise OutputError(f"cannot write the resolved config {path}: {exc.strerror or exc}") from None

@@ -106,7 +106,9 @@ class SessionLog:
                 tmp = self.path.with_name(self.path.name + ".tmp")
                 tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept), encoding="utf-8")
                 os.replace(tmp, self.path)
-            self._file = open(self.path, "a" if continue_before is not None else "w", encoding="utf-8")
+            # Unbuffered bytes: every line reaches the OS whole, or (a full drive) is cut back off.
+            self._file = open(self.path, "ab" if continue_before is not None else "wb", buffering=0)
+            self._size = os.fstat(self._file.fileno()).st_size
         except OSError as exc:
             raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}; "
                               f"choose another --log") from None
@@ -138,8 +140,19 @@ class SessionLog:
         self._write({"type": kind, **fields})
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
+        """Append one line whole, or not at all (a failed write is cut back: no torn line)."""
+        data = (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._file.write(view):]
+        except OSError as exc:
+            try:
+                os.ftruncate(self._file.fileno(), self._size)
+            except OSError:
+                pass   # the write's error is the one to report
+            raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}") from None
+        self._size += len(data)
 
     def header(self, config: dict[str, Any], facts: dict[str, Any], **extra: Any) -> None:
         self._write({"type": "header", "schema": SCHEMA_VERSION, "started": self._start,
@@ -155,10 +168,12 @@ class SessionLog:
         """Write the summary line (status: done | interrupted | failed) and close; idempotent."""
         if self.closed:
             return
-        self._write({"type": "summary", "status": status, "wall_s": time.time() - self._start,
-                     **self.summary.as_record(), **extra})
-        self._file.close()
         self.closed = True
+        try:
+            self._write({"type": "summary", "status": status, "wall_s": time.time() - self._start,
+                         **self.summary.as_record(), **extra})
+        finally:
+            self._file.close()
 
 
 # The fields readers (``worldpager tail``, the summary) use, by record type: each may be absent, but when
@@ -270,7 +285,11 @@ class LogFollower:
                     pending, idle, last_look = pending + data, 0.0, False
                     if not pending.endswith(b"\n"):
                         continue
-                    record, pending = self._parse(pending), b""
+                    # NUL bytes: a log truncated while its writer went on (a hole up to the writer's offset)
+                    line, pending = pending.lstrip(b"\0"), b""
+                    if line == b"\n":
+                        continue
+                    record = self._parse(line)
                     yield record
                     if record["type"] == "summary":
                         self.ended = "summary"
@@ -281,6 +300,7 @@ class LogFollower:
                     last_look, self.ended = True, None   # read once more: its last line may have just landed
                     continue
                 if self.ended is not None:
+                    self._check_partial(pending)
                     return
                 time.sleep(poll_s)
                 idle += poll_s
@@ -291,6 +311,20 @@ class LogFollower:
         if idle_timeout_s is not None and idle >= idle_timeout_s:
             return "idle"
         return "writer-gone" if self.writer_gone() else None
+
+    def _check_partial(self, pending: bytes) -> None:
+        """A file that ends before its first line does is no session log unless that line could be
+        one still being written (JSON text)."""
+        line = pending.lstrip(b"\0")
+        if self.lines or not line:
+            return
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is None or "\0" in text or not text.isprintable():
+            raise InputError(f"{self.path} is not a session log: line 1 is not text "
+                             "(give the .log.jsonl beside the MP4)")
 
     def _parse(self, line: bytes) -> dict[str, Any]:
         self.lines += 1
@@ -313,8 +347,12 @@ class LogFollower:
         return record
 
     def writer_gone(self) -> bool:
-        """True when the header names a process on this host that no longer runs (False if unknown)."""
+        """True when the header names a process on this host that no longer runs, or — no header yet (a
+        session killed while loading leaves an empty log) — no process holds the log open for writing
+        (False if unknown)."""
         w = self.writer
+        if w is None and self.lines == 0:
+            return held_for_writing(self.path) is False
         if not w or not isinstance(w.get("pid"), int) or w.get("host") != socket.gethostname():
             return False
         try:
@@ -327,6 +365,46 @@ class LogFollower:
             return False
 
 
+def held_for_writing(path: Path) -> bool | None:
+    """Whether a process of the file's owner holds ``path`` open for writing (Linux ``/proc``); None when
+    that cannot be told (no ``/proc``, or the owner's processes cannot be looked into)."""
+    proc = Path("/proc")
+    try:
+        target = os.stat(path)
+        pids = [e.name for e in os.scandir(proc) if e.name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            if os.stat(proc / pid).st_uid != target.st_uid:
+                continue
+            fds = os.listdir(proc / pid / "fd")
+        except FileNotFoundError:
+            continue   # it exited meanwhile
+        except PermissionError:
+            return None
+        for fd in fds:
+            try:
+                st = os.stat(proc / pid / "fd" / fd)
+                if (st.st_dev, st.st_ino) != (target.st_dev, target.st_ino):
+                    continue
+                flags = (proc / pid / "fdinfo" / fd).read_text().split("flags:")[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if int(flags, 8) & os.O_ACCMODE != os.O_RDONLY:
+                return True
+    return False
+
+
+def _first_byte(f) -> bytes:
+    """The first byte after any NUL bytes (a log truncated while written starts with a hole)."""
+    while True:
+        block = f.read(1 << 16)
+        rest = block.lstrip(b"\0")
+        if rest or not block:
+            return rest[:1]
+
+
 def _check_log_file(path: Path) -> None:
     """A one-line InputError unless ``path`` is a regular file that starts like a session log."""
     if not path.exists():
@@ -335,7 +413,7 @@ def _check_log_file(path: Path) -> None:
         raise InputError(f"{path} is a directory, not a session log (give the .log.jsonl file)")
     try:
         with open(path, "rb") as f:
-            first = f.read(1)
+            first = _first_byte(f)
     except OSError as exc:
         raise InputError(f"cannot read log {path}: {exc.strerror or exc}") from None
     if first not in (b"", b"{"):

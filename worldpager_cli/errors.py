@@ -13,6 +13,7 @@ import traceback
 import click
 
 from engine.errors import WorldPagerError
+from worldpager_cli.streams import guard_streams
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a writer whose reader has gone
@@ -46,6 +47,10 @@ def one_line(exc: click.UsageError) -> click.ClickException:
 class WorldPagerGroup(click.Group):
     """A click group whose commands report errors as one line with a documented exit code."""
 
+    def main(self, *args, **kwargs):
+        guard_streams()   # a closed or full stdout/stderr is never a traceback
+        return super().main(*args, **kwargs)
+
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
@@ -54,7 +59,9 @@ class WorldPagerGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()   # a full stdout fails here, not in the interpreter's last flush
+            return result
         except click.UsageError as exc:   # an unknown command, or a command's options and arguments
             raise one_line(exc) from None
         except WorldPagerError as exc:

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from engine.config import MODEL_CONFIGS, model_config
-from engine.errors import ConfigError
+from engine.errors import ConfigError, OutputError
 from engine.overlay import resolve_session_config, with_user_config
 from worldpager_cli.arena import arena, bench_arena, train
 from worldpager_cli.batch import batch
@@ -29,6 +29,7 @@ from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given,  # no
 from worldpager_cli.plan import plan
 from worldpager_cli.quality import bench_quality
 from worldpager_cli.report import report
+from worldpager_cli.streams import keep_going_without_stdout, stdout_failure
 from worldpager_cli.tail import tail
 
 
@@ -65,6 +66,7 @@ OVERWRITE = click.option("--overwrite", is_flag=True,
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def generate(quiet, overwrite, **opts) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
+    keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.model.registry import model_spec
     from engine.session.ownership import check_video_path, claim_output, refuse_existing
     from engine.session.preflight import check_output_paths
@@ -112,6 +114,7 @@ def _generate(cfg, spec, grid, quiet: bool) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def resume(out, quiet) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
+    keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import claim_output
 
     with claim_output(out, "resume"):   # before anything is read: the run's files are ours now
@@ -151,6 +154,7 @@ def _resume(out: Path, quiet: bool) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 def fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet) -> None:
     """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
+    keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import check_video_path, claim_output
 
     if chunks is not None and chunks < 1:
@@ -207,6 +211,8 @@ def _branch_warnings(trajectory: Path, cfg, sp) -> list[str]:
 def _run_and_report(session, progress, grid, say) -> None:
     with progress, _stop_on_signals(session):
         result = session.run()
+    if stdout_failure() is not None:
+        _warn([f"standard output failed ({stdout_failure().strerror}): progress was not shown; the run went on"])
     # Seconds per chunk over the chunks this run made: a resumed or forked run inherits the others.
     made = "" if result.made == result.chunks else f"{result.made} chunks made here, "
     summary = (f"{result.frames} frames ({result.frames / grid.fps:.1f} s of video) to {result.out} in "
@@ -215,6 +221,9 @@ def _run_and_report(session, progress, grid, say) -> None:
         click.echo(f"worldpager: interrupted after {result.chunks} chunks: wrote {summary}", err=True)
         raise SystemExit(EXIT_INTERRUPTED)
     say(f"wrote {summary}")
+    if result.savepoint_errors:   # the video is whole, but a crash would have lost more than promised
+        raise OutputError(f"{len(result.savepoint_errors)} save point(s) could not be written "
+                          f"(last: {result.savepoint_errors[-1]}); the video is complete")
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -52,7 +52,9 @@ def summary_line(record: dict) -> str:
 
 def unfinished_line(follower: LogFollower, idle_timeout: float | None) -> str:
     """Why the session is taken to be over without its summary line."""
-    if follower.ended == "writer-gone":
+    if follower.ended == "writer-gone" and follower.writer is None:
+        why = "no process has it open for writing (its writer exited before its first line)"
+    elif follower.ended == "writer-gone":
         why = f"its writer (pid {follower.writer['pid']}) has exited"
     elif follower.ended == "idle":
         why = f"nothing new for {idle_timeout:g} s"

@@ -28,6 +28,36 @@ MANIFEST_NAME, LOCK_NAME = "batch-manifest.json", "batch.lock"
 STATUSES = ("pending", "running", "done", "failed", "interrupted")
 
 
+# An entry's fields and what each may hold (a number field: int or float, never a bool).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "attempts": (int,), "chunks": (int,), "frames": (int,), "resumed_at": (int, type(None)),
+    "fps": (int, float, type(None)), "stall_p99_ms": (int, float, type(None)),
+    "rss_max_mib": (int, float, type(None)), "wall_s": (int, float, type(None)),
+    "out": (str,), "fingerprint": (str,), "error": (str, type(None)), "worker": (str, int, type(None)),
+    "model_reused": (bool, type(None)), "started": (int, float), "finished": (int, float),
+}
+_KIND = {int: "a whole number", float: "a number", str: "text", bool: "true or false", type(None): "null"}
+
+
+def entry_problem(entry: Any) -> str | None:
+    """Why a manifest entry cannot be used (one phrase naming the field and its value), or None."""
+    if not isinstance(entry, dict):
+        return f"the entry is a JSON {type(entry).__name__}, not an object"
+    if entry.get("status", "pending") not in STATUSES:
+        return f"'status' is {str(entry.get('status'))[:40]!r}, not one of {', '.join(STATUSES)}"
+    for field, types in _FIELD_TYPES.items():
+        if field not in entry:
+            continue
+        value = entry[field]
+        bad = isinstance(value, bool) and bool not in types or not isinstance(value, types)
+        if not bad and field in ("attempts", "chunks", "frames") and value < 0:
+            bad = True
+        if bad:
+            kinds = " or ".join(_KIND[t] for t in types if not (t is int and float in types))
+            return f"{field!r} is {json.dumps(value)[:40]}, not {kinds}"
+    return None
+
+
 class Manifest:
     """The jobs' entries, kept in memory and written through on every change."""
 
@@ -71,12 +101,19 @@ class Manifest:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as exc:
-            raise InputError(f"batch manifest {self.path} is damaged ({exc}); move it away to start the "
+        except (OSError, ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise InputError(f"batch manifest {self.path} is damaged ({reason}); move it away to start the "
                              "batch afresh") from None
         if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
             raise InputError(f"{self.path} is not a batch manifest; move it away or choose another --out-dir")
-        jobs = {name: dict(e) for name, e in data["jobs"].items() if isinstance(e, dict)}
+        jobs = {}
+        for name, entry in data["jobs"].items():
+            problem = entry_problem(entry)
+            if problem is not None:
+                raise InputError(f"batch manifest {self.path}: job {name[:40]!r}: {problem}; move it away to "
+                                 "start the batch afresh")
+            jobs[name] = {"status": "pending", "attempts": 0} | entry
         for entry in jobs.values():
             if entry.get("status") == "running":   # its batch was killed (we hold the lock now)
                 entry["status"] = "interrupted"
@@ -85,11 +122,17 @@ class Manifest:
     def _write(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         text = json.dumps({"version": 1, "jobs": self.jobs}, indent=1, sort_keys=True) + "\n"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:   # the manifest on the drive stays the last whole one
+            tmp.unlink(missing_ok=True)
+            raise OutputError(f"cannot update the batch manifest {self.path}: {exc.strerror or exc}; free space "
+                              f"in {self.dir}, then run the batch again: it goes on where it stopped "
+                              "(a job left running there is resumed)") from None
         fsync_directory(self.dir, required=False)
 
     # ---- the entries -----------------------------------------------------------------------------

@@ -83,10 +83,40 @@ def _decode_rgb(path: Path) -> np.ndarray:
             frame = _first_image_frame(container, path)
             rgb = frame.to_ndarray(format="rgb24")
     except (OSError, av.error.FFmpegError) as exc:
+        size = declared_size(path)
+        if size is not None and not fits_ffmpeg(*size):
+            raise InputError(f"cannot read start image {path}: {size[0]}x{size[1]} pixels is beyond FFmpeg's "
+                             "image size limit ((w + 128) x (h + 128) under 268 million, e.g. 16000x16000); "
+                             "scale it down") from None
         raise InputError(f"cannot read start image {path}: {_reason(exc)}") from None
     if rgb.shape[0] == 0 or rgb.shape[1] == 0:
         raise InputError(f"cannot read start image {path}: zero-size image")
     return rgb
+
+
+def fits_ffmpeg(width: int, height: int) -> bool:
+    """FFmpeg decodes no image larger than this (``av_image_check_size``)."""
+    return (width + 128) * (height + 128) < (2 ** 31 - 1) // 8
+
+
+def declared_size(path: Path) -> tuple[int, int] | None:
+    """Width and height a PNG or JPEG file declares in its header (read without decoding), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    i = 2 if head[:2] == b"\xff\xd8" else len(head)
+    while i + 9 <= len(head):   # JPEG: walk the segments to a start-of-frame
+        if head[i] != 0xFF:
+            return None
+        marker, length = head[i + 1], int.from_bytes(head[i + 2:i + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return int.from_bytes(head[i + 7:i + 9], "big"), int.from_bytes(head[i + 5:i + 7], "big")
+        i += 2 + length
+    return None
 
 
 def _check_readable(path: Path) -> None:

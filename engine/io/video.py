@@ -90,8 +90,9 @@ class VideoWriter:
         self._header, self._extradata, timescale = mp4_header(self._settings)
         assert timescale % self.fps == 0, f"track timescale {timescale} is not a multiple of {self.fps} fps"
         self._sample_duration = timescale // self.fps
+        self._size = 0   # bytes of whole fragments in the file: a failed append is cut back to it
         try:
-            self._file = open(self.path, "wb")
+            self._file = open(self.path, "wb", buffering=0)   # every byte to the OS at once
         except OSError as exc:
             raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
         # The header now, so even a run killed before its first frame leaves a valid (empty) file.
@@ -168,11 +169,20 @@ class VideoWriter:
         self._frames_written += len(samples)
 
     def _append_bytes(self, data: bytes) -> None:
+        """Append ``data`` whole, or not at all: a write that fails (a full drive) is cut back to the
+        last whole fragment, so the file still plays every frame written before."""
+        view = memoryview(data)
         try:
-            self._file.write(data)
-            self._file.flush()  # to the OS: a killed process loses nothing written
+            while view:
+                view = view[self._file.write(view):]   # to the OS: a killed process loses nothing written
         except OSError as exc:
+            try:
+                os.ftruncate(self._file.fileno(), self._size)
+                self._file.seek(self._size)
+            except OSError:
+                pass   # the original error is the one to report
             raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
+        self._size += len(data)
 
     def _sync(self) -> None:
         try:

@@ -15,7 +15,9 @@ makes its helper once and keeps it (no thread start per block). The index
 (JSON: chunk -> offset, length, crc, format) is written atomically — data fdatasync'ed first, then a
 temp file, fdatasync, rename, directory fsync — every ``index_every`` writes and on ``close()``, so a
 session can be resumed after a crash with ``resume=True`` (blocks written after the last index write
-are simply absent).
+are simply absent). Read back (``read_index``), a damaged entry (a field missing or of the wrong type)
+is dropped with a warning and its chunk becomes a miss; a document that is not JSON or not an index is
+a one-line ``SpillIndexError`` naming the file.
 
 Failures. No room (ENOSPC, or the ``max_bytes`` cap) raises a one-line ``DiskFullError`` naming the
 directory; earlier blocks stay readable. Where the file system refuses O_DIRECT (EINVAL on open or
@@ -40,7 +42,7 @@ import torch
 from engine.durable import fsync_directory
 from engine.file_lock import release_lock, try_lock
 from engine.errors import ConfigError, OutputError
-from engine.memory.types import ChunkId, CorruptBlockError, DiskFullError, SpillLockedError
+from engine.memory.types import ChunkId, CorruptBlockError, DiskFullError, SpillIndexError, SpillLockedError
 
 log = logging.getLogger("worldpager.memory")
 
@@ -141,6 +143,7 @@ class DiskTier:
         self._unsaved = 0
         self._retired_fds: list[int] = []
         self.bytes_read = self.bytes_written = 0
+        self.damaged_entries = 0              # index entries dropped at load (their chunks are misses)
         self._make_dir()
         self._lock_fd = self._take_lock()
         try:
@@ -408,18 +411,12 @@ class DiskTier:
         fsync_directory(self.dir)
 
     def _load_index(self) -> None:
-        path = self.dir / INDEX_NAME
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise OutputError(f"cannot resume from spill directory {self.dir}: "
-                              f"unreadable {INDEX_NAME} ({exc})") from None
-        if doc.get("version") != INDEX_VERSION or doc.get("slot_bytes") != self.slot_bytes \
-                or doc.get("format") != self.format_tag:
-            raise ConfigError(f"cannot resume from spill directory {self.dir}: it holds "
-                              f"{doc.get('format')!r} blocks of {doc.get('slot_bytes')} B, this "
-                              f"session stores {self.format_tag!r} blocks of {self.slot_bytes} B")
-        self._index = {int(c): e for c, e in doc["blocks"].items()}
+        blocks, damaged = read_index(self.dir / INDEX_NAME, self.slot_bytes, self.format_tag)
+        for chunk, why in damaged:
+            log.warning("%s: the entry of chunk %s is damaged (%s): that chunk is a miss and is made "
+                        "again if needed", self.dir / INDEX_NAME, chunk, why)
+        self.damaged_entries = len(damaged)
+        self._index = blocks
         self._next = max((e["offset"] + e["length"] for e in self._index.values()), default=0)
 
     def close(self, write_index: bool = True) -> None:
@@ -445,3 +442,71 @@ class DiskTier:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# ---- reading an index back (resume, fork, checks): damage is data, never a traceback -------------------
+
+_ENTRY_INTS = ("offset", "length", "crc")
+
+
+def index_document(path: Path) -> dict:
+    """The parsed ``index.json`` at ``path``, checked for its overall shape; ``SpillIndexError`` (one
+    line naming the file) when it is missing, unreadable, not JSON or not an index."""
+    try:
+        doc = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise SpillIndexError(path, "missing") from None
+    except OSError as exc:
+        raise SpillIndexError(path, f"unreadable ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpillIndexError(path, "it is not text") from None
+    except ValueError as exc:
+        raise SpillIndexError(path, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise SpillIndexError(path, "not valid JSON (nested too deeply)") from None
+    if not isinstance(doc, dict):
+        raise SpillIndexError(path, f"not an index (a JSON {type(doc).__name__}, not an object)")
+    for key in ("version", "slot_bytes", "format", "blocks"):
+        if key not in doc:
+            raise SpillIndexError(path, f"not an index (no {key!r})")
+    if not isinstance(doc["blocks"], dict):
+        raise SpillIndexError(path, f"not an index ('blocks' is a {type(doc['blocks']).__name__})")
+    return doc
+
+
+def _entry_problem(key: str, entry, slot_bytes: int) -> str | None:
+    """Why one block entry cannot be used, or None."""
+    if not key.isdigit() or not key.isascii():
+        return f"chunk id {key[:20]!r} is not a whole number"
+    if not isinstance(entry, dict):
+        return f"a JSON {type(entry).__name__}, not an object"
+    for name in _ENTRY_INTS:
+        value = entry.get(name)
+        if value is None:
+            return f"no {name!r}"
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"{name!r} is {str(value)[:20]!r}, not a whole number"
+    if not 0 < entry["length"] <= slot_bytes:
+        return f"'length' {entry['length']} is not within one block of {slot_bytes} B"
+    if entry["offset"] % ALIGN or entry["crc"] >= 2 ** 32:
+        return "'offset' is not 4 KiB-aligned" if entry["offset"] % ALIGN else "'crc' is not a crc32"
+    return None
+
+
+def read_index(path: Path, slot_bytes: int, format_tag: str) -> tuple[dict[ChunkId, dict], list[tuple[str, str]]]:
+    """The usable block entries of ``index.json`` (chunk -> offset, length, crc, format) and the damaged
+    ones as (chunk, why): a damaged entry is dropped (its chunk is a miss), a damaged document is a
+    ``SpillIndexError``, an index of another format a ``ConfigError``."""
+    doc = index_document(path)
+    if doc["version"] != INDEX_VERSION or doc["slot_bytes"] != slot_bytes or doc["format"] != format_tag:
+        raise ConfigError(f"cannot resume from spill directory {Path(path).parent}: its {path} holds "
+                          f"{str(doc['format'])[:200]!r} blocks of {str(doc['slot_bytes'])[:20]} B (index version "
+                          f"{str(doc['version'])[:20]}), this session stores {format_tag!r} blocks of {slot_bytes} B")
+    blocks, damaged = {}, []
+    for key, entry in doc["blocks"].items():
+        why = _entry_problem(key, entry, slot_bytes)
+        if why is None:
+            blocks[int(key)] = {name: entry[name] for name in _ENTRY_INTS} | {"format": format_tag}
+        else:
+            damaged.append((key[:20], why))
+    return blocks, damaged

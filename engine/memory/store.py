@@ -24,6 +24,8 @@ Contract.
   ``load_now(ids)``     the same, synchronously (on-demand and sync baseline modes).
   ``counters()``        bytes and seconds per tier, pool slots/bytes, write-back depth, hits/misses,
                         failed reads and, among them, ``corrupt_blocks`` (disk blocks failing their crc32).
+  ``lost``              chunks before a resume point that its spill index no longer holds (a damaged
+                        entry): misses when retrieved, not waited for by ``persist_through``.
   ``close()``           drains write-back (all dirty blocks with ``persist_all``), writes the index,
                         releases the spill lock. Also a context manager.
 
@@ -137,9 +139,12 @@ class KVStore:
     def _start(self, n_slots: int, low_water: int, resume: bool, drive_bw, readers: int) -> None:
         self.manager = PlacementManager(n_slots, has_disk=self.disk is not None,
                                         low_water=low_water, slot_bytes=self.fmt.slot_bytes)
+        self.lost: set[ChunkId] = set()   # chunks a resumed run's index no longer holds: never retrievable
         if self.disk is not None and resume:
             if self._resume_before is not None:
                 self.disk.forget_from(self._resume_before)
+                self.lost = set(range(self._resume_before)) - set(self.disk.chunks()) \
+                    - {c for b in self.bases for c in b.chunks()}
             self.manager.register_on_disk(self.disk.chunks())
         if self.bases:
             own = set(self.disk.chunks()) if resume else set()
@@ -289,7 +294,7 @@ class KVStore:
         the drive and the drive's index is durable; False on a timeout, a write error or no drive."""
         if self.disk is None:
             return False
-        need = set(range(chunk))
+        need = set(range(chunk)) - self.lost
         with self._cond:
             self._persist_all = True
             self._kick_writeback()

@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from engine.errors import OutputError, WorldPagerError
+from engine.errors import InputError, OutputError, WorldPagerError
 
 if TYPE_CHECKING:
     import torch
@@ -141,6 +141,17 @@ class SpillLockedError(OutputError):
 
 class DiskFullError(OutputError):
     """The spill directory's file system (or its configured cap) has no room for another block."""
+
+
+class SpillIndexError(InputError):
+    """A spill directory's ``index.json`` is missing, unreadable or not an index (one line naming it)."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"spill index {path}: {reason}")
+        self.path, self.reason = path, reason
+
+    def __reduce__(self):
+        return type(self), (self.path, self.reason)
 
 
 class CorruptBlockError(Exception):

@@ -62,11 +62,13 @@ def _lines(path: Path) -> list[bytes]:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read log {path}: {exc.strerror or exc}") from None
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()        # the newline that ends the last complete line
-    elif lines:
-        lines[-1] += b"\0"  # a partial last line: never a complete record
+    *complete, last = data.split(b"\n")   # ``last`` is b"" when the last line is complete
+    # A log truncated while its writer went on holds a run of NUL bytes where the writer's offset was:
+    # skipped, so that the records after it are read.
+    lines = [line for line in (raw.lstrip(b"\0") for raw in complete) if line]
+    last = last.lstrip(b"\0")
+    if last:
+        lines.append(last + b"\0")  # a partial last line: never a complete record
     return lines
 
 

@@ -25,17 +25,19 @@ hand.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from engine.config import SessionConfig
-from engine.errors import OutputError
+from engine.errors import ConfigError, OutputError
+from engine.pause_clock import PauseClock
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory
@@ -57,6 +59,13 @@ from engine.session.decode import DecodeStage, Decoded
 from engine.session.save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.session.resume import unresumable_note
 from engine.telemetry import SessionLog, available_memory, process_rss
+log = logging.getLogger("worldpager.session")
+
+
+def _ms(seconds: float, paused_s: float) -> float:
+    """A step's milliseconds, less the time the process was stopped during it."""
+    return max(0.0, seconds - paused_s) * 1e3
+
 
 @dataclass
 class SessionResult:
@@ -67,14 +76,34 @@ class SessionResult:
     wall_s: float
     status: str                 # done | interrupted
     made: int = 0               # chunks this run generated (a resumed or forked run inherits the others)
+    savepoint_errors: list[str] = field(default_factory=list)   # save points that could not be written
 
 
 def resolve_device(name: str) -> tuple[torch.device, torch.dtype]:
     """``auto`` picks CUDA with bf16 when present, else the CPU with float32."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    device = checked_device(name)
     return device, (torch.bfloat16 if device.type == "cuda" else torch.float32)
+
+
+def checked_device(name: str) -> torch.device:
+    """``name`` as a device this process has: ``cpu``, or ``cuda``/``cuda:N`` with that GPU present."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {name!r} is not a device WorldPager runs on: use cpu, cuda or cuda:N "
+                          "(or auto)")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"--device {name}: no CUDA device here; use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s) "
+                              f"(cuda:0 to cuda:{count - 1})")
+    return device
 
 
 def device_bytes(device: torch.device) -> int:
@@ -111,6 +140,7 @@ class Session:
         self._stop = threading.Event()
         self._created: list[Path] = []     # outputs this session made: the only ones it may remove
         self._header_written = False
+        self.savepoint_errors: list[str] = []   # save points that could not be written (the user is told)
         spec = self.spec
         check_output_paths(cfg)
         check_spill_drive(cfg, spill_block_bytes(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch.")))
@@ -172,16 +202,19 @@ class Session:
             if self.fork_of is not None:   # the set-up is complete: the branch's files take their names
                 self.fork_of.commit()
                 self.writer.path, self.log.path = self.cfg.out, self.cfg.log_path
-        except BaseException:
-            self._discard_outputs()
+        except BaseException as exc:   # a signal while loading is an interruption (a resume's log says so)
+            self._discard_outputs("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
             raise
 
-    def _discard_outputs(self) -> None:
+    def _discard_outputs(self, status: str = "failed") -> None:
         """Nothing was generated: close and remove the empty outputs this session created (only those,
         so that the clean-up can neither fail on nor delete a path the user gave by mistake)."""
         self.writer.close()
         if self.log is not None:
-            self.log.close("failed")
+            try:
+                self.log.close(status)
+            except OutputError:   # a full drive: the error that brought us here is the one to report
+                pass
         for path in self._created:
             path.unlink(missing_ok=True)
         self._created.clear()
@@ -192,6 +225,7 @@ class Session:
         if self.model is None:
             self.load()
         model = self.model
+        self._pauses = PauseClock().start()
         status, chunks, frames, memory = "failed", 0, 0, None
         try:
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
@@ -219,10 +253,13 @@ class Session:
             self._close(memory, status, abort=isinstance(exc, KeyboardInterrupt),
                         error=f"{type(exc).__name__}: {exc}")
             raise
+        finally:
+            self._pauses.stop()
         self._close(memory, status)
         inherited = 0 if self.resume_from is None else self.resume_from.chunk
         return SessionResult(self.cfg.out, self.cfg.log_path, chunks, frames,
-                             time.perf_counter() - start, status, made=chunks - inherited)
+                             time.perf_counter() - start, status, savepoint_errors=list(self.savepoint_errors),
+                             made=chunks - inherited)
 
     def _savepoint_plan(self, memory: SessionMemory) -> str:
         """What the header says about save points."""
@@ -291,6 +328,9 @@ class Session:
             fields = {"chunk": w.chunk, "bytes": w.bytes, "write_ms": round(w.write_ms, 2),
                       "wait_ms": round(w.wait_ms, 2)}
             self.log.record("savepoint", **fields, **({"path": str(w.path)} if w.path else {"error": w.error}))
+            if w.path is None:   # said at once, and the run's exit says it again at the end
+                self.savepoint_errors.append(f"save point before chunk {w.chunk}: {w.error}")
+                log.warning("worldpager: warning: save point before chunk %s not written: %s", w.chunk, w.error)
 
     def _saver(self, memory: SessionMemory) -> SavePointWriter | None:
         """The save-point writer, or None (``--save-every 0``, or a memory that no drive holds: noted)."""
@@ -320,6 +360,10 @@ class Session:
         if self.resume_from is not None:
             restore(self.resume_from, model, ctx, memory)
             start = self.resume_from.chunk
+            if memory.resume_misses:   # blocks missing or failing their check: misses, the run goes on
+                self.log.record("note", chunk=start, misses=memory.resume_misses,
+                                text=f"chunks {memory.resume_misses} of the memory could not be read back "
+                                     "from the drive (missing or failing their check): misses")
             frames_total = self.resume_from.facts["frames_total"]
         saver = self._saver(memory)
         schedule = SaveSchedule(self.cfg.save_every, self.cfg.save_interval_s)
@@ -336,6 +380,9 @@ class Session:
     def _chunks(self, ctx, memory, start, frames_total, saver, schedule) -> tuple[int, int]:
         model = self.model
         stage = DecodeStage(self._decode, self.writer, overlap=self.cfg.decode_overlap, frames_total=frames_total)
+        # A chunk's wall time runs from the end of the one before (save points and log lines included), so
+        # that the chunks' wall times and pauses tile the loop: a pause is in exactly one chunk's.
+        self._wall_from, self._paused_before = time.perf_counter(), self._pauses.paused_s()
         try:
             for chunk in range(start, self.cfg.chunks):
                 stopping = self._stop.is_set()
@@ -356,15 +403,15 @@ class Session:
                 if stopping:
                     self._log_decoded(stage.close())
                     return chunk, stage.frames_total
-                t0 = time.perf_counter()
+                t0, p0 = time.perf_counter(), self._pauses.paused_s()
                 # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
                 mem = memory.prepare(chunk)
-                t1 = time.perf_counter()
+                t1, p1 = time.perf_counter(), self._pauses.paused_s()
                 # 5. denoise (the chunk's clean K/V end up in the context's current region); an
                 #    observed chunk only runs the clean pass on what was observed
                 observed = chunk < self.observed_chunks
                 latents = model.observe(chunk, ctx) if observed else model.denoise(chunk, ctx)
-                t2 = time.perf_counter()
+                t2, p2 = time.perf_counter(), self._pauses.paused_s()
                 self.on_output(chunk, latents)
                 # 6. store the chunk's KV, then roll the window
                 tiers = memory.store_chunk(chunk)
@@ -372,15 +419,19 @@ class Session:
                     raise self._drive_stopped(failure, chunk + 1, memory)
                 mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot
                 ctx.commit()
-                t3 = time.perf_counter()
+                t3, p3 = time.perf_counter(), self._pauses.paused_s()
                 # 7. decode and mux: here, or (decode_overlap) on a worker while the next chunk denoises
                 record = {"chunk": chunk, "frames": 0, "frames_total": 0, "wall_ms": 0.0,
-                          "compute_ms": (t2 - t1) * 1e3, "memory_ms": (t1 - t0) * 1e3,
-                          "store_ms": (t3 - t2) * 1e3, "decode_ms": 0.0, **mem, **tiers,
+                          # a stopped process's time (SIGSTOP) is paused time, not the step's
+                          "compute_ms": _ms(t2 - t1, p2 - p1), "memory_ms": _ms(t1 - t0, p1 - p0),
+                          "store_ms": _ms(t3 - t2, p3 - p2), "decode_ms": 0.0, **mem, **tiers,
                           "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device),
                           **({"observed": True} if observed else {})}
                 done = stage.submit(chunk, latents, record)
-                record["wall_ms"] = (time.perf_counter() - t0) * 1e3
+                now, paused = time.perf_counter(), self._pauses.paused_s()
+                record["wall_ms"] = (now - self._wall_from) * 1e3
+                record["paused_ms"] = (paused - self._paused_before) * 1e3   # a stopped process, in wall_ms
+                self._wall_from, self._paused_before = now, paused
                 record["decode_wait_ms"] = stage.wait_ms   # waiting for the chunk before to be in the file
                 # 8. log the chunks now in the file (this one, or with decode_overlap the one before)
                 self._log_decoded(done)

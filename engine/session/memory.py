@@ -24,6 +24,7 @@ reported separately (``memory_copy_ms``).
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
@@ -43,6 +44,7 @@ from engine.session.positions import Rerotation
 from engine.session.preflight import staging_chunks
 
 GIB = 2 ** 30
+log = logging.getLogger("worldpager.memory")
 
 
 def context_slot_views(ctx: AttentionContext, slot: int) -> KV:
@@ -89,6 +91,7 @@ class SessionMemory:
         self._stuck = False
         self._wait_staged = False
         self._late_wait = cfg.memory.late_prefetch == "wait"
+        self.resume_misses: list[int] = []   # slot chunks a resume could not read back (misses)
         self.layout, self.ctx, self.retriever, self.clock = layout, ctx, retriever, clock
         self.k = cfg.memory.retrieve_k if self.mode != "window" else 0
         self.slots = MemorySlots(self.k, cfg.memory.sink and self.mode != "window")
@@ -176,9 +179,12 @@ class SessionMemory:
         sink = self.slots.sink_slot
         wanted = [c for j, c in enumerate(chunk_in) if c is not None and j != sink]
         loaded = self.store.load_now(wanted, timeout=self.io_deadline_s).kv if wanted else {}
-        missing = [c for c in wanted if c not in loaded]
-        if missing:
-            raise ValueError(f"chunks {missing} of the memory are not on the drive")
+        self.resume_misses = [c for c in wanted if c not in loaded]
+        rerotation = facts.get("rerotation")
+        if self.resume_misses:   # a block missing or failing its check: a miss, the run goes on
+            log.warning("chunks %s of the memory could not be read back from the drive (missing or failing "
+                        "their check): misses, the run goes on", self.resume_misses)
+            chunk_in, rerotation = self._without(chunk_in, set(self.resume_misses), rerotation)
         for j, c in enumerate(chunk_in):
             if c is None:
                 continue
@@ -189,15 +195,33 @@ class SessionMemory:
                 k_dst.copy_(k)
                 v_dst.copy_(v)
             if self.rerotation is not None:
-                self.rerotation.replay(self.ctx, j, facts["rerotation"])
+                self.rerotation.replay(self.ctx, j, rerotation)
         self.slots.chunk_in = chunk_in
         if self.rerotation is not None:
-            self.rerotation.load_facts(facts["rerotation"])
+            self.rerotation.load_facts(rerotation)
         self._staged = [int(c) for c in facts["staged"]]
         if self.mode in ("prefetch", "dram-only") and self._staged:
             self.store.stage(self._staged)
             self._wait_staged = True
         self.ctx_valid()
+
+    def _without(self, chunk_in: list, lost: set[int], rerotation: dict | None) -> tuple[list, dict | None]:
+        """The slots with the ``lost`` chunks taken out, the rest moved towards the end of the region
+        (valid memory stays one contiguous range), and the rotation facts following their slots."""
+        sink = self.slots.sink_slot
+        kept = [j for j, c in enumerate(chunk_in) if c is not None and j != sink and c not in lost]
+        free = [j for j in reversed(range(len(chunk_in))) if j != sink]
+        moved = dict(zip(reversed(kept), free))   # old slot -> new slot, order kept
+        if sink is not None:
+            moved[sink] = sink
+        out = [None] * len(chunk_in)
+        for old, new in moved.items():
+            out[new] = chunk_in[old]
+        if rerotation is not None:
+            rerotation = {part: {str(moved[int(s)]): v for s, v in rerotation[part].items() if int(s) in moved}
+                          for part in ("position", "pending", "moves")} | \
+                         {k: v for k, v in rerotation.items() if k not in ("position", "pending", "moves")}
+        return out, rerotation
 
     @staticmethod
     def _device_budget(cfg: SessionConfig, device: torch.device) -> int | None:

@@ -22,7 +22,8 @@ from pathlib import Path
 from engine.config import SessionConfig
 from engine.errors import InputError, SavePointError
 from engine.io.mp4_segments import cut_points
-from engine.memory.disk import INDEX_NAME
+from engine.memory.disk import INDEX_NAME, index_document
+from engine.memory.types import SpillIndexError
 from engine.overlay import resolve_session_config
 from engine.session.preflight import TIERED_STORES
 from engine.session.savepoint import SavePoint, read_savepoint, savepoint_name, savepoint_paths
@@ -156,9 +157,12 @@ def check_spill(out: Path, cfg: SessionConfig, sp: SavePoint, doing: str) -> Non
     layers = [(Path(layer["spill"]), int(layer["before"])) for layer in memory.get("base", [])]
     bases = [(_stored_chunks(out, d, doing, sp.chunk, flag="the parent's spill"), before) for d, before in layers]
     missing = [c for c in needed if c not in own and not any(c in chunks and c < before for chunks, before in bases)]
-    if missing:
-        raise InputError(f"cannot {doing} {out}: its spill directory {Path(spill).absolute()} lacks chunks "
-                         f"{', '.join(map(str, missing))}, which its save point at chunk {sp.chunk} needs")
+    # Some chunks gone is damage: each is a counted miss when the memory opens, and the run goes on. None
+    # of them there is another run's directory (or an emptied one): nothing of this run's memory to refill.
+    if needed and len(missing) == len(needed):
+        raise InputError(f"cannot {doing} {out}: its spill directory {Path(spill).absolute()} holds none of the "
+                         f"chunks {', '.join(map(str, missing))} its save point at chunk {sp.chunk} needs "
+                         "(another run's directory?); nothing was changed")
 
 
 def _stored_chunks(out: Path, directory: Path, doing: str, chunk: int, flag: str) -> set[int]:
@@ -169,11 +173,12 @@ def _stored_chunks(out: Path, directory: Path, doing: str, chunk: int, flag: str
     if not directory.is_dir():
         raise InputError(f"cannot {doing} {out}: its spill directory {where} is missing (its save point at chunk "
                          f"{chunk} refills the memory from it; {flag} was moved or deleted?)")
-    try:
-        doc = json.loads(index.read_text(encoding="utf-8"))
-        return {int(c) for c in doc["blocks"]}
-    except FileNotFoundError:
+    if not index.exists():
         raise InputError(f"cannot {doing} {out}: its spill directory {where} has no {INDEX_NAME} (its save point at "
-                         f"chunk {chunk} refills the memory from it)") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"cannot {doing} {out}: unreadable {index} ({exc})") from None
+                         f"chunk {chunk} refills the memory from it)")
+    try:
+        doc = index_document(index)
+    except SpillIndexError as exc:
+        raise InputError(f"cannot {doing} {out} from its save point at chunk {chunk}: {exc}; nothing was changed "
+                         "(restore the index from a backup, or generate again)") from None
+    return {int(c) for c in doc["blocks"] if str(c).isdigit()}

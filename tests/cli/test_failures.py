@@ -280,8 +280,8 @@ def test_tail_idle_timeout_says_why_and_exits_3(tmp_path):
 
 def test_tail_of_an_empty_log_does_not_wait_silently(tmp_path):
     path = tmp_path / "e.log.jsonl"
-    path.write_text("")
-    result = run("tail", "--idle-timeout", "0.3", path)
+    with open(path, "w"):   # a session still loading holds its log open
+        result = run("tail", "--idle-timeout", "0.3", path)
     assert "waiting for the session's first line" in result.output
     one_line(result, 3, "nothing new for 0.3 s")
 

@@ -165,3 +165,41 @@ def test_packaged_start_image():
     # Downscaling by exactly 2 with an antialiased filter ≈ 2x2 average pooling.
     pooled = torch.nn.functional.avg_pool2d(full, 2)
     assert (half - pooled).abs().mean() < 0.03
+
+
+def _png_of_size(path, width: int, height: int) -> None:
+    """A valid PNG of ``width`` x ``height`` black pixels, compressed row by row (a few MB at 20000²)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    packer = zlib.compressobj(9)
+    row = b"\0" * (1 + 3 * width)
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def test_an_image_beyond_ffmpegs_size_limit_says_so(tmp_path):
+    from engine.io.image import declared_size, fits_ffmpeg
+
+    path = tmp_path / "huge.png"
+    _png_of_size(path, 20000, 20000)
+    assert declared_size(path) == (20000, 20000) and not fits_ffmpeg(20000, 20000)
+    with pytest.raises(InputError, match=r"20000x20000 pixels is beyond FFmpeg's image size limit"):
+        load_image(path, 32, 64)
+
+
+def test_declared_sizes_of_png_and_jpeg(tmp_path):
+    from engine.io.image import declared_size, save_png
+
+    rgb = np.zeros((24, 40, 3), dtype=np.uint8)
+    save_png(tmp_path / "a.png", rgb)
+    assert declared_size(tmp_path / "a.png") == (40, 24)
+    frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuvj420p")
+    codec = av.CodecContext.create("mjpeg", "w")
+    codec.width, codec.height, codec.pix_fmt = 40, 24, "yuvj420p"
+    codec.time_base = fractions.Fraction(1, 1)
+    (tmp_path / "a.jpg").write_bytes(b"".join(bytes(p) for p in [*codec.encode(frame), *codec.encode(None)]))
+    assert declared_size(tmp_path / "a.jpg") == (40, 24)

@@ -54,10 +54,10 @@ def test_follow_sees_lines_as_they_arrive_and_stops_at_summary(tmp_path):
             time.sleep(0.05)
             log.chunk({"chunk": c, "frames_total": c})
         # a partial line must be held back until complete
-        log._file.write('{"type": "chunk", "chu')
+        log._file.write(b'{"type": "chunk", "chu')
         log._file.flush()
         time.sleep(0.1)
-        log._file.write('nk": 3}\n')
+        log._file.write(b'nk": 3}\n')
         log._file.flush()
         log.close("done")
     thread = threading.Thread(target=writer)

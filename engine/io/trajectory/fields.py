@@ -60,6 +60,17 @@ def _number(ctx: _Context, value: Any, line: int | None, field: str, text: bool 
     return number
 
 
+MAX_COORDINATE = 1e9   # world units; far beyond any scene, and its squares stay finite in the geometry
+
+
+def _coordinate(ctx: _Context, value: Any, line: int | None, field: str, text: bool = False) -> float:
+    """A position coordinate: finite and within +-MAX_COORDINATE world units."""
+    number = _number(ctx, value, line, field, text)
+    if abs(number) > MAX_COORDINATE:
+        raise ctx.error(f"{number:g} is outside +-{MAX_COORDINATE:g} world units", line, field)
+    return number
+
+
 def _integer(ctx: _Context, value: Any, line: int | None, field: str, minimum: int, text: bool = False) -> int:
     number = _number(ctx, value, line, field, text)
     if number != int(number) or number < minimum:

@@ -89,10 +89,11 @@ def _track(ctx: _Context, targets: np.ndarray, mode: str, cal: Calibration, fmt:
 
 
 def _pose_targets(ctx: _Context, times: np.ndarray, positions: np.ndarray, quats: np.ndarray, frames: int,
-                  line: int | None, field: str) -> tuple[np.ndarray, int]:
+                  line: int | None, field: str, end: float | None = None) -> tuple[np.ndarray, int]:
     """The resampled poses a session of ``frames`` frames can use (the first ``frames + 1``), and the
-    actions the whole file describes (one per step between its grid poses)."""
-    span = float(times[-1]) - float(times[0])
-    if not math.isfinite(span):
-        raise ctx.error(f"the times span {span:g} s: not a finite duration", line, field)
+    actions the whole file describes (one per step between its grid poses). ``end``: the file's last
+    time, when ``times`` are only the rows the session reaches."""
+    span = float(times[-1] if end is None else end) - float(times[0])
+    if not math.isfinite(span * FPS):   # 1e308 s is finite, its frames at FPS are not
+        raise ctx.error(f"the times span {span:g} s: not a finite duration at {FPS} fps", line, field)
     return resample(times, positions, quats, FPS, max_frames=frames + 1), grid_frames(span, FPS) - 1

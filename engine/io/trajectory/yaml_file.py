@@ -13,7 +13,7 @@ import numpy as np
 from engine.geometry import quat_from_euler
 from engine.io.poses import FPS, ORIGIN, Calibration, CameraState
 from engine.io.trajectory.build import TrackingError, _Actions, _empty
-from engine.io.trajectory.fields import _check_times, _Context, _integer, _number, _pitch, _show
+from engine.io.trajectory.fields import _check_times, _Context, _coordinate, _integer, _number, _pitch, _show
 from engine.io.trajectory.tracker import _pose_targets, _track
 from engine.io.trajectory.yaml_lines import _Map, _mapping, _parse_yaml, _sequence
 from engine.io.trajectory.yaml_segments import _parse_segments
@@ -47,7 +47,7 @@ def _load_yaml(ctx: _Context, text: str, mode: str, cal: Calibration, frames: in
 def _vec3(ctx: _Context, value: Any, line: int, field: str) -> list[float]:
     if not isinstance(value, list) or len(value) != 3:
         raise ctx.error(f"expected [x, y, z], got {_show(value)}", line, field)
-    return [_number(ctx, v, line, field) for v in value]
+    return [_coordinate(ctx, v, line, field) for v in value]
 
 
 def _parse_start(ctx: _Context, value: Any, line: int) -> CameraState:

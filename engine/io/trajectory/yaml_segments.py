@@ -6,6 +6,8 @@ segment's length in ``frames`` or ``seconds``.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -44,6 +46,9 @@ def _segment_frames(ctx: _Context, seg: _Map, name: str) -> int:
     if "frames" in seg:
         return _integer(ctx, seg["frames"], seg.line_of("frames"), f"{name}.frames", 1)
     seconds = _number(ctx, seg["seconds"], seg.line_of("seconds"), f"{name}.seconds")
+    if not math.isfinite(seconds * FPS):
+        raise ctx.error(f"{seconds:g} s is not a finite number of frames at {FPS} fps", seg.line_of("seconds"),
+                        f"{name}.seconds")
     if round(seconds * FPS) < 1:
         raise ctx.error(f"{seconds:g} s is less than one frame at {FPS} fps", seg.line_of("seconds"),
                         f"{name}.seconds")

@@ -1,0 +1,106 @@
+"""Time the process spent stopped (SIGSTOP, SIGTSTP, a debugger), so that it is logged as paused, not as
+time a chunk's step took.
+
+Contract. ``PauseClock.start()`` (on the main thread) makes SIGCONT wake a daemon thread through a
+wakeup pipe (``signal.set_wakeup_fd``); the thread ticks every ``TICK_S`` and, woken by a SIGCONT, counts
+the time since its last tick as paused — every thread of a stopped process stops, so that gap is the
+stop. ``paused_s()`` is the total so far (monotonic; also checks the pipe itself, so a step measured
+right after a continue already sees the pause). ``stop()`` restores the previous handler and wakeup fd.
+Where it cannot be installed (not the main thread, a wakeup fd in use, no SIGCONT) ``paused_s()`` stays
+0. A suspended machine needs no counting: the monotonic clock the steps are timed with does not advance
+while suspended.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+
+TICK_S = 0.05
+
+
+class PauseClock:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._paused = 0.0
+        self._last_tick = time.monotonic()
+        self._pipe: tuple[int, int] | None = None
+        self._previous = None
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "PauseClock":
+        sigcont = getattr(signal, "SIGCONT", None)
+        if sigcont is None or threading.current_thread() is not threading.main_thread():
+            return self
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        try:
+            previous_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except ValueError:
+            os.close(r)
+            os.close(w)
+            return self
+        if previous_fd != -1:   # someone else's wakeup fd (an event loop): leave it be
+            signal.set_wakeup_fd(previous_fd)
+            os.close(r)
+            os.close(w)
+            return self
+        self._previous = signal.signal(sigcont, lambda signum, frame: None)   # a handler: the pipe gets it
+        self._pipe = (r, w)
+        self._thread = threading.Thread(target=self._run, name="wp-pause-clock", daemon=True)
+        self._thread.start()
+        return self
+
+    def paused_s(self) -> float:
+        """Seconds the process was stopped since ``start()``."""
+        self._check(wait=0.0)
+        with self._lock:
+            return self._paused
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            self._check(wait=TICK_S)
+
+    def _check(self, wait: float) -> None:
+        pipe = self._pipe
+        if pipe is None:
+            return
+        try:
+            ready = select.select([pipe[0]], [], [], wait)[0]
+        except (OSError, ValueError):   # closed under us by stop()
+            return
+        with self._lock:
+            now = time.monotonic()
+            if ready:
+                try:
+                    got = os.read(pipe[0], 512)
+                except OSError:
+                    got = b""
+                if signal.SIGCONT in got:
+                    self._paused += max(0.0, now - self._last_tick - TICK_S)
+            self._last_tick = now
+
+    def stop(self) -> None:
+        """Put back what ``start()`` changed (idempotent)."""
+        if self._pipe is None:
+            return
+        self._closed.set()
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCONT, self._previous or signal.SIG_DFL)
+        except ValueError:   # not on the main thread: the process is ending anyway
+            pass
+        try:
+            os.write(self._pipe[1], b"\0")   # wake the thread now
+        except OSError:
+            pass
+        self._thread.join(timeout=1.0)
+        if self._thread.is_alive():
+            return   # never close a descriptor a running thread may still read (its number may be reused)
+        pipe, self._pipe = self._pipe, None
+        for fd in pipe:
+            os.close(fd)
