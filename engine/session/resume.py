@@ -173,12 +173,10 @@ def _stored_chunks(out: Path, directory: Path, doing: str, chunk: int, flag: str
     if not directory.is_dir():
         raise InputError(f"cannot {doing} {out}: its spill directory {where} is missing (its save point at chunk "
                          f"{chunk} refills the memory from it; {flag} was moved or deleted?)")
-    if not index.exists():
-        raise InputError(f"cannot {doing} {out}: its spill directory {where} has no {INDEX_NAME} (its save point at "
-                         f"chunk {chunk} refills the memory from it)")
     try:
         doc = index_document(index)
     except SpillIndexError as exc:
-        raise InputError(f"cannot {doing} {out} from its save point at chunk {chunk}: {exc}; nothing was changed "
+        savepoint = savepoint_dir(out) / savepoint_name(chunk)
+        raise InputError(f"cannot {doing} {out} from save point {savepoint}: {exc}; nothing was changed "
                          "(restore the index from a backup, or generate again)") from None
     return {int(c) for c in doc["blocks"] if str(c).isdigit()}
