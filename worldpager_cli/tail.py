@@ -22,6 +22,14 @@ from engine.telemetry import LogFollower
 from worldpager_cli.errors import EXIT_UNFINISHED
 
 
+def human_bytes(n: float) -> str:
+    """A size in the unit that shows it: 14.6 MiB, 1.23 GiB, 512 KiB (never 0.00 GiB for a small pool)."""
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 def chunk_line(record: dict, fps: int) -> str:
     """One compact line (the reader has checked that the fields used here are numbers)."""
     wall = record.get("wall_ms", 0.0)
@@ -31,7 +39,7 @@ def chunk_line(record: dict, fps: int) -> str:
     if "hits" in record:
         parts.append(f"hit/miss/stale {record['hits']}/{record.get('misses', 0)}/{record.get('stale', 0)}")
     if "pool_used_bytes" in record:
-        parts.append(f"pool {record['pool_used_bytes'] / 2**30:.2f} GiB")
+        parts.append(f"pool {human_bytes(record['pool_used_bytes'])}")
     if "disk_bytes_read" in record:
         parts.append(f"disk r/w {record['disk_bytes_read'] / 2**20:.0f}/{record.get('disk_bytes_written', 0) / 2**20:.0f} MiB")
     if "writeback_queue" in record:

@@ -91,3 +91,13 @@ def test_follower_says_why_it_stopped(tmp_path):
     assert not follower.writer_gone()   # this process wrote it
     log.close("done")
     assert [r["type"] for r in follower.records()] == ["header", "summary"] and follower.ended == "summary"
+
+
+def test_tail_shows_a_small_pool_in_a_unit_that_shows_it():
+    from worldpager_cli.tail import chunk_line, human_bytes
+
+    assert human_bytes(14.6 * 2 ** 20) == "14.6 MiB" and human_bytes(3 * 2 ** 30) == "3.00 GiB"
+    assert human_bytes(512 * 2 ** 10) == "512.0 KiB" and human_bytes(12) == "12 B"
+    line = chunk_line({"chunk": 3, "frames": 12, "wall_ms": 100.0, "stall_ms": 0.0, "rss_bytes": 2 ** 30,
+                       "hits": 1, "pool_used_bytes": int(14.6 * 2 ** 20)}, 16)
+    assert "pool 14.6 MiB" in line
