@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from engine.config import MODEL_CONFIGS, model_config
+from engine.config import LINGBOT_MODELS, MODEL_CONFIGS, SessionConfig
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config, with_user_config
 from worldpager_cli.arena import arena, bench_arena, train
@@ -263,12 +263,12 @@ class _stop_on_signals:
 
 @cli.command()
 @click.option("--preset", "name", default="mg2-universal", show_default=True,
-              type=click.Choice(sorted(MODEL_CONFIGS)), help="Model configuration.")
+              type=click.Choice(sorted(MODEL_CONFIGS) + list(LINGBOT_MODELS)), help="Model configuration.")
 def inspect(name: str) -> None:
-    """Print a model's shape facts; the last line is JSON."""
-    from engine.model.facts import model_facts
+    """Print a model's shape facts (no weights are read); the last line is JSON."""
+    from engine.model.registry import model_header_facts
 
-    facts = model_facts(model_config(name))
+    facts = model_header_facts(SessionConfig(model=name))
     width = max(len(k) for k in facts)
     for key, value in facts.items():
         click.echo(f"{key:<{width}}  {value:,}" if isinstance(value, int) else f"{key:<{width}}  {value}")

@@ -4,12 +4,14 @@ Owns ``LingbotModelConfig`` — the DiT config, the loop settings, the Wan2.1 VA
 LingBot uses the same 16-channel VAE and latent normalisation), the latent grid, the frame rate, the
 rotary table length (the positional horizon), the width of the text stand-in — and what follows from
 it without weights: the ``KVLayout`` of one chunk, the ``VideoGrid``, the horizon chunk, the camera
-intrinsics on the model's pixel grid. And the two named configurations:
+intrinsics on the model's pixel grid; and what the planner reads of a model (``kv_bytes_per_chunk``,
+``video_frames_of_chunk`` / ``_total``, ``fps``, as MG2's ``ModelConfig`` has them). Torch-free, so that
+the planner can read it. And the two named configurations:
 
 * ``lingbot-tiny`` — the parity fixture's DiT (dim 128, 2 heads, 2 layers, 12x20 latents = 96x160
-  video, ``cam`` control, cache of 8 latent frames with a 1-frame sink) with seeded random weights, a
-  8-wide VAE (as MG2's micro model), and a rotary table of 15 latent frames so that its horizon (chunk 5) is reached in
-  seconds; its text context is a seeded random stand-in of the T5 output's shape.
+  video, ``cam`` control, cache of 8 latent frames with a 1-frame sink) with seeded random weights, an
+  8-wide VAE (as MG2's micro model), and a rotary table of 15 latent frames so that its horizon (chunk
+  5) is reached in seconds; its text context is a seeded random stand-in of the T5 output's shape.
 * ``lingbot-fast`` — the released 14B shape at 480x832 (``FULL_SIZE``), cache of 18 latent frames with a
   3-frame sink (pipeline settings; the release passes them as overrides), Wan's 1024-frame table.
 
@@ -24,8 +26,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-
-import torch
 
 from engine.config import VAEConfig
 from engine.errors import ConfigError
@@ -96,11 +96,21 @@ class LingbotModelConfig:
         t, f = VAE_STRIDE[0], self.frames_per_chunk
         return VideoGrid(first_frames=1 + t * (f - 1), frames_per_chunk=t * f, fps=self.fps)
 
-    def intrinsics(self) -> torch.Tensor:
-        """(fx, fy, cx, cy) [4] on the model's pixel grid: square pixels, the retrieval's horizontal FOV."""
+    def video_frames_of_chunk(self, chunk: int) -> int:
+        return self.video_grid().frames_of_chunk(chunk)
+
+    def video_frames_total(self, chunks: int) -> int:
+        return self.video_grid().frames_total(chunks)
+
+    def kv_bytes_per_chunk(self, bytes_per_value: float = 2.0) -> int:
+        """Self-attention K+V bytes of one chunk over all layers."""
+        return self.kv_layout().bytes_per_chunk(bytes_per_value)
+
+    def intrinsics(self) -> tuple[float, float, float, float]:
+        """(fx, fy, cx, cy) on the model's pixel grid: square pixels, the retrieval's horizontal FOV."""
         height, width = self.frame_size
         fx = (width / 2) / math.tan(math.radians(RETRIEVAL_HFOV_DEG) / 2)
-        return torch.tensor([fx, fx, width / 2, height / 2], dtype=torch.float32)
+        return fx, fx, width / 2, height / 2
 
 
 # Loop settings of the fixture (the official generate()'s defaults).

@@ -113,7 +113,7 @@ class LingbotPipeline:
         f = self.cfg.frames_per_chunk
         frames = torch.arange(chunk * f, chunk * f + f).clamp(max=len(self.relative) - 1)
         height, width = self.cfg.frame_size
-        ks = self.cfg.intrinsics().expand(f, 4)
+        ks = torch.tensor(self.cfg.intrinsics(), dtype=torch.float32).expand(f, 4)
         rays = camera.plucker_rays(self.relative[frames], ks, height, width)        # [F, H, W, 6]
         return camera.control_embedding(rays, VAE_STRIDE[1])
 
