@@ -92,13 +92,14 @@ def test_family_refuses_checkpoints_and_the_weightless_full_size(tmp_path):
     assert model_kv_layout(dataclasses.replace(_session(tmp_path), model="lingbot-fast")) == LINGBOT_FAST.kv_layout()
 
 
-def _model(tmp_path, positions="extend"):
+def _model(tmp_path, positions="extend", trajectory=None):
     from engine.io.trajectory import load_trajectory
     from engine.io.trajectory.packaged import packaged_trajectory
 
     cfg = _session(tmp_path, positions=positions)
     spec = model_spec(cfg)
-    traj = load_trajectory(packaged_trajectory(spec.default_trajectory), "universal", spec.grid.frames_total(8))
+    traj = load_trajectory(packaged_trajectory(trajectory or spec.default_trajectory), "universal",
+                           spec.grid.frames_total(8))
     image = torch.zeros(1, 3, *spec.image_size)
     return build_world_model(cfg, image, traj, torch.device("cpu"), torch.float32)
 
@@ -131,3 +132,25 @@ def test_native_positions_stop_at_the_horizon(tmp_path):
     model = _model(tmp_path, positions="native")
     with pytest.raises(HorizonError, match="chunk 5"):
         model.denoise(5, AttentionContext(model.layout))
+
+
+def test_streamed_camera_control_equals_the_official_whole_run(tmp_path):
+    """For a video of 4n+1 frames the official resampling lands on video frames 4i: the control the
+    session computes chunk by chunk equals the official camera preparation of the whole run."""
+    from engine.model.lingbot.loop import camera_condition, run_shape
+
+    model = _model(tmp_path, trajectory="orbit.csv")
+    frames = model.trajectory.frames
+    m = model.cfg
+    shape = run_shape(frames, frames, m.latent_height, m.latent_width, m.dit, m.settings)
+    assert shape.lat_f == len(model.relative) == 24
+    fx, fy, cx, cy = m.intrinsics()
+    height, width = m.frame_size
+    official_ks = torch.tensor([fx * 832 / width, fy * 480 / height, cx * 832 / width, cy * 480 / height])
+    official = camera_condition(opencv_c2w(model.trajectory.poses), official_ks.expand(frames, 4), shape)
+    streamed = torch.cat([model.control(chunk) for chunk in range(shape.chunks)], dim=2)
+    assert streamed.shape == official.embedding.shape
+    assert torch.allclose(streamed, official.embedding, atol=1e-4, rtol=0)
+    moved = official.relative[1:, :3, 3].norm(dim=-1)
+    turned = (official.relative[1:, :3, :3] - torch.eye(3)).abs().amax(dim=(1, 2))
+    assert moved.max() == pytest.approx(1.0) and turned.max() > 1e-3      # the path moves and turns
