@@ -1,6 +1,7 @@
 """``worldpager plan`` and ``inspect`` for LingBot-World-Fast at full size, from its torch-free config
 (no weights): bytes per chunk in every format, the spill point of the paper's 32 GiB platform, storage
-and write-back need of a 37.5-minute session, and the packaged preset; what cannot generate yet fails with one line."""
+and write-back need of a 37.5-minute session, and the packaged preset; what cannot generate yet fails
+with one line."""
 from __future__ import annotations
 
 import json
