@@ -3,7 +3,8 @@ will it stall?
 
 Contract. Small pure functions of the model shape, the storage format, the memory budgets, the drive
 and the chunk time, and ``plan(...)`` / ``plan_session(cfg, ...)`` that combine them into one frozen
-``Plan``. No I/O, no clocks, and no torch — neither here nor through any import (a test checks
+``Plan``. The model shape is MG2's ``ModelConfig`` or LingBot-World-Fast's torch-free config
+(``planned_model``). No I/O, no clocks, and no torch — neither here nor through any import (a test checks
 ``sys.modules`` in a fresh interpreter) — so ``worldpager plan`` answers at once on any machine.
 Units: bytes are exact integers; GB = 1e9 B (bandwidths, as ``--drive-bw``), GiB = 2**30 B (budgets).
 

@@ -17,6 +17,7 @@ import functools
 import torch
 
 from engine.errors import ConfigError
+from engine.kv_format import ChunkFormat, byte_figures
 from engine.layout import KVLayout
 from engine.model.lingbot.models import LingbotModelConfig, lingbot_config
 from engine.model.lingbot.pipeline import LingbotPipeline
@@ -25,7 +26,6 @@ from engine.model.model_cache import ModelCache
 from engine.model.seeded_weights import fill_module_
 from engine.model.spec import Family, ModelSpec
 from engine.model.vae import WanVAE
-from engine.kv_format import ChunkFormat, byte_figures
 
 DEFAULT_TRAJECTORY = "revisit_loop.yaml"
 BUILTIN_SEED = 20260410          # the parity fixture's weight seed: lingbot-tiny's DiT is the fixture's
