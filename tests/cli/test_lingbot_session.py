@@ -64,9 +64,10 @@ def test_killed_and_resumed_equals_uninterrupted(tmp_path, reference):
     proc = _generate(tmp_path, "run")
     log = tmp_path / "run.log.jsonl"
     deadline = time.time() + PATIENCE_S
-    while not (log.exists() and any(r.get("type") == "chunk" and r["chunk"] >= 5 for r in read_log(log))):
+    # killed during chunk 4 (save point 2 is durable by then): the resumed part crosses the horizon
+    while not (log.exists() and any(r.get("type") == "chunk" and r["chunk"] >= 3 for r in read_log(log))):
         assert proc.poll() is None, proc.communicate()
-        assert time.time() < deadline, "the run never reached chunk 5"
+        assert time.time() < deadline, "the run never reached chunk 3"
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -78,4 +79,5 @@ def test_killed_and_resumed_equals_uninterrupted(tmp_path, reference):
     assert all(np.array_equal(a, b) for a, b in zip(frames, reference[0])), "resumed frames differ"
     records = read_log(log)
     assert [r["chunk"] for r in _chunks(records)] == list(range(CHUNKS))
-    assert any(r["type"] == "resume" for r in records) and records[-1]["status"] == "done"
+    resume = next(r for r in records if r["type"] == "resume")
+    assert 2 <= resume["chunk"] <= 5 and records[-1]["status"] == "done"
