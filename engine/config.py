@@ -286,6 +286,8 @@ def model_config(name: str) -> ModelConfig:
 
 SYNTHETIC_MODEL = "synthetic"          # --model synthetic: real KV bytes, no math (systems experiments)
 ARENA_MODEL = "arena"                  # --model arena: our own world model of procedural arenas (the default)
+# LingBot-World-Fast (engine/model/lingbot/): the released 14B shape, and its tiny seeded stand-in
+LINGBOT_MODELS = ("lingbot-fast", "lingbot-tiny")
 DEFAULT_ARENA_SEED = 1_000_017         # a held-out arena (training draws seeds below 1,000,000)
 STORE_MODES = ("prefetch", "on-demand", "sync", "dram-only", "device-only", "window")
 POSITION_MODES = ("native", "extend", "rerotate")
@@ -416,11 +418,11 @@ class SessionConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
-        if self.model not in (SYNTHETIC_MODEL, ARENA_MODEL):
+        if self.model not in (SYNTHETIC_MODEL, ARENA_MODEL, *LINGBOT_MODELS):
             try:
                 model_config(self.model)
             except ConfigError:
-                names = [ARENA_MODEL] + sorted(MODEL_CONFIGS) + [SYNTHETIC_MODEL]
+                names = [ARENA_MODEL] + sorted(MODEL_CONFIGS) + list(LINGBOT_MODELS) + [SYNTHETIC_MODEL]
                 raise ConfigError(f"unknown model {self.model!r} (choose from {', '.join(names)})") from None
         return self
 
@@ -431,8 +433,8 @@ def _positive_or_none(value: float | None) -> bool:
 
 def session_model_config(cfg: SessionConfig) -> ModelConfig:
     """The MG2-family model a session runs (the synthetic model's shape depends on ``kv_scale``)."""
-    if cfg.model == ARENA_MODEL:
-        raise ConfigError("the arena model is not an MG2 configuration (use engine.model.registry.model_spec)")
+    if cfg.model == ARENA_MODEL or cfg.model in LINGBOT_MODELS:
+        raise ConfigError(f"the {cfg.model} model is not an MG2 configuration (use engine.model.registry.model_spec)")
     if cfg.model == SYNTHETIC_MODEL:
         return synthetic_model_config(cfg.kv_scale)
     return model_config(cfg.model)

@@ -20,11 +20,11 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from engine.config import (ARENA_MODEL, LATE_PREFETCH_MODES, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
+from engine.config import (ARENA_MODEL, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
                            SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
 
-MODEL_NAMES = (ARENA_MODEL, *sorted(MODEL_CONFIGS), SYNTHETIC_MODEL)
+MODEL_NAMES = (ARENA_MODEL, *sorted(MODEL_CONFIGS), *LINGBOT_MODELS, SYNTHETIC_MODEL)
 KINDS = ("path", "int", "float", "text", "choice", "switch", "settings")
 
 

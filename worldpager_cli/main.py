@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from engine.config import MODEL_CONFIGS, model_config
+from engine.config import LINGBOT_MODELS, MODEL_CONFIGS, SessionConfig
 from engine.errors import ConfigError, OutputError
 from engine.overlay import resolve_session_config, with_user_config
 from worldpager_cli.arena import arena, bench_arena, train
@@ -279,20 +279,20 @@ class _stop_on_signals:
 
 
 @cli.command()
-@click.option("--model", "model", type=click.Choice(sorted(MODEL_CONFIGS)),
+@click.option("--model", "model", type=click.Choice(sorted(MODEL_CONFIGS) + list(LINGBOT_MODELS)),
               help="Model configuration. Default: the preset's model, else mg2-universal.")
 @click.option("--preset", help="A preset (presets/NAME.yaml or a YAML file), as generate takes it: its model.")
 def inspect(model: str | None, preset: str | None) -> None:
-    """Print a model's shape facts; the last line is JSON."""
-    from engine.model.facts import model_facts
+    """Print a model's shape facts (no weights are read); the last line is JSON."""
+    from engine.model.registry import model_header_facts
 
+    described = sorted(MODEL_CONFIGS) + list(LINGBOT_MODELS)
     if model is None and preset is not None:
         model = resolve_session_config(preset, {}).model
-        if model not in MODEL_CONFIGS:
+        if model not in described:
             raise ConfigError(f"preset {preset!r} is for the {model} model; inspect describes "
-                              f"{', '.join(sorted(MODEL_CONFIGS))}")
-    name = model or "mg2-universal"
-    facts = model_facts(model_config(name))
+                              f"{', '.join(described)}")
+    facts = model_header_facts(SessionConfig(model=model or "mg2-universal"))
     width = max(len(k) for k in facts)
     for key, value in facts.items():
         click.echo(f"{key:<{width}}  {value:,}" if isinstance(value, int) else f"{key:<{width}}  {value}")

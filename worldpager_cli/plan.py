@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from engine.planner import model as planner
-from engine.config import ARENA_MODEL, session_model_config
+from engine.config import ARENA_MODEL
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config, with_user_config
 from engine.planner.probe import DEFAULT_PROBE_BYTES, probe_drive
@@ -155,9 +155,9 @@ def plan_config(opts: dict):
     base = with_user_config(PLAN_BASE)
     cfg = resolve_session_config(preset, flags, base)
     if cfg.model == ARENA_MODEL:
-        raise ConfigError("plan models MG2-shaped KV (--model mg2-*, tiny, micro or synthetic); "
+        raise ConfigError("plan models MG2-shaped KV (--model mg2-*, tiny, micro, synthetic or lingbot-*); "
                           "the arena model is not one")
-    m = session_model_config(cfg)
+    m = planner.planned_model(cfg)
     n = chunks_for_length(opts["chunks"], opts["seconds"], opts["minutes"], m.fps,
                           m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
     if n is not None:

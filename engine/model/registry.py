@@ -23,7 +23,7 @@ import importlib
 
 import torch
 
-from engine.config import ARENA_MODEL, SYNTHETIC_MODEL, SessionConfig
+from engine.config import ARENA_MODEL, LINGBOT_MODELS, SYNTHETIC_MODEL, SessionConfig
 from engine.io.trajectory import Trajectory
 from engine.layout import KVLayout
 from engine.model.interface import WorldModel
@@ -34,7 +34,8 @@ from engine.model.spec import Family, ModelSpec, weights_stamp  # noqa: F401  (M
 # A table, not imports: each family imports engine.model.spec, and the registry imports no family, so
 # neither imports the other and a family's code is loaded only when a session uses it.
 FAMILY_TABLE = {SYNTHETIC_MODEL: "engine.model.mg2_family:SYNTHETIC",
-                ARENA_MODEL: "engine.arena.family:FAMILY"}
+                ARENA_MODEL: "engine.arena.family:FAMILY",
+                **{name: "engine.model.lingbot.family:FAMILY" for name in LINGBOT_MODELS}}
 MG2_FAMILY = "engine.model.mg2_family:MG2"
 
 

@@ -3,7 +3,8 @@ will it stall?
 
 Contract. Small pure functions of the model shape, the storage format, the memory budgets, the drive
 and the chunk time, and ``plan(...)`` / ``plan_session(cfg, ...)`` that combine them into one frozen
-``Plan``. No I/O, no clocks, and no torch — neither here nor through any import (a test checks
+``Plan``. The model shape is MG2's ``ModelConfig`` or LingBot-World-Fast's torch-free config
+(``planned_model``). No I/O, no clocks, and no torch — neither here nor through any import (a test checks
 ``sys.modules`` in a fresh interpreter) — so ``worldpager plan`` answers at once on any machine.
 Units: bytes are exact integers; GB = 1e9 B (bandwidths, as ``--drive-bw``), GiB = 2**30 B (budgets).
 
@@ -97,10 +98,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.config import ModelConfig, SessionConfig, model_config, session_model_config
+from engine.config import LINGBOT_MODELS, ModelConfig, SessionConfig, model_config, session_model_config
 from engine.errors import ConfigError
 from engine.kv_format import ChunkFormat
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw
+from engine.model.lingbot.models import LingbotModelConfig, lingbot_config
 from engine.planner.timeline import TimelineInputs, percentile, timeline
 
 GB = 1e9
@@ -533,6 +535,15 @@ def _pool_too_small(budgets: Budgets, slot: int, n: int) -> str:
             f"(--host-mem >= {need / GiB:.2f} GiB)")
 
 
+def planned_model(cfg: SessionConfig) -> ModelConfig | LingbotModelConfig:
+    """The shape of the session's model as the planner reads it (KV layout and bytes per chunk, video
+    frames per chunk, frame rate): MG2's configurations and the synthetic model, or LingBot-World-Fast's
+    (a torch-free config, so its full size needs no weights)."""
+    if cfg.model in LINGBOT_MODELS:
+        return lingbot_config(cfg.model)
+    return session_model_config(cfg)
+
+
 def plan_session(cfg: SessionConfig, budgets: Budgets, *, drive: DriveRates | None,
                  disk_free_bytes: int | None = None, chunk_s: float | None = None,
                  disk_reads_per_chunk: float = DISK_READS_PER_CHUNK, stage_s: float = STAGE_S,
@@ -540,7 +551,7 @@ def plan_session(cfg: SessionConfig, budgets: Budgets, *, drive: DriveRates | No
     """``plan`` for a resolved session config (model, chunks, kv_bits, k, sink, store mode, the pool's
     ``pool_slots``); ``chunk_s`` None: the config's ``chunk_ms``."""
     mem = cfg.memory
-    return plan(session_model_config(cfg), cfg.chunks, budgets, bits=mem.kv_bits, retrieve_k=mem.retrieve_k,
+    return plan(planned_model(cfg), cfg.chunks, budgets, bits=mem.kv_bits, retrieve_k=mem.retrieve_k,
                 sink=mem.sink, store=mem.store, drive=drive, disk_free_bytes=disk_free_bytes,
                 chunk_s=cfg.chunk_ms / 1e3 if chunk_s is None else chunk_s,
                 disk_reads_per_chunk=disk_reads_per_chunk, stage_s=stage_s, reads_from=reads_from,

@@ -95,6 +95,7 @@ class SessionMemory:
         self.layout, self.ctx, self.retriever, self.clock = layout, ctx, retriever, clock
         self.k = cfg.memory.retrieve_k if self.mode != "window" else 0
         self.slots = MemorySlots(self.k, cfg.memory.sink and self.mode != "window")
+        self._sink_copied = False          # chunk 0's copy is in the sink slot (attended once placed)
         self.window_chunks = layout.window_chunks
         self.store: KVStore | ResidentStore | None = None
         self._last_counters: dict = {}
@@ -157,10 +158,12 @@ class SessionMemory:
         return facts
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """The sink's copy (kept at full precision, never in the store); nothing else is needed:
-        the other slots are refilled from the drive."""
+        """The sink's copy (kept at full precision, never in the store, as it is now: re-rotated, if it
+        was); nothing else is needed: the other slots are refilled from the drive."""
         sink = self.slots.sink_slot
-        if self.store is None or sink is None or self.slots.chunk_in[sink] is None:
+        # The copy exists from chunk 0's store on, before it is attended (placed) once chunk 0 has left
+        # the window: a save point in between must keep it too.
+        if self.store is None or sink is None or not self._sink_copied:
             return {}
         out = {}
         for layer, (k, v) in enumerate(context_slot_views(self.ctx, sink)):
@@ -185,16 +188,21 @@ class SessionMemory:
             log.warning("chunks %s of the memory could not be read back from the drive (missing or failing "
                         "their check): misses, the run goes on", self.resume_misses)
             chunk_in, rerotation = self._without(chunk_in, set(self.resume_misses), rerotation)
-        for j, c in enumerate(chunk_in):
-            if c is None:
-                continue
-            views = context_slot_views(self.ctx, j)
-            sources = [(tensors[f"sink.{layer}.k"], tensors[f"sink.{layer}.v"]) for layer in range(len(views))] \
-                if j == sink else loaded[c]
+        if sink is not None and "sink.0.k" in tensors:
+            # the sink's keys as they were, rotations included (placed or not yet)
+            views = context_slot_views(self.ctx, sink)
+            sources = [(tensors[f"sink.{layer}.k"], tensors[f"sink.{layer}.v"]) for layer in range(len(views))]
             for (k_dst, v_dst), (k, v) in zip(views, sources, strict=True):
                 k_dst.copy_(k)
                 v_dst.copy_(v)
-            if self.rerotation is not None:
+            self._sink_copied = True
+        for j, c in enumerate(chunk_in):
+            if c is None or j == sink:
+                continue
+            for (k_dst, v_dst), (k, v) in zip(context_slot_views(self.ctx, j), loaded[c], strict=True):
+                k_dst.copy_(k)
+                v_dst.copy_(v)
+            if self.rerotation is not None:       # stored keys: the same rotations again
                 self.rerotation.replay(self.ctx, j, rerotation)
         self.slots.chunk_in = chunk_in
         if self.rerotation is not None:
@@ -369,6 +377,7 @@ class SessionMemory:
                                               self.ctx.current_kv(), strict=True):
                 k_dst.copy_(k)
                 v_dst.copy_(v)
+            self._sink_copied = True
         self.store.put(chunk, self.ctx.current_kv())
         return self.tier_record()
 

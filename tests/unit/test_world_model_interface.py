@@ -1,4 +1,5 @@
-"""The model interface (DESIGN §2a): MG2, the synthetic model and the arena model, as the factory builds them, are
+"""The model interface (DESIGN §2a): MG2, the synthetic model, the arena model and LingBot-World-Fast (its
+tiny seeded configuration), as the factory builds them, are
 ``WorldModel``s whose promised layout, grid and frame size are what they really produce.
 
 For each model (MG2's micro configuration with its seeded weights; the synthetic model at one layer of
@@ -30,6 +31,7 @@ CASES = {
     # One layer of MG2-shaped KV keeps the context small; no device time is spent per chunk.
     "synthetic": {"model": "synthetic", "kv_scale": 1 / 30, "chunk_ms": 0.0},
     "arena": {"model": "arena"},
+    "lingbot-tiny": {"model": "lingbot-tiny"},
 }
 
 
@@ -77,6 +79,9 @@ def test_bytes_per_chunk_match_the_config(built):
     if cfg.model == "arena":   # transformer layers + the copy layer, all [tokens, heads, head_dim]
         m = model.cfg
         expected = 2 * (m.layers + 1) * m.tokens_per_chunk * m.dim * 2
+    elif cfg.model == "lingbot-tiny":
+        m = model.cfg
+        expected = 2 * m.dit.num_layers * m.tokens_per_chunk * m.dit.dim * 2
     else:
         expected = session_model_config(cfg).kv_bytes_per_chunk(2.0)
     assert lay.bytes_per_chunk(2.0) == expected == byte_figures(lay)["bf16"]
@@ -93,7 +98,7 @@ def test_decode_and_poses_follow_grid_and_trajectory(built):
     _, model, trajectory = built
     lay = model.layout
     latents = torch.zeros(1, 16, lay.frames_per_chunk, 4, 8)
-    if model.name == "micro":   # MG2 decodes real latents: take them from a denoised chunk
+    if model.name in ("micro", "lingbot-tiny"):   # real models decode real latents: a denoised chunk
         ctx = AttentionContext(lay)
         model.prepare_context(ctx)
         with torch.no_grad():

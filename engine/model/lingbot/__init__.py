@@ -4,5 +4,7 @@ text prompt, denoised chunk by chunk with four distilled (DMD) steps.
 Modules: ``config`` (the official constructor config and the loop settings), ``camera`` (poses to the
 per-pixel control tensor), ``schedule`` (the sigma table and its two look-ups), ``cache`` (the rolling
 self-attention KV cache with a sink, and the cross-attention cache), ``dit`` (``WanModelFast``),
-``loop`` (the chunk loop of the official ``generate``) and ``weights`` (strict loading).
+``loop`` (the chunk loop of the official ``generate``) and ``weights`` (strict loading). In sessions:
+``models`` (the named configurations, torch-free), ``family`` (the registry entry), ``pipeline`` (the
+``WorldModel``) and ``context`` (the DiT's caches as views of the session's attention context).
 """
