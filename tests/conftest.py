@@ -3,6 +3,7 @@ of the cores, and tests that no user setting (WORLDPAGER_* variables, a config f
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,17 @@ def _share_the_cores_between_workers() -> None:
 
 
 _share_the_cores_between_workers()
+
+
+def _sigint_as_in_a_terminal() -> None:
+    """A suite started in the background by a non-interactive shell (``cmd &``, as a CI runner may
+    start it) has SIGINT ignored, and every process it starts inherits that: Python then installs no
+    KeyboardInterrupt handler, and a test's Ctrl-C would do nothing. Catching SIGINT here gives the
+    processes the tests start the default disposition a terminal gives them."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_sigint_as_in_a_terminal()
 
 
 def _independent_of_the_users_settings() -> None:

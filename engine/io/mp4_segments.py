@@ -71,6 +71,19 @@ class EncoderSettings:
         codec.options = {"crf": str(self.crf), "preset": self.preset, "x264-params": "scenecut=0"}
 
 
+def _scaler_threads_option() -> dict:
+    """``threads=1`` for ``VideoFrame.reformat`` where this PyAV takes it (older versions scale on one
+    thread anyway)."""
+    try:
+        av.VideoFrame(2, 2, "rgb24").reformat(format="yuv420p", threads=1)
+    except TypeError:
+        return {}
+    return {"threads": 1}
+
+
+ONE_SCALER_THREAD = _scaler_threads_option()
+
+
 def encode_segment(settings: EncoderSettings, rgb: np.ndarray, extradata: bytes) -> list[Sample]:
     """Encode ``rgb`` [T, H, W, 3] uint8 with a fresh encoder, flushed: T samples, the first an IDR.
 
@@ -82,7 +95,10 @@ def encode_segment(settings: EncoderSettings, rgb: np.ndarray, extradata: bytes)
     encoder.flags |= av.codec.context.Flags.global_header
     packets: list[av.Packet] = []
     for index, image in enumerate(rgb):
-        frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+        # RGB -> YUV here, on one thread: left to the encoder, the conversion runs on as many threads as
+        # the machine has cores (PyAV's default), and the same frames then gave different bytes now
+        # and then on a loaded machine.
+        frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv420p", **ONE_SCALER_THREAD)
         frame.pts = index  # segment-local: nothing in the segment depends on where it lands
         packets += encoder.encode(frame)
     packets += encoder.encode(None)

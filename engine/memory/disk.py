@@ -493,6 +493,15 @@ def _entry_problem(key: str, entry, slot_bytes: int) -> str | None:
     return None
 
 
+def _shown(value) -> str:
+    """A value read from a file, for a one-line message: a number as it is, anything else quoted
+    (so a newline or a long text in it cannot break the line), shortened."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def read_index(path: Path, slot_bytes: int, format_tag: str) -> tuple[dict[ChunkId, dict], list[tuple[str, str]]]:
     """The usable block entries of ``index.json`` (chunk -> offset, length, crc, format) and the damaged
     ones as (chunk, why): a damaged entry is dropped (its chunk is a miss), a damaged document is a
@@ -500,8 +509,8 @@ def read_index(path: Path, slot_bytes: int, format_tag: str) -> tuple[dict[Chunk
     doc = index_document(path)
     if doc["version"] != INDEX_VERSION or doc["slot_bytes"] != slot_bytes or doc["format"] != format_tag:
         raise ConfigError(f"cannot resume from spill directory {Path(path).parent}: its {path} holds "
-                          f"{str(doc['format'])[:200]!r} blocks of {str(doc['slot_bytes'])[:20]} B (index version "
-                          f"{str(doc['version'])[:20]}), this session stores {format_tag!r} blocks of {slot_bytes} B")
+                          f"{_shown(doc['format'])} blocks of {_shown(doc['slot_bytes'])} B (index version "
+                          f"{_shown(doc['version'])}), this session stores {format_tag!r} blocks of {slot_bytes} B")
     blocks, damaged = {}, []
     for key, entry in doc["blocks"].items():
         why = _entry_problem(key, entry, slot_bytes)

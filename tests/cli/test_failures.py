@@ -63,9 +63,9 @@ def test_usage_errors_are_one_line_and_exit_1(tmp_path, args, needles):
 
 
 def test_an_internal_error_still_exits_2_with_its_traceback(monkeypatch):
-    def broken(name):
+    def broken(cfg):
         raise RuntimeError("a bug")
-    monkeypatch.setattr("worldpager_cli.main.model_config", broken)
+    monkeypatch.setattr("engine.model.registry.model_header_facts", broken)
     result = run("inspect")
     assert result.exit_code == 2 and "Traceback" in result.output
     assert result.output.strip().splitlines()[-1] == "worldpager: internal error: RuntimeError: a bug"
