@@ -90,6 +90,9 @@ def remove_earlier_attempt(cfg: SessionConfig) -> None:
     shutil.rmtree(savepoint_dir(cfg.out), ignore_errors=True)
 
 
+RETRIED_CLAIM_WAIT_S = 60.0   # see Worker._run: a killed worker's output lock is freed once its process is gone
+
+
 class Worker:
     """Runs jobs in this process with one ``ModelCache`` (see the module docstring)."""
 
@@ -133,7 +136,10 @@ class Worker:
         from engine.session.ownership import claim_output
 
         cfg = node_config(job.plan.cfg, self.device)
-        with claim_output(cfg.out):   # one writer per output, also against a generate or resume of it
+        # One writer per output, also against a generate or resume of it. The batch holds its output
+        # directory's lock, so a job's lock held here is a worker of this batch that was killed and is
+        # still exiting (a retried job): wait for it, at most a minute.
+        with claim_output(cfg.out, wait_s=RETRIED_CLAIM_WAIT_S):
             self._run_owned(job, cfg, on_chunk, result)
 
     def _run_owned(self, job: JobRun, cfg: SessionConfig, on_chunk, result: JobResult) -> None:

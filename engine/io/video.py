@@ -137,6 +137,15 @@ class VideoWriter:
         writer.path = path  # the open file is now the one at ``path``
         return writer
 
+    def cut_back(self, frames: int) -> None:
+        """Close the file and keep only its first ``frames`` frames (where a write began: a chunk the log
+        does not hold is taken back out of the video, so the two agree)."""
+        self.close()
+        if frames < self._frames_written:
+            s = self._settings
+            VideoWriter.reopen(self.path, frames, self.width, self.height, s.fps, s.crf, s.preset).close()
+            self._frames_written = frames
+
     @property
     def frames_written(self) -> int:
         """Frames in the file so far (all of them on disk once :meth:`write` returns)."""

@@ -7,8 +7,9 @@ offsets; the file grows in large ``posix_fallocate``d extents. ``write(chunk, bu
 ``read(chunk, buf)`` move bytes straight between the file and a caller-owned, 4 KiB-aligned uint8
 tensor (a host-pool slot) with ``os.pwritev`` / ``os.preadv`` on a memoryview of it: no extra copy.
 
-Integrity. Each block's crc32 is kept in the index and checked on every read; a mismatch (or a short
-read) raises ``CorruptBlockError``, so a bad block becomes a failed read, never data. For a block of
+Integrity. Each block's crc32 is kept in the index (XORed with its chunk's ``chunk_salt``, so a block
+under another chunk's entry fails too) and checked on every read; a mismatch (or a short read) raises
+``CorruptBlockError``, so a bad block becomes a failed read, never data. For a block of
 more than one piece the crc runs on a helper thread while the drive moves the bytes (on reads it
 follows the pieces as they land), so it costs no I/O time unless the CPU is the slower; each I/O thread
 makes its helper once and keeps it (no thread start per block). The index
@@ -49,7 +50,7 @@ log = logging.getLogger("worldpager.memory")
 ALIGN = 4096
 MiB = 1 << 20
 LOCK_NAME, DATA_NAME, INDEX_NAME = "worldpager.lock", "blocks.dat", "index.json"
-INDEX_VERSION = 1
+INDEX_VERSION = 2   # 2: a block's crc32 is bound to its chunk id (a block under another chunk's entry fails)
 RESERVE_BYTES = 1 * MiB   # left free on the drive for the index
 Pace = Callable[[int], None]
 
@@ -92,6 +93,12 @@ class _CrcHelper:
                     crc = zlib.crc32(piece, crc)
                 except Exception as exc:   # handed to the caller with the block's result, never lost
                     error = exc
+
+
+def chunk_salt(chunk: ChunkId) -> int:
+    """What a block's crc32 is XORed with in the index: its chunk's own value, so a block found under
+    another chunk's entry (a damaged or edited index) fails its check instead of feeding the wrong KV."""
+    return zlib.crc32(f"worldpager chunk {int(chunk)}".encode())
 
 
 class _Crc:
@@ -250,7 +257,7 @@ class DiskTier:
         finally:
             crc = checksum.result()   # also on failure: no crc thread outlives the call
         with self._lock:
-            self._index[chunk] = {"offset": offset, "length": len(view), "crc": crc,
+            self._index[chunk] = {"offset": offset, "length": len(view), "crc": crc ^ chunk_salt(chunk),
                                   "format": self.format_tag}
             self.bytes_written += len(view)
             self._unsaved += 1
@@ -272,7 +279,7 @@ class DiskTier:
             got = self._io(os.preadv, view, entry["offset"], pace, checksum.feed)
         finally:
             crc = checksum.result()
-        if got != len(view) or crc != entry["crc"]:
+        if got != len(view) or crc ^ chunk_salt(chunk) != entry["crc"]:
             raise CorruptBlockError(f"chunk {chunk}: block at offset {entry['offset']} of "
                                     f"{self.dir / DATA_NAME} fails its crc32 check")
         with self._lock:

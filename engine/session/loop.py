@@ -291,7 +291,13 @@ class Session:
             self._header(None)
         summary = memory.summary() if memory is not None else {}
         try:
-            self.writer.close()
+            # A second signal can land between a chunk's mux and its log record: the video then holds a
+            # chunk the log does not, and is cut back to the log's frames (a run resumed or forked from
+            # the log's save points expects exactly those).
+            if status == "done":
+                self.writer.close()
+            else:
+                self.writer.cut_back(self.log.summary.frames)
             if memory is not None:
                 memory.close(abort=abort)
         finally:   # a second signal during the close (it aborts the memory's): the log still ends

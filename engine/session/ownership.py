@@ -19,6 +19,7 @@ Owns three checks that come before anything of a run is written:
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from engine.config import SessionConfig
@@ -79,15 +80,21 @@ class OutputClaim:
         self.release()
 
 
-def claim_output(out: Path, doing: str = "write") -> OutputClaim:
-    """Own ``out`` (see the module docstring); ``doing`` words the refusal ("cannot resume OUT: ...")."""
+def claim_output(out: Path, doing: str = "write", wait_s: float = 0.0) -> OutputClaim:
+    """Own ``out`` (see the module docstring); ``doing`` words the refusal ("cannot resume OUT: ...").
+    ``wait_s``: how long a held lock is waited for before the refusal (a batch job retried after its
+    worker was killed waits for that worker's process to finish exiting)."""
     out = Path(out)
     path = lock_path(out)
     if not out.parent.is_dir():
         raise OutputError(f"cannot {doing} {out}: directory {out.parent} does not exist")
+    deadline = time.monotonic() + wait_s
     for _ in range(CLAIM_TRIES):
         try:
             fd = try_lock(path, 0o644)
+            while fd is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                fd = try_lock(path, 0o644)
         except OSError as exc:
             raise OutputError(f"cannot {doing} {out}: cannot create its lock {path} "
                               f"({exc.strerror or exc})") from None

@@ -25,7 +25,7 @@ from engine.errors import WorldPagerError
 from engine.io.mp4_segments import read_groups
 from engine.io.trajectory import load_trajectory
 from engine.io.video import VideoWriter
-from engine.memory.disk import DiskTier, read_index
+from engine.memory.disk import INDEX_VERSION, DiskTier, read_index
 from engine.memory.host_pool import HostPool
 from engine.memory.types import CorruptBlockError
 from engine.report.read import read_session
@@ -126,10 +126,10 @@ def check_spill(index: bytes, blocks: bytes) -> None:
 @given(mutated_json(json.loads(BASE_INDEX)))
 @example(b"[]")
 @example(b"{" * 5000)
-@example(json.dumps({"version": 1, "slot_bytes": SLOT, "format": TAG, "blocks": {"0": {"offset": 0, "crc": 1}}}).encode())
-@example(json.dumps({"version": 1, "slot_bytes": SLOT, "format": TAG,
+@example(json.dumps({"version": INDEX_VERSION, "slot_bytes": SLOT, "format": TAG, "blocks": {"0": {"offset": 0, "crc": 1}}}).encode())
+@example(json.dumps({"version": INDEX_VERSION, "slot_bytes": SLOT, "format": TAG,
                      "blocks": {"0": {"offset": 0, "length": 10 ** 30, "crc": 1}}}).encode())
-@example(json.dumps({"version": 1, "slot_bytes": SLOT, "format": TAG,
+@example(json.dumps({"version": INDEX_VERSION, "slot_bytes": SLOT, "format": TAG,
                      "blocks": {"-1": {"offset": 0, "length": SLOT, "crc": 1}, "٣": {}}}).encode())
 def test_mutated_spill_indexes(index):
     check_spill(index, BASE_BLOCKS)
