@@ -82,7 +82,7 @@ def _decode_rgb(path: Path) -> np.ndarray:
         with av.open(str(path)) as container:
             frame = _first_image_frame(container, path)
             rgb = frame.to_ndarray(format="rgb24")
-    except (OSError, av.error.FFmpegError) as exc:
+    except (OSError, av.error.FFmpegError, ValueError) as exc:   # ValueError: metadata PyAV cannot decode
         size = declared_size(path)
         if size is not None and not fits_ffmpeg(*size):
             raise InputError(f"cannot read start image {path}: {size[0]}x{size[1]} pixels is beyond FFmpeg's "

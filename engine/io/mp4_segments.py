@@ -171,7 +171,7 @@ def read_groups(path: Path, frames: int) -> Iterator[list[Sample]]:
                     group = []
                 group.append(Sample(bytes(packet), packet.is_keyframe))
                 read += 1
-    except (OSError, av.error.FFmpegError) as exc:
+    except (OSError, av.error.FFmpegError, ValueError) as exc:   # ValueError: metadata PyAV cannot decode
         # An error past the kept frames is a tail a kill cut short; the kept frames are whole.
         if read < frames:
             reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
@@ -201,7 +201,7 @@ def cut_points(path: Path) -> tuple[int, set[int]]:
                 if packet.is_keyframe:
                     keys.add(frames)
                 frames += 1
-    except (OSError, av.error.FFmpegError) as exc:
+    except (OSError, av.error.FFmpegError, ValueError) as exc:   # ValueError: metadata PyAV cannot decode
         if frames == 0:   # past the first frame, an error is a tail a kill cut short
             reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
             raise InputError(f"cannot read video {path}: {reason}") from None

@@ -288,5 +288,5 @@ def count_frames(path: Union[str, os.PathLike]) -> int:
             if not container.streams.video:
                 raise InputError(f"no video stream in {path}")
             return sum(1 for _ in container.decode(video=0))
-    except (OSError, av.error.FFmpegError) as exc:
+    except (OSError, av.error.FFmpegError, ValueError) as exc:   # ValueError: metadata PyAV cannot decode
         raise InputError(f"cannot decode video {path}: {_reason(exc)}") from None

@@ -503,9 +503,7 @@ def _entry_problem(key: str, entry, slot_bytes: int) -> str | None:
 def _shown(value) -> str:
     """A value read from a file, for a one-line message: a number as it is, anything else quoted
     (so a newline or a long text in it cannot break the line), shortened."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    text = repr(value)
+    text = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
