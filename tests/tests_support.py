@@ -119,3 +119,35 @@ def resumed_equals_uninterrupted(whole, cut, stop_after: int):
     assert Session(again, resume_from=sp).run().status == "done"
     assert cut.out.read_bytes() == whole.out.read_bytes()
     return sp
+
+
+@contextlib.contextmanager
+def nearly_full_drive(tmp_path: Path, free_bytes: int, root_reserve_too: bool = False):
+    """A loop-mounted 8 MiB ext4 under ``tmp_path`` with a filler file leaving ``free_bytes`` free (with
+    ``root_reserve_too``, of the blocks root may use as well: the output side runs as root); yields
+    (mount, filler) and unmounts after. Skips without root, mkfs.ext4 or loop mounts."""
+    import os
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
+        pytest.skip("needs root and mkfs.ext4 for a loop-mounted file system")
+    image, mount = tmp_path / "drive.img", tmp_path / "drive"
+    mount.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(8 * 2 ** 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", str(image)], check=True)
+    if subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("cannot loop-mount here")
+    try:
+        filler = mount / "filler"
+        with open(filler, "wb") as f:
+            st = os.statvfs(mount)
+            free = st.f_bfree * st.f_frsize if root_reserve_too else shutil.disk_usage(mount).free
+            f.write(b"\0" * (free - free_bytes))
+            f.flush()
+            os.fsync(f.fileno())
+        yield mount, filler
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

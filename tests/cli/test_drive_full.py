@@ -8,7 +8,6 @@ skipped elsewhere), with a filler file that leaves room for about a dozen of the
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 
 from engine.telemetry import read_log
-from tests_support import WORLDPAGER
+from tests_support import WORLDPAGER, nearly_full_drive
 
 CHUNKS = 30
 ARGS = ["--model", "arena", "--pool-slots", "4", "--save-every", "2", "--chunks", str(CHUNKS), "--quiet",
@@ -28,24 +27,8 @@ FREE_FOR = 2_300_000          # bytes left on the drive: about 12 chunks of 184 
 
 @pytest.fixture
 def small_drive(tmp_path):
-    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
-        pytest.skip("needs root and mkfs.ext4 for a loop-mounted file system")
-    image, mount = tmp_path / "drive.img", tmp_path / "drive"
-    mount.mkdir()
-    with open(image, "wb") as f:
-        f.truncate(8 * 2 ** 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", str(image)], check=True)
-    if subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True).returncode != 0:
-        pytest.skip("cannot loop-mount here")
-    try:
-        filler = mount / "filler"
-        with open(filler, "wb") as f:
-            f.write(b"\0" * (shutil.disk_usage(mount).free - FREE_FOR))
-            f.flush()
-            os.fsync(f.fileno())
+    with nearly_full_drive(tmp_path, FREE_FOR, root_reserve_too=False) as (mount, filler):
         yield mount, filler
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def _frames(path: Path) -> list[np.ndarray]:

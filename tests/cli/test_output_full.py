@@ -10,7 +10,6 @@ for a save point (about 2 MiB each).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import av
 import pytest
 
 from engine.telemetry import read_log
-from tests_support import PATIENCE_S, WORLDPAGER
+from tests_support import PATIENCE_S, WORLDPAGER, nearly_full_drive
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 FREE_FOR = 1_000_000
@@ -26,24 +25,9 @@ FREE_FOR = 1_000_000
 
 @pytest.fixture
 def small_drive(tmp_path):
-    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
-        pytest.skip("needs root and mkfs.ext4 for a loop-mounted file system")
-    image, mount = tmp_path / "drive.img", tmp_path / "drive"
-    mount.mkdir()
-    with open(image, "wb") as f:
-        f.truncate(8 * 2 ** 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", str(image)], check=True)
-    if subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True).returncode != 0:
-        pytest.skip("cannot loop-mount here")
-    try:
-        with open(mount / "filler", "wb") as f:   # root may use the blocks reserved for root: count them
-            st = os.statvfs(mount)
-            f.write(b"\0" * (st.f_bfree * st.f_frsize - FREE_FOR))
-            f.flush()
-            os.fsync(f.fileno())
+    # The run writes as root, which may use the blocks reserved for root: count them.
+    with nearly_full_drive(tmp_path, FREE_FOR, root_reserve_too=True) as (mount, _filler):
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_save_points_failing_on_a_full_output_drive_are_said_and_exit_1(tmp_path, small_drive):
