@@ -32,6 +32,12 @@ CLIP_PIXEL_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_PIXEL_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
+def wan_rope_split(head_dim: int) -> tuple[int, int, int]:
+    """Real channels of a Wan DiT head given to the (time, height, width) rotary axes (MG2 and
+    LingBot-World share the rule): the spatial axes a third each, rounded down to pairs, time the rest."""
+    return head_dim - 4 * (head_dim // 6), 2 * (head_dim // 6), 2 * (head_dim // 6)
+
+
 @dataclass(frozen=True)
 class ActionConfig:
     """Keyboard/mouse action module (MG2 ``action_config``)."""
@@ -94,8 +100,7 @@ class DiTConfig:
     @property
     def rope_split(self) -> tuple[int, int, int]:
         """Real channels of a head given to (time, height, width) rotary axes."""
-        d = self.head_dim
-        return d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)
+        return wan_rope_split(self.head_dim)
 
 
 @dataclass(frozen=True)

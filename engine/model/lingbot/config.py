@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from engine.config import wan_rope_split
 from engine.errors import ConfigError
 
 CONTROL_CHANNELS = {"cam": 6, "act": 7}     # per-pixel control channels: Plücker (6); ray dirs + WASD (7)
@@ -61,8 +62,7 @@ class FastDiTConfig:
     @property
     def rope_split(self) -> tuple[int, int, int]:
         """Real channels of a head given to the (time, height, width) rotary axes (Wan's rule)."""
-        d = self.head_dim
-        return d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)
+        return wan_rope_split(self.head_dim)
 
     @property
     def control_dim(self) -> int:
