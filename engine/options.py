@@ -23,6 +23,7 @@ import yaml
 from engine.config import (ARENA_MODEL, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
                            SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
+from engine.overlay import merged_overlays
 
 MODEL_NAMES = (ARENA_MODEL, *sorted(MODEL_CONFIGS), *LINGBOT_MODELS, SYNTHETIC_MODEL)
 KINDS = ("path", "int", "float", "text", "choice", "switch", "settings")
@@ -226,14 +227,6 @@ def parse_settings(texts) -> dict:
     return overlay
 
 
-def _deep_merge(base: dict, top: Mapping) -> dict:
-    out = dict(base)
-    for key, value in top.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) \
-            else value
-    return out
-
-
 def overlay(values: Mapping[str, Any]) -> dict:
     """The sparse config overlay of the options given in ``values`` (None = not given): what a flag
     sets, then ``--set``'s keys over it. ``--checkpoint`` without ``--model`` or ``--preset`` means the
@@ -254,7 +247,7 @@ def overlay(values: Mapping[str, Any]) -> dict:
         node[leaf] = value
     if values.get("checkpoint") is not None and values.get("model") is None and values.get("preset") is None:
         flags["model"] = "mg2-universal"
-    return _deep_merge(flags, parse_settings(values.get("set")))
+    return merged_overlays(flags, parse_settings(values.get("set")))
 
 
 def config_keys(cfg: Any = None, prefix: str = "") -> list[str]:

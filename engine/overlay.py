@@ -125,13 +125,14 @@ def with_user_config(base: Mapping[str, Any] | None = None) -> dict:
             replace_strict(SessionConfig(), user)
         except ConfigError as exc:
             raise ConfigError(f"config file {path}: {exc}") from None
-    return _merged(user, base or {})
+    return merged_overlays(user, base or {})
 
 
-def _merged(low: Mapping[str, Any], high: Mapping[str, Any]) -> dict:
+def merged_overlays(low: Mapping[str, Any], high: Mapping[str, Any]) -> dict:
+    """``high`` over ``low``, nested mappings merged key by key."""
     out = dict(low)
     for key, value in high.items():
-        out[key] = _merged(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) \
+        out[key] = merged_overlays(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) \
             else value
     return out
 
