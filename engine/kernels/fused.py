@@ -6,7 +6,7 @@ and output dtype, odd shapes and the edge inputs). It writes into caller-given t
 nothing per call: its working tensors are the reference's per-thread buffers (``reference._work``).
 Plain PyTorch ops, so it runs wherever torch does; nothing is compiled.
 
-Where the time goes instead (``worldpager bench quant --backend reference,fused``, README):
+Where the time goes instead (``worldpager bench quant --backend reference,fused``, docs/performance.md):
 
 * min and max are two vectorised reductions (``amin``, ``amax``) in the input's own dtype (the min of
   bf16 values is a bf16 value: widening afterwards is exact) — ``aminmax`` on a widened copy is several

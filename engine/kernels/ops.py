@@ -8,7 +8,7 @@ pure-PyTorch specification. Output tensors that are omitted are allocated and re
 Backend choice, per call, from the first tensor's device:
 * ``auto`` (default): Triton for CUDA tensors when Triton imports, else the reference (a CUDA tensor
   without Triton warns once); the fused CPU quantiser for CPU tensors (bit-identical to the reference
-  and several times faster on the CPUs measured, README).
+  and several times faster on the CPUs measured, docs/performance.md).
 * ``reference``: always the reference.
 * ``fused``: :mod:`engine.kernels.fused` (plain PyTorch, fewer passes); a ``ConfigError`` for a CUDA
   tensor (it is the CPU backend; on a GPU the Triton kernels are).

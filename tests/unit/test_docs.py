@@ -272,3 +272,11 @@ def test_every_relative_link_points_to_a_file():
 def test_the_front_page_is_short():
     lines = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
     assert lines <= FRONT_PAGE_MAX_LINES, f"README.md has {lines} lines; at most {FRONT_PAGE_MAX_LINES}"
+
+
+def test_the_front_page_gives_the_test_command_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    command = ci[ci.index("# The README's test command:") + 1].strip()
+    blocks = [text for _, text in shell_blocks(ROOT / "README.md")]
+    assert any(command in block.splitlines() for block in blocks), \
+        f"README.md has no shell block with .ci/run's test command: {command}"

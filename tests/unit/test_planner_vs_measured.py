@@ -1,4 +1,4 @@
-"""The planner against our own measured runs (README, "The planner against measured runs").
+"""The planner against our own measured runs (docs/memory.md, "The planner against measured runs").
 
 Two sets, neither used to tune the model:
 
@@ -8,7 +8,7 @@ Two sets, neither used to tune the model:
   read from the drive from chunk 14 on, in 9 of the 28 chunks.
 * ``HELD_OUT``: 8 ``worldpager generate --model synthetic --kv-scale 0.034 --kv-bits 16`` runs (30 chunks,
   yaw trajectory) with the current store (urgent write-back), each a different pool, drive cap, chunk
-  time and store mode, recorded on the shared 2-vCPU AMD EPYC machine (commands in the README; 16-bit KV
+  time and store mode, recorded on the shared 2-vCPU AMD EPYC machine (commands in docs/memory.md; 16-bit KV
   keeps the CPU's quantiser out of the chunk time). Each row holds what the planner is given — the run's chunk time without stalls (P50 of
   ``wall_ms − stall_ms``), the process baseline of its log header, the first chunk that read from the
   drive and the chunks read per chunk from there on (the trajectory's doing) — and what it must predict:
