@@ -1,8 +1,8 @@
 """``worldpager`` commands: parse flags, build a config, call one engine function, print.
 
 Commands that measure or describe print a human table and then one compact JSON line last.
-Exit codes: 0 done, 1 bad input, 2 internal error, 3 ``tail``: the session did not finish, 130
-interrupted (see ``worldpager_cli.errors``).
+Exit codes: 0 done, 1 bad input, 2 usage error, 3 ``tail``: the session did not finish, 70 internal
+error, 130 interrupted, 141 closed pipe (see ``worldpager_cli.errors``).
 """
 from __future__ import annotations
 

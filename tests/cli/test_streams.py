@@ -77,8 +77,8 @@ def test_generate_with_stderr_closed_makes_the_whole_video(tmp_path):
     assert read_log(tmp_path / "g.log.jsonl")[-1]["status"] == "done"
 
 
-def test_a_usage_error_with_stderr_closed_still_exits_1(tmp_path):
-    assert _run([*MICRO, "--chunks", "abc"], tmp_path, close="2>&-").returncode == 1
+def test_a_usage_error_with_stderr_closed_still_exits_2(tmp_path):
+    assert _run([*MICRO, "--chunks", "abc"], tmp_path, close="2>&-").returncode == 2
 
 
 @pytest.mark.parametrize("device, needle", [
