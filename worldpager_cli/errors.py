@@ -23,6 +23,7 @@ import traceback
 import click
 
 from engine.errors import WorldPagerError
+from worldpager_cli.help import ExamplesGroup
 from worldpager_cli.streams import guard_streams
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -55,7 +56,7 @@ def one_line(exc: click.UsageError) -> click.ClickException:
     return OneLineUsageError(" ".join(exc.format_message().split()) + where)
 
 
-class WorldPagerGroup(click.Group):
+class WorldPagerGroup(ExamplesGroup):
     """A click group whose commands report errors as one line with a documented exit code."""
 
     def main(self, *args, **kwargs):

@@ -65,9 +65,20 @@ def write_examples(formatter: click.HelpFormatter, examples: Sequence[str]) -> N
 
 
 class ExamplesGroup(click.Group):
-    """A group whose ``--help`` lists its commands with one line each, then examples."""
+    """A group whose ``--help`` lists its commands with their whole first sentence (wrapped, never cut
+    with "..."), then examples."""
 
     examples: Sequence[str] = ()
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         super().format_epilog(ctx, formatter)
