@@ -1,7 +1,7 @@
 """``write_report``: session logs in, a directory of figures and one HTML page out.
 
 Owns the report's files: ``DIR/<view>.png`` for each view (``views.VIEWS``), ``DIR/report.html`` (the
-summary table and every figure embedded) and nothing else. Every log is read before anything is
+first screen's three answers, the summary table and every figure embedded) and nothing else. Every log is read before anything is
 written (a log that is not ours fails first); an output directory that cannot be made or written is a
 one-line ``OutputError``. Each file is written beside its name and renamed over it, so a browser or an
 image viewer refreshing during a live report never reads half a file.
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine.errors import InputError, OutputError
 from engine.plots import png_bytes
+from engine.report.answers import session_answers
 from engine.report.labels import session_labels
 from engine.report.page import render_page
 from engine.report.read import SessionRecords, read_session
@@ -56,7 +57,8 @@ def write_sessions(sessions: list[SessionRecords], out: Path, title: str | None 
         figures[name] = _replace(out / f"{name}.png", png)
         embedded.append((name, VIEW_TITLES[name], png))
     title = title or "WorldPager session report: " + " vs ".join(labels)
-    html = render_page(title, labels, notes, summary_rows(sessions), embedded)
+    html = render_page(title, labels, notes, summary_rows(sessions), embedded,
+                       [session_answers(s) for s in sessions])
     page = _replace(out / PAGE, html.encode("utf-8"))
     return Report(out, figures, page, labels, notes, [len(s.chunks) for s in sessions])
 
