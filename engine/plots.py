@@ -90,6 +90,11 @@ class Figure:
         return asdict(self)
 
 
+def shown_empty(panel: Panel) -> bool:
+    """The panel has an ``empty_text`` and nothing above 0 to plot: the text is written across it."""
+    return bool(panel.empty_text) and not any(v > 0 for s in panel.series for v in s.y)
+
+
 def save_png(figure: Figure, path: Path) -> Path:
     """Draw ``figure`` to ``path`` (PNG) with its data embedded; returns the path."""
     Path(path).write_bytes(png_bytes(figure))
@@ -177,7 +182,7 @@ def _draw_panel(ax, panel: Panel, fs: float = 1.0, titled: bool = True, legend_i
     if panel.kind != "bar" and panel.xlabel == "chunk":   # chunks are whole numbers
         from matplotlib.ticker import MaxNLocator
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if panel.empty_text and not any(v > 0 for s in panel.series for v in s.y):
+    if shown_empty(panel):
         ax.text(0.5, 0.5, panel.empty_text, transform=ax.transAxes, ha="center", va="center", color="#555555",
                 fontsize=12 * fs, bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#bbbbbb"})
     if (panel.series or panel.refs) and legend_inside:

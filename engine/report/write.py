@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError, OutputError
-from engine.plots import png_bytes
+from engine.plots import png_bytes, shown_empty
 from engine.report.answers import session_answers
 from engine.report.labels import session_labels
 from engine.report.page import render_page
@@ -55,7 +55,8 @@ def write_sessions(sessions: list[SessionRecords], out: Path, title: str | None 
     for name, figure in build_views(sessions, labels, views).items():
         png = png_bytes(figure)
         figures[name] = _replace(out / f"{name}.png", png)
-        embedded.append((name, VIEW_TITLES[name], png))
+        empty = list(dict.fromkeys(p.empty_text for p in figure.panels if shown_empty(p)))
+        embedded.append((name, VIEW_TITLES[name], png, empty))
     title = title or "WorldPager session report: " + " vs ".join(labels)
     html = render_page(title, labels, notes, summary_rows(sessions), embedded,
                        [session_answers(s) for s in sessions])
