@@ -2,7 +2,7 @@
 
 Owns the split between *our* bugs (plain ``assert``) and the *user's* mistakes (a ``WorldPagerError``
 subclass whose message names the bad value). The CLI turns every ``WorldPagerError`` into one line on
-stderr and exit code 1; anything else is an internal error (exit 2).
+stderr and exit code 1; anything else is an internal error (exit 70).
 """
 
 

@@ -1,7 +1,8 @@
 """A session's options, declared once: the table ``generate``, ``plan``, ``batch`` (its flags and its job
 lines) and the overlay rule all read.
 
-Owns ``SESSION_OPTIONS`` (each option's name, value kind, the config key it sets and its help),
+Owns ``SESSION_OPTIONS`` (each option's name, value kind, the config key it sets, its help and the
+section of the help it is listed in: ``SECTIONS``),
 ``job_parsers()`` (how a batch job line's value of each kind is read), ``overlay(values)`` (the sparse
 config overlay of the options given: ``engine.overlay.resolve_session_config`` applies it over a preset)
 and ``parse_settings`` (``--set KEY=VALUE``: any config key, the keys presets set included, so that a
@@ -39,7 +40,7 @@ class Option:
     help: str
     target: str | None = None
     choices: tuple[str, ...] = ()
-    group: str = "session"          # where the help lists it: session | memory | advanced
+    group: str = "Options"          # the section of the help that lists it (one of ``SECTIONS``)
 
     @property
     def flag(self) -> str:
@@ -59,8 +60,25 @@ def parse_arena_seed(value: Any) -> int:
     return int(text)
 
 
-def _opt(name, kind, help, target=None, choices=(), group="session") -> Option:
-    return Option(name, kind, help, target, tuple(choices), group)
+# The sections a command's help lists its options under, in this order (``worldpager_cli.help``), and
+# the section of each option of the table.
+SECTIONS = ("Inputs", "Output", "Model", "Memory", "Disk tier", "Positions", "Run control", "Options")
+SECTION_OF = {
+    **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat"), "Inputs"),
+    **dict.fromkeys(("out", "log"), "Output"),
+    **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "seed", "device", "chunk_ms",
+                     "kv_scale"), "Model"),
+    **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "sink",
+                     "late_prefetch"), "Memory"),
+    **dict.fromkeys(("spill", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
+    "positions": "Positions",
+    **dict.fromkeys(("chunks", "seconds", "minutes", "save_every", "keep_savepoints", "decode_overlap", "set"),
+                    "Run control"),
+}
+
+
+def _opt(name, kind, help, target=None, choices=()) -> Option:
+    return Option(name, kind, help, target, tuple(choices), SECTION_OF[name])
 
 
 SESSION_OPTIONS: tuple[Option, ...] = (
@@ -95,38 +113,33 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("keep_savepoints", "int", "Newest save points kept (where the run can be resumed or forked). Default: 2.",
          "keep_savepoints"),
     _opt("decode_overlap", "switch", "Decode and mux each chunk on a worker thread while the next one denoises "
-         "(same MP4). Default: off.", "decode_overlap", group="advanced"),
+         "(same MP4). Default: off.", "decode_overlap"),
     _opt("positions", "choice", "Position handling past the horizon. Default: rerotate.", "positions",
-         POSITION_MODES, group="advanced"),
-    _opt("chunk_ms", "float", "Synthetic model: device time per chunk. Default: 1200.", "chunk_ms",
-         group="advanced"),
-    _opt("kv_scale", "float", "Synthetic model: KV bytes relative to MG2. Default: 1.", "kv_scale",
-         group="advanced"),
-    _opt("store", "choice", "Store mode. Default: prefetch.", "memory.store", STORE_MODES, group="memory"),
-    _opt("spill", "path", "Directory of the disk tier (O_DIRECT). Default: none.", "memory.spill", group="memory"),
+         POSITION_MODES),
+    _opt("chunk_ms", "float", "Synthetic model: device time per chunk. Default: 1200.", "chunk_ms"),
+    _opt("kv_scale", "float", "Synthetic model: KV bytes relative to MG2. Default: 1.", "kv_scale"),
+    _opt("store", "choice", "Store mode. Default: prefetch.", "memory.store", STORE_MODES),
+    _opt("spill", "path", "Directory of the disk tier (O_DIRECT). Default: none.", "memory.spill"),
     _opt("host_mem", "float", "Host memory budget in GiB (the pool is this minus the process and 2 GiB).",
-         "memory.host_mem_gib", group="memory"),
-    _opt("pool_slots", "int", "Exact host-pool size in chunks (overrides --host-mem).", "memory.pool_slots",
-         group="memory"),
-    _opt("device_mem", "float", "Device memory budget for KV in GiB (device-only mode).", "memory.device_mem_gib",
-         group="memory"),
+         "memory.host_mem_gib"),
+    _opt("pool_slots", "int", "Exact host-pool size in chunks (overrides --host-mem).", "memory.pool_slots"),
+    _opt("device_mem", "float", "Device memory budget for KV in GiB (device-only mode).", "memory.device_mem_gib"),
     _opt("kv_bits", "choice", "Stored KV format (16 = unquantised). Default: 4.", "memory.kv_bits",
-         ("2", "4", "8", "16"), group="memory"),
-    _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw",
-         group="memory"),
-    _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k", group="memory"),
-    _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink", group="memory"),
+         ("2", "4", "8", "16")),
+    _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw"),
+    _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k"),
+    _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink"),
     _opt("io_deadline", "float", "Seconds a synchronous read or a write-back may take before the drive counts "
-         "as stuck. Default: 30.", "memory.io_deadline_s", group="memory"),
+         "as stuck. Default: 30.", "memory.io_deadline_s"),
     _opt("late_prefetch", "choice", "Prefetch mode: a set still loading when its chunk starts is a miss (the "
          "slot keeps its previous chunk; never waits) or is waited for (a stall; the frames then do not depend "
          "on the machine's speed: reproducible runs). Default: miss.", "memory.late_prefetch",
-         LATE_PREFETCH_MODES, group="memory"),
+         LATE_PREFETCH_MODES),
     _opt("writeback", "choice", "When stored chunks go to the spill drive: background (when the pool runs low), "
          "through (each at once, in the background) or sync (a baseline: the loop waits). Default: background.",
-         "memory.writeback", WRITEBACK_MODES, group="memory"),
+         "memory.writeback", WRITEBACK_MODES),
     _opt("set", "settings", "Any config key, as a preset sets it: KEY=VALUE (dotted keys, YAML values), "
-         "repeatable, e.g. --set calibration.mouse_step=0.2 --set save_interval_s=10.", group="advanced"),
+         "repeatable, e.g. --set calibration.mouse_step=0.2 --set save_interval_s=10."),
 )
 BY_NAME = {o.name: o for o in SESSION_OPTIONS}
 LENGTH_NAMES = ("chunks", "seconds", "minutes")

@@ -66,6 +66,7 @@ class Panel:
     refs: tuple[RefLine, ...] = ()
     note: str = ""       # drawn under the panel's title (e.g. "no pool in this session")
     from_zero: bool = True   # non-negative data: the y axis starts at 0 (False: fit the data, e.g. RSS)
+    empty_text: str = ""     # written across the axes when no series has a value above 0 ("no stalls")
 
     def __post_init__(self):
         assert self.kind in KINDS, self.kind
@@ -80,9 +81,18 @@ class Figure:
     panel_size: tuple[float, float] = (8.0, 2.8)   # inches per panel
     dpi: int = 80
     extra: dict = field(default_factory=dict)      # stored with the data, not drawn
+    # False: the title is stored, not drawn, and a lone panel's title is not drawn either: the page that
+    # shows the figure heads it (one title per figure); the note is still drawn.
+    draw_title: bool = True
+    font_scale: float = 1.0   # every text size times this (a report's figures: larger, for reading)
 
     def as_data(self) -> dict:
         return asdict(self)
+
+
+def shown_empty(panel: Panel) -> bool:
+    """The panel has an ``empty_text`` and nothing above 0 to plot: the text is written across it."""
+    return bool(panel.empty_text) and not any(v > 0 for s in panel.series for v in s.y)
 
 
 def save_png(figure: Figure, path: Path) -> Path:
@@ -104,19 +114,27 @@ def png_bytes(figure: Figure) -> bytes:
     cols = max(1, min(figure.columns, len(figure.panels)))
     rows = math.ceil(len(figure.panels) / cols)
     width, height = figure.panel_size
-    head = _HEAD + 0.2 * len(figure.note.splitlines() or [""]) * bool(figure.note)
-    top = _TOP + 0.18 * any(p.note for p in figure.panels)
+    fs = figure.font_scale
+    titled = figure.draw_title or len(figure.panels) > 1   # panel titles drawn
+    note_lines = len(figure.note.splitlines() or [""]) * bool(figure.note)
+    head = (_HEAD if figure.draw_title else 0.15) + 0.2 * fs * note_lines
+    top = (_TOP * fs if titled else 0.15) + 0.18 * fs * any(p.note for p in figure.panels)
     fig_w, fig_h = width * cols, height * rows + head
     mpl = MplFigure(figsize=(fig_w, fig_h), dpi=figure.dpi)
     FigureCanvasAgg(mpl)
-    mpl.suptitle(figure.title + (f"\n{figure.note}" if figure.note else ""), fontsize=11, y=1 - 0.08 / fig_h,
-                 va="top")
+    heading = "\n".join(([figure.title] if figure.draw_title else []) + ([figure.note] if figure.note else []))
+    if heading:
+        mpl.suptitle(heading, fontsize=(11 if figure.draw_title else 9) * fs, y=1 - 0.08 / fig_h, va="top")
     for i, panel in enumerate(figure.panels):
         row, col = divmod(i, cols)
         x0 = (col * width + _LEFT) / fig_w
         y0 = (fig_h - head - (row + 1) * height + _BOTTOM) / fig_h
-        ax = mpl.add_axes((x0, y0, (width - _LEFT - _RIGHT) / fig_w, (height - _BOTTOM - top) / fig_h))
-        _draw_panel(ax, panel)
+        # A report's side-by-side panels (cumulative counts, which leave their upper left empty) keep
+        # their legend inside, so that their axes get the width.
+        inside = cols > 1 and not figure.draw_title
+        right = 0.3 if inside else _RIGHT
+        ax = mpl.add_axes((x0, y0, (width - _LEFT - right) / fig_w, (height - _BOTTOM - top) / fig_h))
+        _draw_panel(ax, panel, fs, titled, inside)
     out = io.BytesIO()
     mpl.savefig(out, format="png", metadata={DATA_KEY: _encode(figure.as_data()), "Software": "worldpager"})
     return out.getvalue()
@@ -139,7 +157,7 @@ def _colours(panel: Panel) -> dict[str, str]:
     return {s.label: _COLOURS[i % len(_COLOURS)] for i, s in enumerate(panel.series)}
 
 
-def _draw_panel(ax, panel: Panel) -> None:
+def _draw_panel(ax, panel: Panel, fs: float = 1.0, titled: bool = True, legend_inside: bool = False) -> None:
     colours = _colours(panel)
     if panel.kind == "bar":
         _draw_bars(ax, panel, colours)
@@ -155,13 +173,22 @@ def _draw_panel(ax, panel: Panel) -> None:
     for ref in panel.refs:
         ax.axhline(ref.y, linestyle=_REF_STYLES[ref.style], linewidth=1.0, label=ref.label,
                    color=colours.get(ref.like, "#444444"))
-    ax.set_title(panel.title + (f"\n{panel.note}" if panel.note else ""), fontsize=9)
-    ax.set_xlabel(panel.xlabel, fontsize=9)
-    ax.set_ylabel(panel.ylabel, fontsize=9)
-    ax.tick_params(labelsize=8)
+    title = "\n".join(([panel.title] if titled and panel.title else []) + ([panel.note] if panel.note else []))
+    ax.set_title(title, fontsize=9 * fs)
+    ax.set_xlabel(panel.xlabel, fontsize=9 * fs)
+    ax.set_ylabel(panel.ylabel, fontsize=9 * fs)
+    ax.tick_params(labelsize=8 * fs)
     ax.grid(True, alpha=0.3)
-    if panel.series or panel.refs:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # never over the data
+    if panel.kind != "bar" and panel.xlabel == "chunk":   # chunks are whole numbers
+        from matplotlib.ticker import MaxNLocator
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if shown_empty(panel):
+        ax.text(0.5, 0.5, panel.empty_text, transform=ax.transAxes, ha="center", va="center", color="#555555",
+                fontsize=12 * fs, bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#bbbbbb"})
+    if (panel.series or panel.refs) and legend_inside:
+        ax.legend(fontsize=7 * fs, loc="upper left")
+    elif panel.series or panel.refs:
+        ax.legend(fontsize=7 * fs, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # never over the data
 
 
 def _floor_at_zero(ax, panel: Panel) -> None:

@@ -95,9 +95,10 @@ def sigkill_when_ready(code: str, *args: str, cwd: Path, env: dict) -> int:
     return child.returncode
 
 
-def one_line_error(result, *needles: str) -> str:
-    """A click runner result that is one ``worldpager: error:`` line, exit 1, holding every needle."""
-    assert result.exit_code == 1, result.output
+def one_line_error(result, *needles: str, code: int = 1) -> str:
+    """A click runner result that is one ``worldpager: error:`` line, exit ``code`` (1: bad input, 2: a
+    usage error click caught), holding every needle."""
+    assert result.exit_code == code, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("worldpager: error: "), result.output
     for needle in needles:

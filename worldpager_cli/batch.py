@@ -18,6 +18,7 @@ from tqdm import tqdm
 from engine.errors import ConfigError
 from engine.options import SESSION_OPTIONS
 from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import options_of
 
 # Every job's defaults: the table's options (engine.options) but those a batch sets per job or for itself
@@ -69,7 +70,18 @@ def _check_device(name: str, torch) -> None:
         raise ConfigError(f"--devices: {name} does not exist here ({have} CUDA devices)")
 
 
-@click.command()
+BATCH_SECTIONS = {**dict.fromkeys(("out_dir", "quiet"), "Output"),
+                  **dict.fromkeys(("workers", "devices", "ray_address", "retries", "host_mem"), "Batch")}
+
+
+@click.command(cls=SectionedCommand, sections=BATCH_SECTIONS, examples=(
+    "# every trajectory file of a folder, one video each, on 2 CPU workers",
+    "worldpager batch 'paths/*.yaml' --out-dir videos --workers 2 --chunks 40",
+    "# a job list (one JSON object of generate options per line), one worker per GPU, spill per job",
+    "worldpager batch jobs.jsonl --out-dir videos --devices cuda:0,cuda:1 --spill /mnt/nvme/{job}",
+    "# run it again after a crash: what is done is skipped, the rest resumes",
+    "worldpager batch jobs.jsonl --out-dir videos --devices cuda:0,cuda:1 --spill /mnt/nvme/{job}",
+))
 @click.argument("jobs")
 @click.option("--out-dir", type=click.Path(path_type=Path), required=True, help="Where every job's MP4, log and config go, and the manifest.")
 @click.option("--workers", type=int, help="CPU workers (processes; with --ray: CPU actors), each with its own model. Default: 1 (--ray: one per CPU).")

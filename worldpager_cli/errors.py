@@ -1,8 +1,18 @@
 """Turning exceptions into exit codes and one-line messages.
 
-Exit codes: 0 done, 1 bad input (any ``WorldPagerError``, and click's usage errors: a bad option value,
-an unknown option or command, a missing argument), 2 internal error, 3 ``tail``: the session ended
-without its summary line, 130 interrupted, 141 the reader of stdout went away (a closed pipe).
+Exit codes (the table is also in docs/conventions.md):
+
+====  ==========================================================================================
+0     done
+1     bad input: any ``WorldPagerError`` (a file that is missing or not ours, a value a command
+      refuses, an output that cannot be written, a batch job line that is wrong)
+2     usage error, as click and argparse use it: an unknown option or command, an option value of
+      the wrong type or not among its choices, a missing argument
+3     ``tail``: the session ended without its summary line
+70    internal error (``EX_SOFTWARE`` of sysexits.h): a bug, reported with its traceback
+130   interrupted (Ctrl-C, SIGTERM, SIGHUP)
+141   the reader of stdout went away (a closed pipe: ``worldpager plan | head``)
+====  ==========================================================================================
 """
 from __future__ import annotations
 
@@ -13,9 +23,11 @@ import traceback
 import click
 
 from engine.errors import WorldPagerError
+from worldpager_cli.help import ExamplesGroup
 from worldpager_cli.streams import guard_streams
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_INTERNAL = 70       # EX_SOFTWARE (sysexits.h): an internal error
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a writer whose reader has gone
 
 
@@ -27,9 +39,9 @@ def silence_stdout() -> None:
 
 
 class OneLineUsageError(click.ClickException):
-    """A click usage error shown as ``worldpager: error: ...`` on one line, exit 1 (2 is for our bugs)."""
+    """A click usage error shown as ``worldpager: error: ...`` on one line, exit 2 (as click and argparse)."""
 
-    exit_code = EXIT_BAD_INPUT
+    exit_code = EXIT_USAGE
 
     def show(self, file=None) -> None:
         click.echo(f"worldpager: error: {self.format_message()}", err=True)
@@ -38,13 +50,13 @@ class OneLineUsageError(click.ClickException):
 def one_line(exc: click.UsageError) -> click.ClickException:
     """The one-line form of ``exc``; the bare-command help (``NoArgsIsHelpError``) keeps its text."""
     if isinstance(exc, click.exceptions.NoArgsIsHelpError):
-        exc.exit_code = EXIT_BAD_INPUT
+        exc.exit_code = EXIT_USAGE
         return exc
     where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
     return OneLineUsageError(" ".join(exc.format_message().split()) + where)
 
 
-class WorldPagerGroup(click.Group):
+class WorldPagerGroup(ExamplesGroup):
     """A click group whose commands report errors as one line with a documented exit code."""
 
     def main(self, *args, **kwargs):

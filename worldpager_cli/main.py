@@ -1,8 +1,11 @@
 """``worldpager`` commands: parse flags, build a config, call one engine function, print.
 
-Commands that measure or describe print a human table and then one compact JSON line last.
-Exit codes: 0 done, 1 bad input, 2 internal error, 3 ``tail``: the session did not finish, 130
-interrupted (see ``worldpager_cli.errors``).
+Streams (docs/conventions.md): human text — banners, progress, warnings, the closing line — goes to
+stderr; stdout carries results only. ``generate``, ``resume`` and ``fork`` print nothing on stdout unless
+``--json`` asks for the run's summary as one JSON object. Commands that measure or describe (``plan``,
+``bench``, ``inspect``, ``report``) print a human table and then one compact JSON line last, on stdout.
+Exit codes: 0 done, 1 bad input, 2 usage error, 3 ``tail``: the session did not finish, 70 internal
+error, 130 interrupted, 141 closed pipe (see ``worldpager_cli.errors``).
 """
 from __future__ import annotations
 
@@ -24,11 +27,13 @@ from worldpager_cli.bench import bench
 from worldpager_cli.doctor import doctor
 from worldpager_cli.download import download
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
+from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given,  # noqa: F401
                                     parse_arena_seed, session_options, session_overlay)
 from worldpager_cli.plan import plan
 from worldpager_cli.quality import bench_quality
 from worldpager_cli.report import report
+from worldpager_cli.run_summary import run_summary, summary_text
 from worldpager_cli.streams import keep_going_without_stdout, stdout_failure
 from worldpager_cli.tail import tail
 
@@ -36,7 +41,20 @@ from worldpager_cli.tail import tail
 @click.group(cls=WorldPagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="worldpager")
 def cli() -> None:
-    """WorldPager: long-session interactive world-model video with a tiered KV memory."""
+    """WorldPager: long-session interactive world-model video with a tiered KV memory.
+
+    Run 'worldpager COMMAND -h' for a command's options, in sections, with examples.
+    """
+
+
+cli.examples = (
+    "# a 2-minute video from the packaged scene and trajectory (arena model, CPU)",
+    "worldpager generate --minutes 2 --out walk.mp4",
+    "# will a 10-minute MG2 run fit this machine's memory and drive? (nothing is run)",
+    "worldpager plan --preset mg2-4090-32g --minutes 10 --spill /mnt/nvme/wp",
+    "# watch a running session's report in a browser, redrawn every 10 chunks",
+    "worldpager report walk.log.jsonl --out walk-report --follow",
+)
 
 
 cli.add_command(tail)
@@ -58,13 +76,31 @@ def default_output_path() -> Path:
 
 OVERWRITE = click.option("--overwrite", is_flag=True,
                          help="Replace the outputs of an earlier run at --out (default: refuse).")
+QUIET = click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors and warnings (stderr).")
+JSON = click.option("--json", "as_json", is_flag=True,
+                    help="At the end, print the run's summary as one JSON object on stdout (keys: "
+                         "docs/conventions.md). Human text stays on stderr.")
+RUN_FLAGS = {"overwrite": "Output", "quiet": "Output", "as_json": "Output"}
 
 
-@cli.command()
+def run_command(*examples: str, sections: dict | None = None):
+    """A run command (generate, resume, fork): sectioned help with ``examples``."""
+    return cli.command(cls=SectionedCommand, sections={**RUN_FLAGS, **(sections or {})}, examples=examples)
+
+
+@run_command(
+    "# 12 chunks of the arena model, progress on stderr",
+    "worldpager generate --chunks 12 --out walk.mp4",
+    "# MG2 from the official weights, 10 minutes, memory past the host pool spilled to an NVMe drive",
+    "worldpager generate --checkpoint ~/mg2 --minutes 10 --spill /mnt/nvme/wp --out long.mp4",
+    "# a script's view: nothing but one JSON object on stdout",
+    "worldpager generate --chunks 12 --out walk.mp4 --quiet --json | jq .s_per_chunk",
+)
 @session_options
 @OVERWRITE
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def generate(quiet, overwrite, **opts) -> None:
+@QUIET
+@JSON
+def generate(quiet, overwrite, as_json, **opts) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.model.registry import model_spec
@@ -83,17 +119,22 @@ def generate(quiet, overwrite, **opts) -> None:
     check_output_paths(cfg)   # an output on an input or on another output is told as such, first
     with claim_output(cfg.out):   # held until the run ends: one writer per output
         refuse_existing(cfg, overwrite)
-        _generate(cfg, spec, grid, quiet)
+        _generate(cfg, spec, grid, quiet, as_json)
 
 
-def _generate(cfg, spec, grid, quiet: bool) -> None:
+def _say(quiet: bool):
+    """Human text: stderr, or nothing with --quiet."""
+    return (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
+
+
+def _generate(cfg, spec, grid, quiet: bool, as_json: bool) -> None:
     from engine.session.loop import Session   # keeps `worldpager --help` fast
     from engine.session.resume import unresumable_note
     from worldpager_cli.progress import make_progress
 
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
     session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
-    say = (lambda text: None) if quiet else click.echo
+    say = _say(quiet)
     say(spec.banner)
     horizon = spec.horizon_chunk
     reach = ("none" if horizon is None else
@@ -106,29 +147,34 @@ def _generate(cfg, spec, grid, quiet: bool) -> None:
     _warn([w for w in session.warnings() if w not in notes])
     with _abort_on_signals():   # nothing generated yet: stop at once, leaving no empty outputs
         session.load()
-    _run_and_report(session, progress, grid, say)
+    _run_and_report(session, progress, grid, say, as_json, cfg, 0)
 
 
-@cli.command()
+@run_command(
+    "# go on with a run that was killed, from its last save point",
+    "worldpager resume walk.mp4",
+    sections={"out": "Inputs"},
+)
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def resume(out, quiet) -> None:
+@QUIET
+@JSON
+def resume(out, quiet, as_json) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import claim_output
 
     with claim_output(out, "resume"):   # before anything is read: the run's files are ours now
-        _resume(out, quiet)
+        _resume(out, quiet, as_json)
 
 
-def _resume(out: Path, quiet: bool) -> None:
+def _resume(out: Path, quiet: bool, as_json: bool) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.resume import resume_point
     from worldpager_cli.progress import make_progress
 
     cfg, sp, notes = resume_point(out)   # everything checked before the MP4 is cut
-    say = (lambda text: None) if quiet else click.echo
+    say = _say(quiet)
     for note in notes:
         click.echo(f"worldpager: {note}", err=True)
     grid = model_spec(cfg).grid
@@ -140,10 +186,17 @@ def _resume(out: Path, quiet: bool) -> None:
     progress.skip(sp.chunk, sp.facts["frames_total"])
     say(f"worldpager: resuming {out} at chunk {sp.chunk} of {cfg.chunks} (frame {sp.facts['frames_total']}); "
         f"log {cfg.log_path}")
-    _run_and_report(session, progress, grid, say)
+    _run_and_report(session, progress, grid, say, as_json, cfg, sp.facts["frames_total"])
 
 
-@cli.command()
+@run_command(
+    "# from walk.mp4's newest save point, turn the other way, into a new file",
+    "worldpager fork walk.mp4 --trajectory yaw.yaml --out branch.mp4",
+    "# from the save point at chunk 30, 20 chunks long",
+    "worldpager fork walk.mp4 --at 30 --chunks 20 --trajectory yaw.yaml --out branch.mp4",
+    sections={"at": "Inputs", "trajectory": "Inputs", "out": "Output", "chunks": "Run control",
+              "spill": "Disk tier"},
+)
 @click.argument("parent", type=click.Path(path_type=Path))
 @click.option("--at", "at", type=int, help="The parent's save point (a chunk) to start from. Default: its newest.")
 @click.option("--trajectory", type=click.Path(path_type=Path), required=True, help="Where the branch goes from there (any trajectory file).")
@@ -151,8 +204,9 @@ def _resume(out: Path, quiet: bool) -> None:
 @click.option("--chunks", type=int, help="The branch's length in chunks. Default: the parent's.")
 @click.option("--spill", type=click.Path(path_type=Path), help="The branch's own spill directory. Default: OUT.mp4.spill beside it.")
 @OVERWRITE
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet) -> None:
+@QUIET
+@JSON
+def fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json) -> None:
     """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import check_video_path, claim_output
@@ -161,10 +215,10 @@ def fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet) -> None:
         raise ConfigError(f"--chunks must be at least 1, got {chunks}")
     check_video_path(out)
     with claim_output(out):   # held until the branch's run ends: one writer per output
-        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet)
+        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json)
 
 
-def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet) -> None:
+def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.fork import prepare_fork
@@ -172,7 +226,7 @@ def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet) -> None:
 
     branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill, overwrite=overwrite)
     cfg, sp = branch.cfg, branch.savepoint
-    say = (lambda text: None) if quiet else click.echo
+    say = _say(quiet)
     grid = model_spec(cfg).grid
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
     try:
@@ -186,7 +240,7 @@ def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet) -> None:
     progress.skip(sp.chunk, sp.facts["frames_total"])
     say(f"worldpager: forking {parent} at chunk {sp.chunk} (frame {sp.facts['frames_total']}) into {out}, "
         f"{cfg.chunks} chunks; log {cfg.log_path}")
-    _run_and_report(session, progress, grid, say)
+    _run_and_report(session, progress, grid, say, as_json, cfg, sp.facts["frames_total"])
 
 
 def _warn(lines: list[str]) -> None:
@@ -208,22 +262,29 @@ def _branch_warnings(trajectory: Path, cfg, sp) -> list[str]:
     return [] if lag is None else [lag]
 
 
-def _run_and_report(session, progress, grid, say) -> None:
+def _run_and_report(session, progress, grid, say, as_json: bool, cfg, frames_before: int) -> None:
+    """Run, then the closing line (stderr) and, with --json, the summary object (stdout)."""
     with progress, _stop_on_signals(session):
         result = session.run()
-    if stdout_failure() is not None:
-        _warn([f"standard output failed ({stdout_failure().strerror}): progress was not shown; the run went on"])
+    if as_json:   # also for an interrupted run (exit 130): a script learns how far it got
+        click.echo(json.dumps(run_summary(result, cfg, grid.fps, frames_before), separators=(",", ":")))
     # Seconds per chunk over the chunks this run made: a resumed or forked run inherits the others.
-    made = "" if result.made == result.chunks else f"{result.made} chunks made here, "
-    summary = (f"{result.frames} frames ({result.frames / grid.fps:.1f} s of video) to {result.out} in "
-               f"{result.wall_s:.1f} s ({made}{result.wall_s / max(result.made, 1):.2f} s per chunk); log {result.log}")
+    summary = summary_text(result, grid.fps)
     if result.status == "interrupted":
         click.echo(f"worldpager: interrupted after {result.chunks} chunks: wrote {summary}", err=True)
+        _warn_stdout_failure()
         raise SystemExit(EXIT_INTERRUPTED)
     say(f"wrote {summary}")
+    _warn_stdout_failure()
     if result.savepoint_errors:   # the video is whole, but a crash would have lost more than promised
         raise OutputError(f"{len(result.savepoint_errors)} save point(s) could not be written "
                           f"(last: {result.savepoint_errors[-1]}); the video is complete")
+
+
+def _warn_stdout_failure() -> None:
+    if stdout_failure() is not None:
+        _warn([f"standard output failed ({stdout_failure().strerror}): the --json summary was not printed; "
+               "the video is whole"])
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

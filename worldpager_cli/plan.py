@@ -20,6 +20,7 @@ from engine.config import ARENA_MODEL
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config, with_user_config
 from engine.planner.probe import DEFAULT_PROBE_BYTES, probe_drive
+from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import chunks_for_length, session_options, session_overlay
 
 GiB = 1 << 30
@@ -175,7 +176,19 @@ def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float) -> 
                    host_staging=staging, host_given=host is not None)
 
 
-@click.command()
+PLAN_SECTIONS = {**dict.fromkeys(("wall_ms", "stage_ms", "probe_mib", "baseline_gib", "baseline_from",
+                                  "device_baseline_gib", "disk_reads_per_chunk", "reads_from"), "Planning"),
+                 "quiet": "Output"}
+
+
+@click.command(cls=SectionedCommand, sections=PLAN_SECTIONS, examples=(
+    "# the arena model for 10 minutes on this machine, with its defaults",
+    "worldpager plan --minutes 10",
+    "# MG2 on a 32 GiB host: where the pool spills, and whether this drive keeps up (a short probe)",
+    "worldpager plan --preset mg2-4090-32g --minutes 30 --spill /mnt/nvme/wp",
+    "# only the JSON line, for a script",
+    "worldpager plan --preset mg2-4090-32g --minutes 30 --quiet | jq .stall_predicted",
+))
 @session_options
 @click.option("--wall-ms", type=float, help="A chunk's wall time without stalls, ms (e.g. a log's wall_ms - "
               "stall_ms). Default: --chunk-ms (MG2 on an RTX 4090: 1200).")

@@ -6,13 +6,19 @@ directory, not a log, or has a damaged line; 3 the session did not finish — no
 writer's process is gone, or nothing new came for ``--idle-timeout`` seconds, or (``--no-follow``) the
 log ends there.
 
-``--plot DIR`` also keeps a report of the session (``worldpager report``'s figures and page) in DIR,
-redrawn every ``--plot-every`` chunks and once more at the end, for watching from a browser or an
-image viewer.
+Streams: the lines are tail's result, on stdout; notes and errors go to stderr. ``--json`` prints each
+log record instead, one compact JSON object per line as the log has it (header, chunk, save point,
+resume, fork, note, then the summary): a script reads them as they come and stops at ``"type":
+"summary"``; the exit code is the same as without it.
+
+``--plot DIR`` (with ``--plot-every``) is a deprecated alias of ``worldpager report LOG --out DIR
+--follow --every N``, the one live report: hidden from the help, it says so on stderr and still works.
 """
 from __future__ import annotations
 
 from pathlib import Path
+
+import json
 
 import click
 
@@ -80,28 +86,37 @@ def unfinished_line(follower: LogFollower, idle_timeout: float | None) -> str:
 @click.option("--idle-timeout", type=float, default=None,
               help="Give up (exit 3) after this many seconds without a new line. Default: wait while the "
                    "session's process runs.")
-@click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None,
-              help="Also keep the session's report (figures and report.html) in this directory, redrawn as it runs.")
-@click.option("--plot-every", type=int, default=10, show_default=True, help="With --plot: chunks between redraws.")
-def tail(log: Path, follow: bool, idle_timeout: float | None, plot_dir: Path | None, plot_every: int) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print each log record as one JSON line instead (header, chunks, ..., summary).")
+@click.option("--plot", "plot_dir", type=click.Path(path_type=Path), default=None, hidden=True,
+              help="Deprecated: use 'worldpager report LOG --out DIR --follow'.")
+@click.option("--plot-every", type=int, default=10, hidden=True, help="Deprecated: with --plot, 'report --every'.")
+def tail(log: Path, follow: bool, idle_timeout: float | None, as_json: bool, plot_dir: Path | None,
+         plot_every: int) -> None:
     """Follow a session log: a compact line per chunk, then the summary (exit 3 if none will come)."""
     if idle_timeout is not None and not idle_timeout > 0:
         raise ConfigError(f"--idle-timeout must be a positive number of seconds, got {idle_timeout}")
     fps = 16
     follower = LogFollower(log)
-    live = LiveReport(log, plot_dir, plot_every) if plot_dir is not None else None
+    live = None
+    if plot_dir is not None:
+        click.echo(f"worldpager: warning: tail --plot is deprecated: use 'worldpager report {log} --out {plot_dir} "
+                   f"--follow --every {plot_every}'", err=True)
+        live = LiveReport(log, plot_dir, plot_every)
     if follow and log.stat().st_size == 0:
         click.echo(f"worldpager: {log} is empty so far: waiting for the session's first line", err=True)
     for record in follower.records(follow=follow, idle_timeout_s=idle_timeout):
         kind = record.get("type")
-        if kind == "header":
+        if kind == "chunk" and live is not None:
+            live.chunk_seen()
+        if as_json:
+            click.echo(json.dumps(record, separators=(",", ":")))
+        elif kind == "header":
             cfg = record.get("config", {})
             fps = record.get("model", {}).get("fps", fps)
             click.echo(f"session: model {cfg.get('model')}, {cfg.get('chunks')} chunks, out {cfg.get('out')}")
         elif kind == "chunk":
             click.echo(chunk_line(record, fps))
-            if live is not None:
-                live.chunk_seen()
         elif kind == "summary":
             click.echo(summary_line(record))
         elif kind == "resume":
@@ -115,7 +130,7 @@ def tail(log: Path, follow: bool, idle_timeout: float | None, plot_dir: Path | N
         elif kind == "note":
             click.echo(f"note: {record.get('text')}")
     if live is not None and follower.lines > 0:
-        click.echo(f"report: {live.finish().page}")
+        click.echo(f"report: {live.finish().page}", err=True)
     if follower.ended != "summary":
         click.echo(unfinished_line(follower, idle_timeout), err=True)
         raise SystemExit(EXIT_UNFINISHED)

@@ -1,4 +1,4 @@
-"""A report kept up to date while its session runs (``tail --plot``, ``report --follow``).
+"""A report kept up to date while its session runs (``report --follow``; ``tail --plot``, its deprecated alias).
 
 Owns when to redraw: after every ``every`` new chunk records, but never sooner after the last drawing
 than that drawing took, so a reader that draws spends at most half its time drawing and keeps up with

@@ -1,7 +1,7 @@
 """``write_report``: session logs in, a directory of figures and one HTML page out.
 
 Owns the report's files: ``DIR/<view>.png`` for each view (``views.VIEWS``), ``DIR/report.html`` (the
-summary table and every figure embedded) and nothing else. Every log is read before anything is
+first screen's three answers, the summary table and every figure embedded) and nothing else. Every log is read before anything is
 written (a log that is not ours fails first); an output directory that cannot be made or written is a
 one-line ``OutputError``. Each file is written beside its name and renamed over it, so a browser or an
 image viewer refreshing during a live report never reads half a file.
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError, OutputError
-from engine.plots import png_bytes
+from engine.plots import png_bytes, shown_empty
+from engine.report.answers import session_answers
 from engine.report.labels import session_labels
 from engine.report.page import render_page
 from engine.report.read import SessionRecords, read_session
@@ -54,9 +55,11 @@ def write_sessions(sessions: list[SessionRecords], out: Path, title: str | None 
     for name, figure in build_views(sessions, labels, views).items():
         png = png_bytes(figure)
         figures[name] = _replace(out / f"{name}.png", png)
-        embedded.append((name, VIEW_TITLES[name], png))
+        empty = list(dict.fromkeys(p.empty_text for p in figure.panels if shown_empty(p)))
+        embedded.append((name, VIEW_TITLES[name], png, empty))
     title = title or "WorldPager session report: " + " vs ".join(labels)
-    html = render_page(title, labels, notes, summary_rows(sessions), embedded)
+    html = render_page(title, labels, notes, summary_rows(sessions), embedded,
+                       [session_answers(s) for s in sessions])
     page = _replace(out / PAGE, html.encode("utf-8"))
     return Report(out, figures, page, labels, notes, [len(s.chunks) for s in sessions])
 

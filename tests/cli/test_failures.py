@@ -47,7 +47,7 @@ def no_outputs(tmp_path, *keep: str) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
 
 
-# ---- 1. usage errors: exit 1, one line; 2 stays for our bugs ---------------------------------------
+# ---- 1. usage errors: exit 2, one line; 70 is for our bugs ---------------------------------------
 
 @pytest.mark.parametrize("args, needles", [
     (["generate", "--chunks", "abc"], ["--chunks", "'abc'", "generate --help"]),
@@ -58,16 +58,16 @@ def no_outputs(tmp_path, *keep: str) -> None:
     (["--bogus"], ["--bogus"]),
     (["bench", "store", "--chunks", "x"], ["--chunks", "'x'"]),
 ])
-def test_usage_errors_are_one_line_and_exit_1(tmp_path, args, needles):
-    one_line(run(*args), 1, *needles)
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, needles):
+    one_line(run(*args), 2, *needles)
 
 
-def test_an_internal_error_still_exits_2_with_its_traceback(monkeypatch):
+def test_an_internal_error_exits_70_with_its_traceback(monkeypatch):
     def broken(cfg):
         raise RuntimeError("a bug")
     monkeypatch.setattr("engine.model.registry.model_header_facts", broken)
     result = run("inspect")
-    assert result.exit_code == 2 and "Traceback" in result.output
+    assert result.exit_code == 70 and "Traceback" in result.output
     assert result.output.strip().splitlines()[-1] == "worldpager: internal error: RuntimeError: a bug"
 
 

@@ -45,7 +45,7 @@ def test_a_slow_drive_changes_the_stalls_not_the_frames(tmp_path):
 
 def test_an_unknown_mode_is_one_line():
     one_line_error(CliRunner().invoke(cli, ["generate", "--late-prefetch", "later", "--chunks", "2"]),
-                   "--late-prefetch", "'later'")
+                   "--late-prefetch", "'later'", code=2)   # not one of the choices: a usage error
     with pytest.raises(WorldPagerError) as err:       # the config's own check: presets and batch job lines
         resolve_session_config(None, {"memory": {"late_prefetch": "later"}})
     assert "late_prefetch" in str(err.value) and "later" in str(err.value) and "\n" not in str(err.value)

@@ -64,19 +64,19 @@ def test_spill_dir_is_probed_and_left_clean(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("args, needles", [
-    (("--host-mem=-1",), ("--host-mem", "positive")),
-    (("--host-mem", "-4"), ("--host-mem",)),
-    (("--device-mem", "0"), ("--device-mem",)),
-    (("--preset", "no-such-preset"), ("unknown preset", "no-such-preset")),
-    (("--kv-bits", "3"), ("--kv-bits",)),
-    (("--drive-bw", "fast"), ("--drive-bw",)),
-    (("--minutes", "-5"), ("length",)),
-    (("--chunk-ms", "0"), ("--chunk-ms",)),
-    (("--host-mem", "5"), ("--host-mem 5.00 GiB leaves room",)),
+@pytest.mark.parametrize("args, needles, code", [
+    (("--host-mem=-1",), ("--host-mem", "positive"), 1),
+    (("--host-mem", "-4"), ("--host-mem",), 1),
+    (("--device-mem", "0"), ("--device-mem",), 1),
+    (("--preset", "no-such-preset"), ("unknown preset", "no-such-preset"), 1),
+    (("--kv-bits", "3"), ("--kv-bits",), 2),   # not one of the choices: click's usage error
+    (("--drive-bw", "fast"), ("--drive-bw",), 1),
+    (("--minutes", "-5"), ("length",), 1),
+    (("--chunk-ms", "0"), ("--chunk-ms",), 1),
+    (("--host-mem", "5"), ("--host-mem 5.00 GiB leaves room",), 1),
 ])
-def test_bad_flags_are_one_line_errors(args, needles):
-    one_line_error(run(*args), *needles)
+def test_bad_flags_are_one_line_errors(args, needles, code):
+    one_line_error(run(*args), *needles, code=code)
 
 
 def test_a_missing_spill_dir_is_a_one_line_error(tmp_path):

@@ -1,4 +1,4 @@
-"""``worldpager report`` and ``tail --plot``: every view's plotted data read back against the logs of real
+"""``worldpager report`` and ``report --follow``: every view's plotted data read back against the logs of real
 sessions (prefetch against on-demand, synthetic model, through the disk tier), the page parsed with every
 image embedded, and the bad inputs: a log that is not ours, a cut log, other models, an unwritable --out."""
 from __future__ import annotations
@@ -198,7 +198,7 @@ def test_logs_of_different_models_overlay_labelled(pair, tmp_path):
     assert [len(s["x"]) for s in figure(out, "stall")["panels"][0]["series"]] == [CHUNKS, 3]
 
 
-def test_tail_plot_redraws_a_growing_log(pair, tmp_path):
+def test_report_follow_redraws_a_growing_log(pair, tmp_path):
     lines = pair[1].read_bytes().splitlines(keepends=True)
     growing, out = tmp_path / "live.log.jsonl", tmp_path / "live"
     header = {**json.loads(lines[0]), "pid": os.getpid(), "started": time.time()}   # this test writes it now
@@ -219,10 +219,10 @@ def test_tail_plot_redraws_a_growing_log(pair, tmp_path):
                     seen_mid_run.append(len(figure(out, "stall")["panels"][0]["series"][0]["x"]))
     thread = threading.Thread(target=writer)
     thread.start()
-    result = run("tail", str(growing), "--plot", str(out), "--plot-every", "4", "--idle-timeout", "60")
+    result = run("report", str(growing), "--out", str(out), "--follow", "--every", "4", "--idle-timeout", "60")
     thread.join()
     assert result.exit_code == 0, result.output
-    assert f"report: {out / 'report.html'}" in result.output
+    assert f"page: {out / 'report.html'}" in result.stdout and "redrawn at chunk 3" in result.stderr
     assert seen_mid_run == [4]
     assert len(figure(out, "stall")["panels"][0]["series"][0]["x"]) == CHUNKS
 

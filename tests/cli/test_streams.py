@@ -56,7 +56,7 @@ def test_a_printing_command_into_a_full_stdout_is_one_line(tmp_path, full, args)
 
 
 def test_generate_into_a_full_stdout_makes_the_whole_video(tmp_path, full):
-    result = _run([*MICRO, "--out", "g.mp4"], tmp_path, stdout=full)
+    result = _run([*MICRO, "--out", "g.mp4", "--json"], tmp_path, stdout=full)   # --json: its only stdout
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "standard output failed (No space left on device)" in result.stderr.splitlines()[-1]
@@ -77,8 +77,8 @@ def test_generate_with_stderr_closed_makes_the_whole_video(tmp_path):
     assert read_log(tmp_path / "g.log.jsonl")[-1]["status"] == "done"
 
 
-def test_a_usage_error_with_stderr_closed_still_exits_1(tmp_path):
-    assert _run([*MICRO, "--chunks", "abc"], tmp_path, close="2>&-").returncode == 1
+def test_a_usage_error_with_stderr_closed_still_exits_2(tmp_path):
+    assert _run([*MICRO, "--chunks", "abc"], tmp_path, close="2>&-").returncode == 2
 
 
 @pytest.mark.parametrize("device, needle", [

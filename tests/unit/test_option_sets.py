@@ -39,7 +39,7 @@ SAMPLES = {
 
 
 # How a command behaves, not what a session is: no config key, so not in the table.
-COMMAND_FLAGS = ("quiet", "overwrite", "help")
+COMMAND_FLAGS = ("quiet", "overwrite", "as_json", "help")
 
 
 def _params(command) -> set[str]:

@@ -15,7 +15,7 @@ last line one JSON object ``{"max_rel_err", "tensors", "ok", "fixtures", "failed
 
 Exit status: 0 all rows within ``--tolerance``; 1 some row out of tolerance, or a fixture that is
 missing, unreadable, of no known case or inconsistent with our weight generator (one line on stderr);
-2 an internal error (traceback on stderr) or a usage error (argparse's own status).
+2 a usage error (argparse's own status); 70 an internal error (traceback on stderr; EX_SOFTWARE).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from engine.model.parity.dit import Row, dit_rows
 from engine.model.parity.lingbot import camutils_file_rows, lingbot_rows
 from engine.model.parity.vae import vae_decoder_rows, vae_encoder_rows, verified_weights
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 70   # 2: argparse's usage errors; 70: EX_SOFTWARE
 NAME_WIDTH = 44
 
 
