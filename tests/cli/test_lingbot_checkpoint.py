@@ -137,3 +137,30 @@ def test_download_without_network_is_one_line(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["download", "--model", "lingbot-fast", "--dir", str(tmp_path / "d"), "--quiet"])
     assert result.exit_code == 1
     one_line_error(result, "cannot download robbyant/lingbot-world-base-cam")
+
+
+# The official ``Wan2_1_VAE`` (wan/modules/vae2_1.py of the LingBot release code): dim 96, z 16, mults
+# 1,2,4,4, 2 residual blocks, temporal downsampling F,T,T, and these latent statistics.
+OFFICIAL_MEAN = (-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+                 0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921)
+OFFICIAL_STD = (2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+                3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160)
+
+
+def test_the_release_vae_is_mg2s_wan21_vae():
+    from engine.model.lingbot.models import LINGBOT_FAST
+
+    vae = LINGBOT_FAST.vae
+    assert (vae.dim, vae.z_dim, vae.dim_mult, vae.num_res_blocks) == (96, 16, (1, 2, 4, 4), 2)
+    assert vae.temporal_downsample == (False, True, True)
+    assert vae.latent_mean == OFFICIAL_MEAN and vae.latent_std == OFFICIAL_STD
+
+
+def test_a_vae_of_another_width_is_one_line_naming_the_key(release, tmp_path):
+    from engine.config import VAEConfig
+    from engine.model.vae import WanVAE
+
+    root = _broken(release, tmp_path, lambda r: torch.save(WanVAE(VAEConfig(dim=4)).state_dict(),
+                                                            r / "Wan2.1_VAE.pth"))
+    result = _generate(*ARGS, "--checkpoint", str(root), "--prompt", "a street", "--out", str(tmp_path / "x.mp4"))
+    one_line_error(result, f"in {root / 'Wan2.1_VAE.pth'} has shape")
