@@ -119,3 +119,19 @@ def test_without_transformers_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)      # what an absent package looks like to import
     with pytest.raises(ConfigError, match=r"pip install 'worldpager\[lingbot\]'"):
         require_transformers()
+
+
+def test_the_release_sized_encoder_maps_key_for_key():
+    """umt5-xxl as Wan builds it (vocab 256384, 24 layers, 64 heads, d_ff 10240): every key lands on a
+    UMT5 key of the same shape (meta tensors: no memory)."""
+    from engine.model.lingbot.text import T5Shape, hf_state, t5_shape, umt5_config
+
+    transformers = require_transformers()
+    full = T5Shape(vocab=256384, dim=4096, dim_attn=4096, dim_ffn=10240, num_heads=64, num_layers=24, num_buckets=32)
+    state = {k: torch.empty(s, device="meta") for k, s in full.wan_key_shapes().items()}
+    assert t5_shape(state, PATH) == full and len(state) == 2 + 24 * 10
+    mapped = {k: tuple(v.shape) for k, v in hf_state(state, full, PATH).items()}
+    with torch.device("meta"):
+        model = transformers.UMT5EncoderModel(umt5_config(full))
+    assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == mapped
+    assert model.config.d_kv == 64 and model.config.dense_act_fn == "gelu_new"
