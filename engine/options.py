@@ -87,9 +87,8 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          "checkpoint"),
     _opt("prompt", "text", "LingBot-World-Fast from a release folder: the text the scene follows (UMT5 encoded). "
          "Other models take no text.", "prompt"),
-    _opt("model", "choice", "Model. Default: arena (our own world model), or with --checkpoint mg2-universal (lingbot-fast for "
-         "a LingBot release folder). "
-         "tiny/micro: MG2's architecture with seeded weights; synthetic: real KV bytes, no math.", "model",
+    _opt("model", "choice", "Model. Default: arena (our own world model), or with --checkpoint mg2-universal "
+         "(lingbot-fast for a LingBot release folder). tiny/micro: MG2's architecture with seeded weights; synthetic: real KV bytes, no math.", "model",
          MODEL_NAMES),
     _opt("arena_seed", "text", "Arena model: which procedural world (a non-negative integer). Default: 1000017.",
          "arena_seed"),

@@ -120,8 +120,11 @@ def test_download_fetches_only_what_a_session_reads(release):
             "README.md", "assets/teaser.mp4", "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth"]
     fast = ["config.json", "diffusion_pytorch_model-00001-of-00002.safetensors",
             "diffusion_pytorch_model.safetensors.index.json", "README.md", "assets/demo.gif"]
-    got_base = sorted(filter_repo_objects(base, allow_patterns=parts["robbyant/lingbot-world-base-cam"]["allow_patterns"]))
-    got_fast = sorted(filter_repo_objects(fast, allow_patterns=parts["robbyant/lingbot-world-fast"]["allow_patterns"]))
+    def fetched(repo, names):
+        return sorted(filter_repo_objects(names, allow_patterns=parts[repo]["allow_patterns"]))
+
+    got_base = fetched("robbyant/lingbot-world-base-cam", base)
+    got_fast = fetched("robbyant/lingbot-world-fast", fast)
     assert got_base == sorted(base[:4])
     assert got_fast == sorted(fast[:3])
     assert parts["robbyant/lingbot-world-fast"]["into"] == "lingbot_world_fast"

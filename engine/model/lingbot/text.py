@@ -75,9 +75,10 @@ class T5Shape:
         for i in range(self.num_layers):
             b = f"blocks.{i}."
             shapes.update({b + "norm1.weight": (self.dim,), b + "norm2.weight": (self.dim,),
-                           b + "attn.q.weight": (self.dim_attn, self.dim), b + "attn.k.weight": (self.dim_attn, self.dim),
-                           b + "attn.v.weight": (self.dim_attn, self.dim), b + "attn.o.weight": (self.dim, self.dim_attn),
-                           b + "ffn.gate.0.weight": (self.dim_ffn, self.dim), b + "ffn.fc1.weight": (self.dim_ffn, self.dim),
+                           **{b + f"attn.{n}.weight": (self.dim_attn, self.dim) for n in "qkv"},
+                           b + "attn.o.weight": (self.dim, self.dim_attn),
+                           b + "ffn.gate.0.weight": (self.dim_ffn, self.dim),
+                           b + "ffn.fc1.weight": (self.dim_ffn, self.dim),
                            b + "ffn.fc2.weight": (self.dim, self.dim_ffn),
                            b + "pos_embedding.embedding.weight": (self.num_buckets, self.num_heads)})
         return shapes
@@ -105,12 +106,14 @@ def t5_shape(state: Mapping[str, torch.Tensor], path: Path) -> T5Shape:
     return T5Shape(vocab, dim, dim_attn, dim_ffn, heads, layers, buckets)
 
 
-_BLOCK_MAP = {"norm1.weight": "layer.0.layer_norm.weight", "attn.q.weight": "layer.0.SelfAttention.q.weight",
-              "attn.k.weight": "layer.0.SelfAttention.k.weight", "attn.v.weight": "layer.0.SelfAttention.v.weight",
-              "attn.o.weight": "layer.0.SelfAttention.o.weight",
+# Wan's block keys -> UMT5's (layer 0: self-attention with its own position bias; layer 1: feed-forward)
+_BLOCK_MAP = {"norm1.weight": "layer.0.layer_norm.weight",
+              **{f"attn.{n}.weight": f"layer.0.SelfAttention.{n}.weight" for n in "qkvo"},
               "pos_embedding.embedding.weight": "layer.0.SelfAttention.relative_attention_bias.weight",
-              "norm2.weight": "layer.1.layer_norm.weight", "ffn.gate.0.weight": "layer.1.DenseReluDense.wi_0.weight",
-              "ffn.fc1.weight": "layer.1.DenseReluDense.wi_1.weight", "ffn.fc2.weight": "layer.1.DenseReluDense.wo.weight"}
+              "norm2.weight": "layer.1.layer_norm.weight",
+              "ffn.gate.0.weight": "layer.1.DenseReluDense.wi_0.weight",     # through the tanh-GELU
+              "ffn.fc1.weight": "layer.1.DenseReluDense.wi_1.weight",
+              "ffn.fc2.weight": "layer.1.DenseReluDense.wo.weight"}
 
 
 def hf_name(wan_key: str) -> list[str]:
