@@ -58,7 +58,8 @@ def write_tokenizer(folder: Path) -> None:
 def dit_config_json(**changes) -> dict:
     """``lingbot-tiny``'s DiT as the release's ``config.json`` states a DiT (no cache window, sink, text_dim)."""
     d = LINGBOT_TINY.dit
-    config = {"_class_name": "WanModelFast", "_diffusers_version": "0.35.1", "model_type": d.model_type,
+    config = {"_class_name": "WanModelFast", "_diffusers_version": "0.35.1", "_name_or_path": "lingbot_world_fast",
+              "model_type": d.model_type,
               "control_type": d.control_type, "text_len": d.text_len, "in_dim": d.in_dim, "dim": d.dim,
               "ffn_dim": d.ffn_dim, "freq_dim": d.freq_dim, "out_dim": d.out_dim, "num_heads": d.num_heads,
               "num_layers": d.num_layers, "eps": d.eps}

@@ -77,6 +77,8 @@ def _wrong_shape(root):
     (_wrong_shape, "has shape (3,"),
     (lambda r: (r / "lingbot_world_fast/config.json").write_text(json.dumps(dit_config_json(control_type="joy"))),
      "{root}/lingbot_world_fast/config.json: unknown control_type 'joy'"),
+    (lambda r: (r / "lingbot_world_fast/config.json").write_text(json.dumps(dit_config_json(window_size=[-1, -1]))),
+     "config.json: unknown LingBot-World-Fast config field 'window_size'"),
     (lambda r: (r / "lingbot_world_fast/config.json").write_text(json.dumps(dit_config_json(num_layers=3))),
      "config.json: num_layers 3, but --model lingbot-tiny is 2"),
 ])
