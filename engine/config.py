@@ -367,6 +367,7 @@ class SessionConfig:
     kv_scale: float = 1.0              # synthetic model only: KV bytes relative to MG2 (via layers)
     arena_seed: int = DEFAULT_ARENA_SEED  # arena model only: which procedural world
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
+    prompt: str | None = None          # LingBot-World-Fast from a release folder: the text the scene follows
     save_every: int | None = None      # save point every N chunks; None = about every save_interval_s of wall time; 0 = none
     save_interval_s: float = 30.0      # with save_every None: wall time between save points (a slow machine makes them at fewer chunks)
     keep_savepoints: int = 2           # newest save points kept (each is a chunk a run can be resumed or forked at)
@@ -423,6 +424,9 @@ class SessionConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        if self.prompt is not None and self.model not in LINGBOT_MODELS:
+            raise ConfigError(f"--prompt {self.prompt!r}: the {self.model} model takes no text (only "
+                              f"{', '.join(LINGBOT_MODELS)} from a release folder do)")
         if self.model not in (SYNTHETIC_MODEL, ARENA_MODEL, *LINGBOT_MODELS):
             try:
                 model_config(self.model)

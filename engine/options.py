@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import yaml
@@ -26,6 +27,7 @@ from engine.config import (ARENA_MODEL, LATE_PREFETCH_MODES, LINGBOT_MODELS, MOD
 from engine.errors import ConfigError
 from engine.overlay import merged_overlays
 
+LINGBOT_DIT_FOLDER = "lingbot_world_fast"     # engine.model.lingbot.weights.CHECKPOINT_SUBFOLDER (torch-free here)
 MODEL_NAMES = (ARENA_MODEL, *sorted(MODEL_CONFIGS), *LINGBOT_MODELS, SYNTHETIC_MODEL)
 KINDS = ("path", "int", "float", "text", "choice", "switch", "settings")
 
@@ -98,10 +100,13 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("chunks", "int", "Length in chunks (12 video frames each; the first has 9)."),
     _opt("seconds", "float", "Length in seconds of video (16 fps). Default: 30."),
     _opt("minutes", "float", "Length in minutes of video (16 fps)."),
-    _opt("checkpoint", "path", "Directory with the official MG2 weights (implies --model mg2-universal).",
+    _opt("checkpoint", "path", "Directory with official weights: MG2's (implies --model mg2-universal) or a "
+         "LingBot-World-Fast release folder, one holding lingbot_world_fast/ (implies --model lingbot-fast).",
          "checkpoint"),
-    _opt("model", "choice", "Model. Default: arena (our own world model), or mg2-universal with --checkpoint. "
-         "tiny/micro: MG2's architecture with seeded weights; synthetic: real KV bytes, no math.", "model",
+    _opt("prompt", "text", "LingBot-World-Fast from a release folder: the text the scene follows (UMT5 encoded). "
+         "Other models take no text.", "prompt"),
+    _opt("model", "choice", "Model. Default: arena (our own world model), or with --checkpoint mg2-universal "
+         "(lingbot-fast for a LingBot release folder). tiny/micro: MG2's architecture with seeded weights; synthetic: real KV bytes, no math.", "model",
          MODEL_NAMES),
     _opt("arena_seed", "text", "Arena model: which procedural world (a non-negative integer). Default: 1000017.",
          "arena_seed"),
@@ -243,7 +248,7 @@ def parse_settings(texts) -> dict:
 def overlay(values: Mapping[str, Any]) -> dict:
     """The sparse config overlay of the options given in ``values`` (None = not given): what a flag
     sets, then ``--set``'s keys over it. ``--checkpoint`` without ``--model`` or ``--preset`` means the
-    official MG2 (mg2-universal)."""
+    official MG2 (mg2-universal), or lingbot-fast for a LingBot-World-Fast release folder."""
     flags: dict = {}
     for option in SESSION_OPTIONS:
         value = values.get(option.name)
@@ -259,8 +264,13 @@ def overlay(values: Mapping[str, Any]) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = value
     if values.get("checkpoint") is not None and values.get("model") is None and values.get("preset") is None:
-        flags["model"] = "mg2-universal"
+        flags["model"] = "lingbot-fast" if _lingbot_release(values["checkpoint"]) else "mg2-universal"
     return merged_overlays(flags, parse_settings(values.get("set")))
+
+
+def _lingbot_release(checkpoint: Any) -> bool:
+    """A LingBot-World-Fast release folder holds its DiT in ``lingbot_world_fast/`` (MG2's does not)."""
+    return (Path(str(checkpoint)).expanduser() / LINGBOT_DIT_FOLDER).is_dir()
 
 
 def config_keys(cfg: Any = None, prefix: str = "") -> list[str]:

@@ -46,7 +46,7 @@ def test_a_37_minute_session_at_32_gib(args):
 
 @pytest.mark.parametrize("args, needle", [
     (("--model", "lingbot-fast"), "no built-in weights"),
-    (("--model", "lingbot-tiny", "--checkpoint", "."), "not supported yet"),
+    (("--model", "lingbot-tiny", "--checkpoint", "."), "give --prompt TEXT"),
     (("--model", "lingbot-tiny", "--observe", "clip.mp4"), "cannot start from an observed clip"),
 ])
 def test_what_cannot_generate_yet_is_one_line_and_leaves_nothing(tmp_path, args, needle):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine.config import SessionConfig
-from engine.errors import ConfigError, HorizonError
+from engine.errors import CheckpointError, ConfigError, HorizonError
 from engine.geometry import quat_from_euler
 from engine.model.interface import WorldModel
 from engine.model.kv_context import AttentionContext
@@ -84,9 +84,11 @@ def _session(tmp_path, **kw) -> SessionConfig:
     return SessionConfig(model="lingbot-tiny", chunks=3, out=tmp_path / "x.mp4", **kw)
 
 
-def test_family_refuses_checkpoints_and_the_weightless_full_size(tmp_path):
-    with pytest.raises(ConfigError, match="not supported yet"):
+def test_family_refuses_a_folder_without_prompt_or_files_and_the_weightless_full_size(tmp_path):
+    with pytest.raises(ConfigError, match="give --prompt TEXT"):
         model_spec(_session(tmp_path, checkpoint=tmp_path))
+    with pytest.raises(CheckpointError, match="checkpoint file missing: .*config.json"):
+        model_spec(_session(tmp_path, checkpoint=tmp_path, prompt="a street"))
     with pytest.raises(ConfigError, match="no built-in weights"):
         model_spec(dataclasses.replace(_session(tmp_path), model="lingbot-fast"))
     assert model_kv_layout(dataclasses.replace(_session(tmp_path), model="lingbot-fast")) == LINGBOT_FAST.kv_layout()

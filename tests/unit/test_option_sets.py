@@ -29,7 +29,7 @@ from worldpager_cli.plan import plan
 SAMPLES = {
     "preset": "mg2-4090-32g", "image": "start.png", "trajectory": "path.yaml", "observe": "tour.yaml",
     "observe_poses": "tour.poses.csv", "repeat": "pingpong", "out": "a.mp4", "log": "a.log.jsonl",
-    "chunks": "7", "seconds": None, "minutes": None, "checkpoint": "ckpt", "model": "tiny", "arena_seed": "7",
+    "chunks": "7", "seconds": None, "minutes": None, "checkpoint": "ckpt", "prompt": "a street", "model": "tiny", "arena_seed": "7",
     "arena_weights": "w.safetensors", "seed": "3", "device": "cpu", "save_every": "5", "keep_savepoints": "3",
     "decode_overlap": True, "positions": "extend", "chunk_ms": "10", "kv_scale": "0.5", "store": "on-demand",
     "spill": "sp", "host_mem": "6", "pool_slots": "9", "device_mem": "4", "kv_bits": "8", "drive_bw": "0.25",
@@ -89,6 +89,8 @@ def test_a_flag_and_a_job_option_resolve_alike(name, tmp_path):
     from_flag = _generate_overlay(_flag_args(name, value) + ["--out", str(tmp_path / "job.mp4")])
     job = Job("job", typed_options({name: value}, "test line"), "test line")
     base = {"model": "tiny"} if name not in ("model", "checkpoint", "arena_seed", "arena_weights", "preset") else {}
+    if name == "prompt":           # only LingBot takes text
+        base = {"model": "lingbot-tiny"}
     preset = value if name == "preset" else None
     length = {"chunks": int(value)} if name == "chunks" else {}
     generate_cfg = resolve_session_config(preset, {**from_flag, **base, **length})

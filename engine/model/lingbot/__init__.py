@@ -6,5 +6,7 @@ per-pixel control tensor), ``schedule`` (the sigma table and its two look-ups), 
 self-attention KV cache with a sink, and the cross-attention cache), ``dit`` (``WanModelFast``),
 ``loop`` (the chunk loop of the official ``generate``) and ``weights`` (strict loading). In sessions:
 ``models`` (the named configurations, torch-free), ``family`` (the registry entry), ``pipeline`` (the
-``WorldModel``) and ``context`` (the DiT's caches as views of the session's attention context).
+``WorldModel``) and ``context`` (the DiT's caches as views of the session's attention context). From the
+official release folder: ``checkpoint`` (its files and checks), ``text`` (the prompt's UMT5 encoder),
+``release_session`` (a session from the folder) and ``download`` (what the hub download fetches).
 """

@@ -86,7 +86,7 @@ def config_from_official(d: Mapping[str, Any]) -> FastDiTConfig:
     """``FastDiTConfig`` from an official config dict (with the pipeline's overrides merged in)."""
     kwargs: dict[str, Any] = {}
     for key, value in d.items():
-        if key in _IGNORED:
+        if key in _IGNORED or key.startswith("_"):     # diffusers' bookkeeping (_name_or_path, ...)
             continue
         if key not in _FIELDS:
             raise ConfigError(f"unknown LingBot-World-Fast config field {key!r}")

@@ -6,9 +6,9 @@ built-in tiny model (seeded DiT and VAE weights and the seeded text stand-in, fr
 ``ModelCache``), the log header's facts and the KV layout (both from the config alone, so
 ``lingbot-fast``'s are known without its 14B weights).
 
-Not yet: a real checkpoint. Its DiT loads (``engine.model.lingbot.weights``), but the prompt's UMT5
-text encoding is not built, so ``--checkpoint`` is refused with a one-line error, and ``lingbot-fast``
-(which has no built-in weights) cannot generate yet.
+With ``--checkpoint DIR`` (a release folder, ``engine.model.lingbot.checkpoint``) the named model's
+geometry runs the folder's DiT, VAE and the ``--prompt``'s UMT5 context; ``lingbot-fast`` has no built-in
+weights, so it needs one.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from engine.errors import ConfigError
 from engine.kv_format import ChunkFormat, byte_figures
 from engine.layout import KVLayout
 from engine.model.lingbot.models import LingbotModelConfig, lingbot_config
+from engine.model.lingbot.release_session import build_from_release, release_spec
 from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.lingbot.weights import empty_model, seeded_model
 from engine.model.model_cache import ModelCache
@@ -36,11 +37,13 @@ TEXT_SEED = BUILTIN_SEED + 2
 def spec(cfg) -> ModelSpec:
     m = lingbot_config(cfg.model)
     if cfg.checkpoint is not None:
-        raise ConfigError(f"--checkpoint {cfg.checkpoint}: LingBot-World-Fast checkpoints are not supported yet "
-                          "(the UMT5 text encoder is not built); run --model lingbot-tiny")
+        return release_spec(cfg, m, DEFAULT_TRAJECTORY)
+    if cfg.prompt is not None:
+        raise ConfigError(f"--prompt {cfg.prompt!r}: the built-in {m.name} has no text encoder; give the release "
+                          "folder with --checkpoint DIR")
     if not m.seeded:
-        raise ConfigError(f"--model {m.name} has no built-in weights and its checkpoints are not supported yet; "
-                          "run --model lingbot-tiny (or plan / inspect it)")
+        raise ConfigError(f"--model {m.name} has no built-in weights: give the release folder with --checkpoint "
+                          "DIR (worldpager download --model lingbot-fast), or run --model lingbot-tiny")
     height, width = m.frame_size
     banner = (f"worldpager: using the built-in {m.name} model (LingBot-World-Fast's architecture with seeded "
               f"random weights and a random text context): the video shows the pipeline, not a trained "
@@ -64,6 +67,8 @@ def _seeded(m: LingbotModelConfig, device, dtype):
 
 def build(cfg, image, trajectory, device, dtype, cache: ModelCache):
     m = lingbot_config(cfg.model)
+    if cfg.checkpoint is not None:
+        return build_from_release(cfg, m, image, trajectory, device, dtype, cache)
     dit, vae = cache.get(("lingbot", m, str(device), dtype), lambda: _seeded(m, device, dtype))
     return LingbotPipeline(dit, vae, m, image, trajectory, text_stand_in(m), cfg.seed, cfg.positions,
                            device, dtype, weights="built-in seeded weights")

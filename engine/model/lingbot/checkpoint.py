@@ -1,0 +1,172 @@
+"""A LingBot-World-Fast release folder: its files, their checks, and the networks and prompt context they give.
+
+Owns the layout of the official release (the folder ``generate_fast.py --ckpt_dir`` takes):
+
+    DIR/lingbot_world_fast/config.json                    the DiT's config (diffusers style)
+    DIR/lingbot_world_fast/*.safetensors                  its weights: one file, or shards listed by
+                                                          diffusion_pytorch_model.safetensors.index.json
+    DIR/Wan2.1_VAE.pth                                    the Wan2.1 VAE (MG2's: same keys and shapes)
+    DIR/models_t5_umt5-xxl-enc-bf16.pth                   Wan's UMT5-XXL encoder (engine.model.lingbot.text)
+    DIR/google/umt5-xxl/                                  its tokenizer
+
+and what a session gets from it: every file present (a missing one is one ``CheckpointError`` line
+naming it), the DiT config read from ``config.json`` with the named model's cache window and sink as
+overrides (as the official pipeline passes them) and required to match the named model's shape (a
+different one is one line naming the field: the session's geometry and KV layout come from the name),
+the text width taken from the encoder file (``text_dim`` is never in the released config), strict key
+and shape checks of the three weight files, and the prompt's context ``[1, n, text_dim]``.
+
+``check_release`` makes every check without reading the weights (shapes from the file headers), for
+``worldpager download``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import CheckpointError, ConfigError
+from engine.model.lingbot.config import FastDiTConfig
+from engine.model.lingbot.models import LingbotModelConfig
+from engine.model.lingbot.text import TOKENIZER_DIR, WAN_T5_FILE, hf_state, load_text_encoder, load_tokenizer, t5_shape
+from engine.model.lingbot.weights import CHECKPOINT_SUBFOLDER, empty_model, load_state, read_config
+from engine.model.load import assign_strict, read_shapes, read_weights
+from engine.model.vae import WanVAE
+
+VAE_FILE = "Wan2.1_VAE.pth"
+DIT_CONFIG = "config.json"
+SHARD_INDEX = "diffusion_pytorch_model.safetensors.index.json"
+PIPELINE_SETTINGS = ("local_attn_size", "sink_size")     # the pipeline's overrides, not the checkpoint's
+
+
+@dataclass(frozen=True)
+class ReleaseFiles:
+    root: Path
+    dit_config: Path
+    dit_shards: tuple[Path, ...]
+    vae: Path
+    t5: Path
+    tokenizer: Path
+
+
+def is_release_folder(root: Path) -> bool:
+    """Whether ``root`` looks like a LingBot-World-Fast release (it has the DiT's subfolder)."""
+    return (Path(root).expanduser() / CHECKPOINT_SUBFOLDER).is_dir()
+
+
+def _shards(folder: Path) -> tuple[Path, ...]:
+    index = folder / SHARD_INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"cannot read the shard index {index}: {type(exc).__name__} {exc}") from None
+        for name in names:
+            if not (folder / name).is_file():
+                raise CheckpointError(f"checkpoint file missing: {folder / name} (listed in {index.name})")
+        return tuple(folder / n for n in names)
+    shards = tuple(sorted(folder.glob("*.safetensors")))
+    if not shards:
+        raise CheckpointError(f"checkpoint file missing: no .safetensors weights in {folder}")
+    return shards
+
+
+def release_files(root: Path) -> ReleaseFiles:
+    """The release's files under ``root``; the first missing one is named in the error."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint directory not found: {root}")
+    folder = root / CHECKPOINT_SUBFOLDER
+    for path in (folder / DIT_CONFIG, root / VAE_FILE, root / WAN_T5_FILE):
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint file missing: {path}")
+    if not (root / TOKENIZER_DIR).is_dir():
+        raise CheckpointError(f"checkpoint folder missing: {root / TOKENIZER_DIR} (the tokenizer)")
+    return ReleaseFiles(root, folder / DIT_CONFIG, _shards(folder), root / VAE_FILE, root / WAN_T5_FILE,
+                        root / TOKENIZER_DIR)
+
+
+def text_width(files: ReleaseFiles) -> int:
+    """The encoder's width (the DiT's ``text_dim``), with the encoder's keys and shapes checked."""
+    state = read_shapes(files.t5)
+    shape = t5_shape(state, files.t5)
+    hf_state(state, shape, files.t5)
+    return shape.dim
+
+
+def dit_config(files: ReleaseFiles, m: LingbotModelConfig, text_dim: int) -> FastDiTConfig:
+    """``config.json`` with the named model's pipeline settings; its shape must be the named model's."""
+    try:
+        cfg = read_config(files.dit_config.parent, {k: getattr(m.dit, k) for k in PIPELINE_SETTINGS})
+    except ConfigError as exc:     # an unknown field or control type: the file is the user's to fix
+        raise CheckpointError(f"{files.dit_config}: {exc}") from None
+    cfg = dataclasses.replace(cfg, text_dim=text_dim)
+    for field in dataclasses.fields(FastDiTConfig):
+        if field.name != "text_dim" and getattr(cfg, field.name) != getattr(m.dit, field.name):
+            raise CheckpointError(f"{files.dit_config}: {field.name} {getattr(cfg, field.name)!r}, but --model "
+                                  f"{m.name} is {getattr(m.dit, field.name)!r} (choose the model of this shape)")
+    return cfg
+
+
+def release_model(files: ReleaseFiles, m: LingbotModelConfig) -> LingbotModelConfig:
+    """The named configuration with the release's DiT config (its text width)."""
+    return dataclasses.replace(m, dit=dit_config(files, m, text_width(files)))
+
+
+def _dit_state(files: ReleaseFiles, read) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for shard in files.dit_shards:
+        for key, value in read(shard).items():
+            if key in state:
+                raise CheckpointError(f"key {key!r} appears in two shards of {shard.parent}")
+            state[key] = value
+    return state
+
+
+def check_release(root: Path, m: LingbotModelConfig) -> Path:
+    """Every check ``load_release`` makes, from the files' headers (no weights read); the root checked."""
+    files = release_files(root)
+    mr = release_model(files, m)
+    meta = torch.device("meta")
+    assign_strict(empty_model(mr.dit), _dit_state(files, read_shapes), files.dit_config.parent, torch.float32, meta)
+    with meta:
+        vae = WanVAE(mr.vae)
+    assign_strict(vae, read_shapes(files.vae), files.vae, torch.float32, meta)
+    load_tokenizer(files.tokenizer)
+    return files.root
+
+
+@dataclass
+class LingbotRelease:
+    model: LingbotModelConfig      # the named configuration with the release's DiT config
+    dit: torch.nn.Module
+    vae: WanVAE
+    text: torch.Tensor             # the prompt's context [1, n, text_dim]
+    root: Path
+
+
+def encode_prompt(files: ReleaseFiles, prompt: str, device: torch.device) -> torch.Tensor:
+    """The prompt's context on the CPU, computed on ``device`` in the encoder file's dtype (the release:
+    bfloat16, as the official code runs it); the encoder is freed afterwards."""
+    encoder = load_text_encoder(files.t5, files.tokenizer, device)
+    text = encoder.encode(prompt).float().cpu()
+    del encoder
+    return text
+
+
+def load_release(root: Path, m: LingbotModelConfig, prompt: str, device: torch.device,
+                 dtype: torch.dtype) -> LingbotRelease:
+    """The release's networks in ``dtype`` on ``device`` and the prompt's context (text first, so that
+    the encoder is gone before the DiT arrives)."""
+    files = release_files(root)
+    mr = release_model(files, m)
+    text = encode_prompt(files, prompt, device)
+    with torch.device("meta"):
+        vae = WanVAE(mr.vae)
+    assign_strict(vae, read_weights(files.vae), files.vae, dtype, torch.device(device))
+    dit = load_state(mr.dit, _dit_state(files, read_weights), files.dit_config.parent, dtype, device)
+    return LingbotRelease(mr, dit, vae.eval(), text, files.root)
