@@ -292,7 +292,7 @@ def model_config(name: str) -> ModelConfig:
 SYNTHETIC_MODEL = "synthetic"          # --model synthetic: real KV bytes, no math (systems experiments)
 ARENA_MODEL = "arena"                  # --model arena: our own world model of procedural arenas (the default)
 # LingBot-World-Fast (engine/model/lingbot/): the released 14B shape, and its tiny seeded stand-in
-LINGBOT_MODELS = ("lingbot-fast", "lingbot-tiny")
+LINGBOT_MODELS = ("lingbot-fast", "lingbot-tiny", "lingbot-tiny-act")
 DEFAULT_ARENA_SEED = 1_000_017         # a held-out arena (training draws seeds below 1,000,000)
 STORE_MODES = ("prefetch", "on-demand", "sync", "dram-only", "device-only", "window")
 POSITION_MODES = ("native", "extend", "rerotate")
