@@ -332,6 +332,7 @@ class MemoryConfig:
     retrieve_k: int = 3                      # past chunks retrieved per chunk
     predictor: str = "constant-velocity"     # pose extrapolation for prefetch: or reuse-current
     sink: bool = False                       # keep the first chunk resident as an attention sink
+    official_sink: bool = False              # LingBot: its sink_size first latent frames beside the window
     host_mem_gib: float | None = None        # host budget; None = what the machine has
     pool_slots: int | None = None            # exact host-pool size in chunks (overrides host_mem_gib)
     device_mem_gib: float | None = None      # the device's memory (model + buffers + KV); None = unbounded
@@ -423,6 +424,8 @@ class SessionConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        if self.memory.official_sink and (problem := _official_sink_problem(self)) is not None:
+            raise ConfigError(problem)
         if self.model not in (SYNTHETIC_MODEL, ARENA_MODEL, *LINGBOT_MODELS):
             try:
                 model_config(self.model)
@@ -430,6 +433,14 @@ class SessionConfig:
                 names = [ARENA_MODEL] + sorted(MODEL_CONFIGS) + list(LINGBOT_MODELS) + [SYNTHETIC_MODEL]
                 raise ConfigError(f"unknown model {self.model!r} (choose from {', '.join(names)})") from None
         return self
+
+
+def _official_sink_problem(cfg) -> str | None:
+    if cfg.model not in LINGBOT_MODELS:
+        return f"--official-sink is LingBot-World-Fast's (a model of {', '.join(LINGBOT_MODELS)}), not {cfg.model}'s"
+    if cfg.memory.sink:
+        return "--official-sink and --sink together would attend the first frames twice; choose one"
+    return None
 
 
 def _positive_or_none(value: float | None) -> bool:

@@ -116,6 +116,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          group="memory"),
     _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k", group="memory"),
     _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink", group="memory"),
+    _opt("official_sink", "switch", "LingBot models: the official attention sink, its sink_size first latent "
+         "frames beside the window, never re-rotated (not with --sink).", "memory.official_sink",
+         group="memory"),
     _opt("io_deadline", "float", "Seconds a synchronous read or a write-back may take before the drive counts "
          "as stuck. Default: 30.", "memory.io_deadline_s", group="memory"),
     _opt("late_prefetch", "choice", "Prefetch mode: a set still loading when its chunk starts is a miss (the "

@@ -2,7 +2,8 @@
 
 The control the session streams chunk by chunk equals the official whole-run ``act`` preparation
 (poses resampled, made relative, directions-only rays, the keys of video frames 0, 4, 8, ...), the
-keys do reach it, and a pose folder with ``action.npy`` runs end to end through the store."""
+keys do reach it, and a pose folder with ``action.npy`` runs end to end through the store (with the
+official sink, ``--official-sink``)."""
 from __future__ import annotations
 
 import subprocess
@@ -69,10 +70,11 @@ def test_act_session_runs_end_to_end(tmp_path):
     folder = _folder_with_keys(tmp_path)
     proc = subprocess.run(WORLDPAGER + ["generate", "--model", "lingbot-tiny-act", "--chunks", str(CHUNKS),
                                         "--trajectory", str(folder), "--pool-slots", "2", "--late-prefetch", "wait",
-                                        "--spill", str(tmp_path / "spill"), "--out", str(tmp_path / "a.mp4"), "--quiet"],
+                                        "--official-sink", "--spill", str(tmp_path / "spill"), "--out", str(tmp_path / "a.mp4"), "--quiet"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=PATIENCE_S)
     assert proc.returncode == 0, proc.stderr
     with av.open(str(tmp_path / "a.mp4")) as c:
         assert sum(1 for _ in c.decode(video=0)) == 9 + 12 * (CHUNKS - 1)
     records = read_log(tmp_path / "a.log.jsonl")
     assert records[0]["config"]["model"] == "lingbot-tiny-act" and records[-1]["status"] == "done"
+    assert records[0]["config"]["memory"]["official_sink"] is True

@@ -66,7 +66,8 @@ def build(cfg, image, trajectory, device, dtype, cache: ModelCache):
     m = lingbot_config(cfg.model)
     dit, vae = cache.get(("lingbot", m, str(device), dtype), lambda: _seeded(m, device, dtype))
     return LingbotPipeline(dit, vae, m, image, trajectory, text_stand_in(m), cfg.seed, cfg.positions,
-                           device, dtype, weights="built-in seeded weights")
+                           device, dtype, weights="built-in seeded weights",
+                           official_sink=cfg.memory.official_sink)
 
 
 @functools.lru_cache(maxsize=4)

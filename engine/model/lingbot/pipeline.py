@@ -68,7 +68,7 @@ class LingbotPipeline:
 
     def __init__(self, dit: WanModelFast, vae: WanVAE, m: LingbotModelConfig, image: torch.Tensor,
                  trajectory: Trajectory, text: torch.Tensor, seed: int, positions: str,
-                 device: torch.device, dtype: torch.dtype, weights: str):
+                 device: torch.device, dtype: torch.dtype, weights: str, official_sink: bool = False):
         self.dit, self.vae, self.cfg, self.trajectory = dit, vae, m, trajectory
         self.name, self.weights = m.name, weights
         self.layout, self.grid = m.kv_layout(), m.video_grid()
@@ -82,6 +82,7 @@ class LingbotPipeline:
         # every latent frame's frame-to-frame pose, translations normalised over the whole trajectory
         self.relative = camera.relative_poses(latent_frame_poses(trajectory.poses))     # [N, 4, 4]
         self.ray_ks, self.keys = ray_intrinsics(m, trajectory), latent_keys(m, trajectory)
+        self.sink_tokens = max(m.dit.sink_size, 0) * m.tokens_per_frame if official_sink else 0
         self.shape = RunShape(frame_num=trajectory.frames, lat_f=len(self.relative), lat_h=m.latent_height,
                               lat_w=m.latent_width, chunk_frames=m.frames_per_chunk,
                               frame_seqlen=m.tokens_per_frame,
@@ -126,7 +127,7 @@ class LingbotPipeline:
                             dtype=torch.float32).to(**to_model)                  # [B, z, F, h, w]
         cond = ChunkConditioning(self.encoder.cond_concat(f).to(**to_model), self.control(chunk).to(**to_model),
                                  self.text)
-        return denoise_chunk(self.dit, self.schedule, context_caches(ctx), self.shape, chunk, noise, cond,
+        return denoise_chunk(self.dit, self.schedule, context_caches(ctx, self.sink_tokens), self.shape, chunk, noise, cond,
                              self._renoise)
 
     def _renoise(self, _chunk: int, _step: int, like: torch.Tensor) -> torch.Tensor:
