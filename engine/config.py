@@ -418,7 +418,7 @@ class SessionConfig:
              f"{self.memory.device_mem_gib}"),
             (self.memory.pool_slots is None or self.memory.pool_slots >= 1,
              f"--pool-slots (memory.pool_slots) must be at least 1 chunk, got {self.memory.pool_slots}"),
-            (0 < self.kv_scale <= 1, f"kv_scale must be in (0, 1], got {self.kv_scale}"),
+            (0 < self.kv_scale <= 16, f"kv_scale must be in (0, 16], got {self.kv_scale}"),
             (0 <= self.arena_seed < 2 ** 63, f"arena_seed must be a non-negative integer, got {self.arena_seed}"),
         ]
         for ok, message in checks:
