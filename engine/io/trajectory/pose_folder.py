@@ -49,7 +49,7 @@ def default_intrinsics(hfov_deg: float = 90.0) -> np.ndarray:
 def _array(ctx: _Context, folder: Path, name: str) -> np.ndarray:
     path = folder / name
     if not path.is_file():
-        raise ctx.error(f"{name} is missing")
+        raise ctx.error(f"{name} is missing (a directory is read as a LingBot pose folder)")
     try:
         value = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as exc:
