@@ -55,6 +55,7 @@ def _act_case(tmp_path: Path, cam: parity_lingbot.Case, first: int) -> Path:
     directions = fx.tensor("cam.plucker")[..., 3:].numpy()
     tensors = {"inputs.poses_c2w": fx.tensor("inputs.poses_c2w"), "inputs.intrinsics": fx.tensor("inputs.intrinsics"),
                "inputs.action": torch.from_numpy(actions),
+               "cam.wasd_action": torch.from_numpy(actions[first::4][:12].astype(np.float32)),
                **{k: fx.tensor(k) for k in ("cam.Ks", "cam.c2ws_interpolated", "cam.c2ws_relative")},
                "cam.plucker": torch.from_numpy(np.ascontiguousarray(directions)),
                "cam.embedding": torch.from_numpy(_expected_embedding(directions, actions, first))}
@@ -68,7 +69,7 @@ def test_act_control_follows_the_official_rule(tmp_path):
     case = parity_lingbot.Case.open(_act_case(tmp_path, cam, first=0))
     assert case.cfg.control_dim == 7 and case.cfg.control_in_features == 7 * 64 * 4
     rows = dict(camera_rows(case.fx, case.shape, case.cfg.control_type))
-    assert set(rows) >= {"cam.embedding", "cam.plucker", "cam.Ks", "cam.c2ws_relative"}
+    assert set(rows) >= {"cam.embedding", "cam.plucker", "cam.Ks", "cam.c2ws_relative", "cam.wasd_action"}
     assert all(err < DEFAULT_TOLERANCE for err in rows.values()), rows
 
 
@@ -76,4 +77,4 @@ def test_actions_read_one_frame_late_fail(tmp_path):
     cam = _cam_fixture()
     case = parity_lingbot.Case.open(_act_case(tmp_path, cam, first=1))
     rows = dict(camera_rows(case.fx, case.shape, case.cfg.control_type))
-    assert rows["cam.embedding"] > 0.1
+    assert rows["cam.embedding"] > 0.1 and rows["cam.wasd_action"] > 0.1

@@ -53,7 +53,8 @@ def camera_rows(fx: Fixture, shape: RunShape, control_type: str) -> list[Row]:
     """``cam.*`` from ``inputs.poses_c2w`` / ``inputs.intrinsics``: the whole camera path of ``cam``
     control; with ``act`` control the poses, intrinsics, the directions-only rays and, when the fixture
     stores the actions, the 7-channel control tensor (rays + actions, ``engine.model.lingbot.act``)
-    compared with its stored control tensor (and ``*latent_action*`` tensors with the picked rows)."""
+    compared with its stored control tensor (and any other ``*action*`` tensor of shape [lat_f, 4] with
+    the picked rows)."""
     names = set(fx.keys())
     cam = camera_condition(fx.tensor("inputs.poses_c2w"), fx.tensor("inputs.intrinsics"), shape)
     ours = {"cam.Ks": cam.ks, "cam.c2ws_interpolated": cam.interpolated, "cam.c2ws_relative": cam.relative}
@@ -66,7 +67,8 @@ def camera_rows(fx: Fixture, shape: RunShape, control_type: str) -> list[Row]:
         actions = action_key(names)
         if actions is not None:
             picked = latent_actions(fx.tensor(actions), shape.frame_num, shape.lat_f)
-            ours.update({k: picked for k in names if "latent_action" in k})
+            ours.update({k: picked for k in names if "action" in k and not k.startswith(("inputs.", "debug."))
+                         and tuple(fx.tensor(k).shape) == tuple(picked.shape)})
             key = control_key(names)
             if key is not None:
                 ours[key] = act_embedding(rays_d, picked)
