@@ -135,11 +135,12 @@ def test_family_refuses_checkpoints_and_the_weightless_full_size(tmp_path):
     assert model_kv_layout(dataclasses.replace(_session(tmp_path), model="lingbot-fast")) == LINGBOT_FAST.kv_layout()
 
 
-def _model(tmp_path, positions="extend", trajectory=None):
+def _model(tmp_path, positions="extend", trajectory=None, official_sink=False):
     from engine.io.trajectory import load_trajectory
     from engine.io.trajectory.packaged import packaged_trajectory
 
     cfg = _session(tmp_path, positions=positions)
+    cfg = dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, official_sink=official_sink))
     spec = model_spec(cfg)
     traj = load_trajectory(packaged_trajectory(trajectory or spec.default_trajectory), "universal",
                            spec.grid.frames_total(8))
@@ -147,10 +148,12 @@ def _model(tmp_path, positions="extend", trajectory=None):
     return build_world_model(cfg, image, traj, torch.device("cpu"), torch.float32)
 
 
-def test_pipeline_state_continues_a_run_exactly(tmp_path):
+@pytest.mark.parametrize("official_sink", [False, True])
+def test_pipeline_state_continues_a_run_exactly(tmp_path, official_sink):
     """Denoise two chunks, save the model's and the context's state, and the next chunk's latents and
-    frames equal those of a model built afresh from that state."""
-    model = _model(tmp_path)
+    frames equal those of a model built afresh from that state (with the official sink, chunk 2 is the
+    first to attend it, from the saved layer state)."""
+    model = _model(tmp_path, official_sink=official_sink)
     assert isinstance(model, WorldModel)
     ctx = AttentionContext(model.layout)
     model.prepare_context(ctx)
@@ -162,7 +165,8 @@ def test_pipeline_state_continues_a_run_exactly(tmp_path):
     expected = model.denoise(2, ctx)
     expected_frames = model.decode(expected, 2)
 
-    again = _model(tmp_path)
+    again = _model(tmp_path, official_sink=official_sink)
+    assert again.sink_tokens == (60 if official_sink else 0)
     ctx2 = AttentionContext(again.layout)
     again.prepare_context(ctx2)
     ctx2.load_state_tensors(saved_ctx)
