@@ -20,8 +20,9 @@ the planner can read it. And the two named configurations:
 How the session's context maps onto the official cache: the official cache of ``local_attn_size``
 latent frames holds the sink, the past frames and the current chunk; here the current chunk and the
 past frames are the context's chunk and local window (``window_frames = local_attn_size - sink_size -
-chunk_size``) and the sink is the session's (``--sink``: the first chunk, kept resident) beside the
-retrieved memory.
+chunk_size``) and the sink is either the official one (``--official-sink``: the first ``sink_size``
+latent frames, ``engine.model.lingbot.context``) or the session's (``--sink``: the first chunk, kept
+resident), beside the retrieved memory.
 """
 from __future__ import annotations
 
