@@ -292,7 +292,7 @@ def model_config(name: str) -> ModelConfig:
 SYNTHETIC_MODEL = "synthetic"          # --model synthetic: real KV bytes, no math (systems experiments)
 ARENA_MODEL = "arena"                  # --model arena: our own world model of procedural arenas (the default)
 # LingBot-World-Fast (engine/model/lingbot/): the released 14B shape, and its tiny seeded stand-in
-LINGBOT_MODELS = ("lingbot-fast", "lingbot-tiny")
+LINGBOT_MODELS = ("lingbot-fast", "lingbot-tiny", "lingbot-tiny-act")
 DEFAULT_ARENA_SEED = 1_000_017         # a held-out arena (training draws seeds below 1,000,000)
 STORE_MODES = ("prefetch", "on-demand", "sync", "dram-only", "device-only", "window")
 POSITION_MODES = ("native", "extend", "rerotate")
@@ -332,6 +332,7 @@ class MemoryConfig:
     retrieve_k: int = 3                      # past chunks retrieved per chunk
     predictor: str = "constant-velocity"     # pose extrapolation for prefetch: or reuse-current
     sink: bool = False                       # keep the first chunk resident as an attention sink
+    official_sink: bool = False              # LingBot: its sink_size first latent frames beside the window
     host_mem_gib: float | None = None        # host budget; None = what the machine has
     pool_slots: int | None = None            # exact host-pool size in chunks (overrides host_mem_gib)
     device_mem_gib: float | None = None      # the device's memory (model + buffers + KV); None = unbounded
@@ -418,7 +419,7 @@ class SessionConfig:
              f"{self.memory.device_mem_gib}"),
             (self.memory.pool_slots is None or self.memory.pool_slots >= 1,
              f"--pool-slots (memory.pool_slots) must be at least 1 chunk, got {self.memory.pool_slots}"),
-            (0 < self.kv_scale <= 1, f"kv_scale must be in (0, 1], got {self.kv_scale}"),
+            (0 < self.kv_scale <= 16, f"kv_scale must be in (0, 16], got {self.kv_scale}"),
             (0 <= self.arena_seed < 2 ** 63, f"arena_seed must be a non-negative integer, got {self.arena_seed}"),
         ]
         for ok, message in checks:
@@ -427,6 +428,8 @@ class SessionConfig:
         if self.prompt is not None and self.model not in LINGBOT_MODELS:
             raise ConfigError(f"--prompt {self.prompt!r}: the {self.model} model takes no text (only "
                               f"{', '.join(LINGBOT_MODELS)} from a release folder do)")
+        if self.memory.official_sink and (problem := _official_sink_problem(self)) is not None:
+            raise ConfigError(problem)
         if self.model not in (SYNTHETIC_MODEL, ARENA_MODEL, *LINGBOT_MODELS):
             try:
                 model_config(self.model)
@@ -434,6 +437,14 @@ class SessionConfig:
                 names = [ARENA_MODEL] + sorted(MODEL_CONFIGS) + list(LINGBOT_MODELS) + [SYNTHETIC_MODEL]
                 raise ConfigError(f"unknown model {self.model!r} (choose from {', '.join(names)})") from None
         return self
+
+
+def _official_sink_problem(cfg) -> str | None:
+    if cfg.model not in LINGBOT_MODELS:
+        return f"--official-sink is LingBot-World-Fast's (a model of {', '.join(LINGBOT_MODELS)}), not {cfg.model}'s"
+    if cfg.memory.sink:
+        return "--official-sink and --sink together would attend the first frames twice; choose one"
+    return None
 
 
 def _positive_or_none(value: float | None) -> bool:

@@ -66,12 +66,12 @@ def parse_arena_seed(value: Any) -> int:
 # the section of each option of the table.
 SECTIONS = ("Inputs", "Output", "Model", "Memory", "Disk tier", "Positions", "Run control", "Options")
 SECTION_OF = {
-    **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat"), "Inputs"),
+    **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat", "prompt"), "Inputs"),
     **dict.fromkeys(("out", "log"), "Output"),
     **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "seed", "device", "chunk_ms",
                      "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "sink",
-                     "late_prefetch"), "Memory"),
+                     "official_sink", "late_prefetch"), "Memory"),
     **dict.fromkeys(("spill", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
     "positions": "Positions",
     **dict.fromkeys(("chunks", "seconds", "minutes", "save_every", "keep_savepoints", "decode_overlap", "set"),
@@ -134,6 +134,8 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw"),
     _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k"),
     _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink"),
+    _opt("official_sink", "switch", "LingBot models: the official attention sink, its sink_size first latent "
+         "frames beside the window, never re-rotated (not with --sink).", "memory.official_sink"),
     _opt("io_deadline", "float", "Seconds a synchronous read or a write-back may take before the drive counts "
          "as stuck. Default: 30.", "memory.io_deadline_s"),
     _opt("late_prefetch", "choice", "Prefetch mode: a set still loading when its chunk starts is a miss (the "

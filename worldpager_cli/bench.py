@@ -284,8 +284,9 @@ def _bw(value: str) -> str | None:
               help="Directory on the drive to test; each run uses (and removes) a sub-directory.")
 @click.option("--modes", default="prefetch,on-demand", show_default=True,
               help="Store modes, comma-separated (prefetch, on-demand, sync, dram-only, device-only, window).")
-@click.option("--drive-bw", "drive_bws", default="unlimited,0.25", show_default=True,
-              help="Emulated drive bandwidths in GB/s, comma-separated ('unlimited' = the real drive).")
+@click.option("--drive-bw", "drive_bws", default=None,
+              help="Emulated drive bandwidths in GB/s, comma-separated ('unlimited' = the real drive). Default: "
+                   "unlimited,0.25; with --model lingbot-fast 1.0,0.5,0.25 (full-size drives, scaled with --size-scale).")
 @click.option("--writeback", "writebacks", default="background", show_default=True,
               help="When stored chunks go to the drive: background (write-back when the pool runs low), "
                    "through (each at once), sync (the loop waits), or several (comma-separated).")
@@ -300,11 +301,28 @@ def _bw(value: str) -> str | None:
 @click.option("--trajectory", type=click.Path(path_type=Path), help="Default: yaw.yaml (revisits every 20 chunks).")
 @click.option("--figures", type=click.Path(path_type=Path), default=None,
               help="Also write the runs' report here (worldpager report's figures, overlaid, and its page).")
-def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int, pool_slots: int,
-          kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None) -> None:
+@click.option("--model", "model", type=click.Choice(["synthetic", "lingbot-fast"]), default="synthetic",
+              show_default=True, help="Whose KV per chunk: synthetic (MG2's x --kv-scale) or lingbot-fast's "
+                                      "(1.02 GB int4; --kv-scale is then set from it).")
+@click.option("--size-scale", type=float, default=1.0, show_default=True,
+              help="lingbot-fast: KV bytes and drive bandwidths both times this (a smaller machine; the "
+                   "stalls keep the full size's read and write times).")
+@click.option("--dry-run", is_flag=True, help="Print the runs that would be made (sizes, bandwidths) and stop.")
+def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunks: int, pool_slots: int,
+          kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None,
+          model: str, size_scale: float, dry_run: bool) -> None:
     """Stalls and per-chunk cost of store modes side by side (synthetic model, real store and disk)."""
     from engine.bench.experiments import run_synthetic
+    from engine.bench.lingbot_store import LINGBOT_DRIVE_BWS, scaled_store
 
+    scaled = scaled_store(size_scale) if model == "lingbot-fast" else None
+    if scaled is not None:
+        kv_scale = scaled.kv_scale
+    drive_bws = drive_bws or (LINGBOT_DRIVE_BWS if scaled is not None else "unlimited,0.25")
+    emulated = {b: (scaled.drive_bw(b) if scaled is not None else b) for b in _split(drive_bws, "--drive-bw")}
+    if dry_run:
+        _store_plan(modes, emulated, writebacks, chunks, pool_slots, kv_scale, chunk_ms, scaled)
+        return
     if not spill.is_dir():
         raise ConfigError(f"--spill directory not found: {spill}")
     if figures is not None:
@@ -316,18 +334,22 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
     rows, results = [], []
     for mode, bw, wb in grid:
         overlay = {"chunks": chunks, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
-                   "memory": {"store": mode, "pool_slots": pool_slots, "drive_bw": _bw(bw), "writeback": wb}}
+                   "memory": {"store": mode, "pool_slots": pool_slots, "drive_bw": _bw(emulated[bw]),
+                              "writeback": wb}}
         if trajectory is not None:
             overlay["trajectory"] = str(trajectory)
         keep = figures / "logs" / f"{mode}-{bw}-{wb}.log.jsonl" if figures is not None else None
         r = run_synthetic(overlay, spill, warmup=warmup, name=f"{mode}-{bw}-{wb}", keep_log=keep)
-        results.append({"store": mode, "drive_bw": bw, "writeback": wb, **r})
-        rows.append((mode, bw, wb, num(r["stall_p50_ms"]), num(r["stall_p99_ms"]), num(r["stall_max_ms"]),
+        results.append({"store": mode, "drive_bw": bw, "drive_bw_emulated": emulated[bw], "writeback": wb, **r})
+        rows.append((mode, bw if emulated[bw] == bw else f"{bw} ({emulated[bw]})", wb, num(r["stall_p50_ms"]), num(r["stall_p99_ms"]), num(r["stall_max_ms"]),
                      str(r["stalled_chunks"]), num(r["chunk_ms_p50"]), num(r["store_ms_p50"]),
                      str(r["spill_chunk"]), str(r["first_read_chunk"]),
                      f"{r['hits']}/{r['misses']}/{r['stale']}", size(r["disk_bytes_read"]),
                      size(r["disk_bytes_written"]), r["status"] if r["status"] == "done" else f"{r['status']} at {r['chunks']}"))
         click.echo(f"  {mode} / drive {bw} / write-back {wb}: stall p99 {r['stall_p99_ms']:.1f} ms", err=True)
+    if scaled is not None:
+        click.echo(f"bench store: lingbot-fast KV x{size_scale:g} = {size(scaled.chunk_bytes)} int4 a chunk "
+                   f"(full size {size(scaled.lingbot_chunk_bytes)}); drives are full-size GB/s (emulated GB/s)")
     click.echo(f"bench store: synthetic MG2 KV x{kv_scale:g}, {chunks} chunks of {chunk_ms:g} ms, pool "
                f"{pool_slots} chunks, spill under {spill}, stalls after {warmup} warm-up chunks")
     echo_table(("store", "drive", "write-back", "stall p50", "p99", "max", "stalled", "chunk ms", "store ms",
@@ -341,7 +363,26 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
     echo_json("store", {"runs": results}, machine("cpu"),
               {"spill": str(spill), "modes": modes, "drive_bw": drive_bws, "writeback": writebacks,
                "chunks": chunks, "pool_slots": pool_slots, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
-               "warmup": warmup})
+               "warmup": warmup, "model": model, "size_scale": size_scale})
+
+
+def _store_plan(modes, emulated, writebacks, chunks, pool_slots, kv_scale, chunk_ms, scaled) -> None:
+    """``bench store --dry-run``: the grid of runs, nothing run."""
+    runs = [{"store": m, "drive_bw": b, "drive_bw_emulated": e, "writeback": w}
+            for m in _split(modes, "--modes") for b, e in emulated.items() for w in _split(writebacks, "--writeback")]
+    from engine.config import synthetic_model_config
+    from engine.kv_format import byte_figures
+
+    chunk_bytes = byte_figures(synthetic_model_config(kv_scale).kv_layout())["int4"]
+    click.echo(f"bench store (dry run): {len(runs)} runs of {chunks} chunks of {chunk_ms:g} ms, pool {pool_slots} "
+               f"chunks, {size(chunk_bytes)} int4 a chunk (kv_scale {kv_scale:.4g})")
+    echo_table(("store", "drive GB/s", "emulated GB/s", "write-back"),
+               [(r["store"], r["drive_bw"], r["drive_bw_emulated"], r["writeback"]) for r in runs])
+    echo_json("store_plan", {"runs": runs}, machine("cpu"),
+              {"chunks": chunks, "pool_slots": pool_slots, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
+               "chunk_bytes_int4": chunk_bytes,
+               "lingbot_chunk_bytes_int4": None if scaled is None else scaled.lingbot_chunk_bytes,
+               "size_scale": None if scaled is None else scaled.size_scale})
 
 
 @bench.command("memory")

@@ -36,6 +36,7 @@ from worldpager_cli.report import report
 from worldpager_cli.run_summary import run_summary, summary_text
 from worldpager_cli.streams import keep_going_without_stdout, stdout_failure
 from worldpager_cli.tail import tail
+from worldpager_cli.trajectory import trajectory
 
 
 @click.group(cls=WorldPagerGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,6 +67,7 @@ cli.add_command(report)
 cli.add_command(download)
 cli.add_command(batch)
 cli.add_command(doctor)
+cli.add_command(trajectory)
 bench.add_command(bench_arena)
 bench.add_command(bench_quality)
 

@@ -26,8 +26,7 @@ FRONT_PAGE_MAX_LINES = 250
 
 # Pages being written on other branches, linked before they land. Delete a name once its page exists.
 PENDING_PAGES = frozenset({
-    "docs/conventions.md", "docs/disk_quota.md", "docs/keys_before_rotation.md",
-    "docs/lingbot_weights.md", "docs/lingbot_inputs.md",
+    "docs/disk_quota.md", "docs/keys_before_rotation.md",
 })
 
 SHELL_LANGUAGES = ("bash", "sh", "shell", "console")

@@ -69,6 +69,49 @@ def test_context_bridge_equals_the_official_rolling_cache():
         assert torch.allclose(a, b, atol=1e-5, rtol=0), (chunk, (a - b).abs().max())
 
 
+def test_context_bridge_with_the_official_sink_equals_the_official_cache():
+    """With the official sink (1 latent frame for the tiny model, ``--official-sink``), the official
+    cache of 8 latent frames [sink | 7 rolling frames] and the session context's [sink | window of 4 |
+    chunk] give the same latents over four chunks (the sink matters from chunk 2 on: without it the
+    context differs there)."""
+    m = LINGBOT_TINY
+    assert m.dit.sink_size == 1 and m.window_frames == 4
+    dit = seeded_model(m.dit, 5)
+    schedule = DMDSchedule(m.settings)
+    shape = RunShape(frame_num=49, lat_f=12, lat_h=12, lat_w=20, chunk_frames=3, frame_seqlen=60,
+                     kv_size=m.dit.local_attn_size * 60, sink_tokens=m.dit.sink_size * 60)
+    official = allocate_caches(m.dit, shape, m.settings)
+    text = text_stand_in(m)
+    with_sink, without = AttentionContext(m.kv_layout()), AttentionContext(m.kv_layout())
+    attach_text(with_sink, dit, text)
+    attach_text(without, dit, text)
+    g = torch.Generator().manual_seed(3)
+    for chunk in range(4):
+        noise = torch.randn(1, 16, 3, 12, 20, generator=g)
+        cond = ChunkConditioning(torch.randn(1, 20, 3, 12, 20, generator=g),
+                                 torch.randn(1, 384, 3, 12, 20, generator=g), text)
+        eps = torch.randn(3, 1, 16, 3, 12, 20, generator=g)
+        draw = lambda _c, step, _like: eps[step]                                       # noqa: E731
+        a = denoise_chunk(dit, schedule, official, shape, chunk, noise, cond, draw)
+        b = denoise_chunk(dit, schedule, context_caches(with_sink, shape.sink_tokens), shape, chunk, noise, cond, draw)
+        c = denoise_chunk(dit, schedule, context_caches(without), shape, chunk, noise, cond, draw)
+        with_sink.commit()
+        without.commit()
+        assert torch.allclose(a, b, atol=1e-5, rtol=0), (chunk, (a - b).abs().max())
+        assert (chunk >= 2) == bool((a - c).abs().max() > 1e-3), (chunk, (a - c).abs().max())
+    saved = with_sink.state_tensors()
+    assert saved["layer0.extra.sink_k"].shape == (1, 60, m.dit.num_heads, m.dit.head_dim)
+
+
+def test_official_sink_is_lingbots_alone(tmp_path):
+    ok = _session(tmp_path, memory=dataclasses.replace(_session(tmp_path).memory, official_sink=True))
+    assert ok.validate().memory.official_sink
+    for change, message in [({"model": "tiny"}, "LingBot-World-Fast's"),
+                            ({"memory": dataclasses.replace(ok.memory, sink=True)}, "--sink together")]:
+        with pytest.raises(ConfigError, match=message):
+            dataclasses.replace(ok, **change).validate()
+
+
 def test_opencv_poses_flip_the_camera_axes():
     q = quat_from_euler(np.array([0.0, 90.0]), np.array([0.0, 0.0]))
     poses = np.concatenate([np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]), q], axis=1)
@@ -94,11 +137,12 @@ def test_family_refuses_a_folder_without_prompt_or_files_and_the_weightless_full
     assert model_kv_layout(dataclasses.replace(_session(tmp_path), model="lingbot-fast")) == LINGBOT_FAST.kv_layout()
 
 
-def _model(tmp_path, positions="extend", trajectory=None):
+def _model(tmp_path, positions="extend", trajectory=None, official_sink=False):
     from engine.io.trajectory import load_trajectory
     from engine.io.trajectory.packaged import packaged_trajectory
 
     cfg = _session(tmp_path, positions=positions)
+    cfg = dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, official_sink=official_sink))
     spec = model_spec(cfg)
     traj = load_trajectory(packaged_trajectory(trajectory or spec.default_trajectory), "universal",
                            spec.grid.frames_total(8))
@@ -106,10 +150,12 @@ def _model(tmp_path, positions="extend", trajectory=None):
     return build_world_model(cfg, image, traj, torch.device("cpu"), torch.float32)
 
 
-def test_pipeline_state_continues_a_run_exactly(tmp_path):
+@pytest.mark.parametrize("official_sink", [False, True])
+def test_pipeline_state_continues_a_run_exactly(tmp_path, official_sink):
     """Denoise two chunks, save the model's and the context's state, and the next chunk's latents and
-    frames equal those of a model built afresh from that state."""
-    model = _model(tmp_path)
+    frames equal those of a model built afresh from that state (with the official sink, chunk 2 is the
+    first to attend it, from the saved layer state)."""
+    model = _model(tmp_path, official_sink=official_sink)
     assert isinstance(model, WorldModel)
     ctx = AttentionContext(model.layout)
     model.prepare_context(ctx)
@@ -121,7 +167,8 @@ def test_pipeline_state_continues_a_run_exactly(tmp_path):
     expected = model.denoise(2, ctx)
     expected_frames = model.decode(expected, 2)
 
-    again = _model(tmp_path)
+    again = _model(tmp_path, official_sink=official_sink)
+    assert again.sink_tokens == (60 if official_sink else 0)
     ctx2 = AttentionContext(again.layout)
     again.prepare_context(ctx2)
     ctx2.load_state_tensors(saved_ctx)

@@ -33,7 +33,7 @@ SAMPLES = {
     "arena_weights": "w.safetensors", "seed": "3", "device": "cpu", "save_every": "5", "keep_savepoints": "3",
     "decode_overlap": True, "positions": "extend", "chunk_ms": "10", "kv_scale": "0.5", "store": "on-demand",
     "spill": "sp", "host_mem": "6", "pool_slots": "9", "device_mem": "4", "kv_bits": "8", "drive_bw": "0.25",
-    "retrieve_k": "2", "sink": True, "io_deadline": "12", "late_prefetch": "wait", "writeback": "through",
+    "retrieve_k": "2", "sink": True, "official_sink": True, "io_deadline": "12", "late_prefetch": "wait", "writeback": "through",
     "set": ["calibration.mouse_step=0.2", "save_interval_s=12"],
 }
 
@@ -89,7 +89,7 @@ def test_a_flag_and_a_job_option_resolve_alike(name, tmp_path):
     from_flag = _generate_overlay(_flag_args(name, value) + ["--out", str(tmp_path / "job.mp4")])
     job = Job("job", typed_options({name: value}, "test line"), "test line")
     base = {"model": "tiny"} if name not in ("model", "checkpoint", "arena_seed", "arena_weights", "preset") else {}
-    if name == "prompt":           # only LingBot takes text
+    if name in ("prompt", "official_sink"):   # LingBot options
         base = {"model": "lingbot-tiny"}
     preset = value if name == "preset" else None
     length = {"chunks": int(value)} if name == "chunks" else {}

@@ -532,7 +532,7 @@ def test_mode_specific_errors(tmp_path, text, mode, fragment):
 def test_missing_file_and_directory(tmp_path):
     with pytest.raises(InputError, match="not found"):
         load_trajectory(tmp_path / "nope.yaml", "universal", 4)
-    with pytest.raises(InputError, match="not a file"):
+    with pytest.raises(InputError, match="poses.npy is missing .a directory is read as a LingBot pose folder"):
         load_trajectory(tmp_path, "universal", 4)
 
 

@@ -81,6 +81,8 @@ class Trajectory:
     source_frames: int         # frames the file itself describes
     repeat: str                # none | loop | pingpong — how it was extended to ``frames``
     tracking: TrackingError
+    intrinsics: np.ndarray | None = None   # [4] fx, fy, cx, cy of a 480x832 frame (a LingBot pose folder)
+    key_states: np.ndarray | None = None   # [T, 4] W, A, S, D per video frame (a pose folder's action.npy)
 
     @property
     def frames(self) -> int:

@@ -1,13 +1,14 @@
 """``load_trajectory``: check the arguments, read the file's text, pick its format (by extension, else
 sniffed from the first content line), hand it to that format's module and build the ``Trajectory``.
 
-Owns the file-level errors (missing, not a file, not UTF-8, empty, unknown format) and the argument
+A directory is LingBot's pose folder (``pose_folder``). Owns the file-level errors (missing, not a file, not UTF-8, empty, unknown format) and the argument
 checks (``ConfigError``); everything inside a file is the format modules'.
 """
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Union
 
@@ -19,6 +20,7 @@ from engine.io.trajectory.build import MODES, REPEATS, Trajectory, _Actions, _bu
 from engine.io.trajectory.csv_table import _load_csv
 from engine.io.trajectory.fields import _content_lines, _Context
 from engine.io.trajectory.nerfstudio import _load_nerfstudio
+from engine.io.trajectory.pose_folder import is_pose_folder, load_pose_folder
 from engine.io.trajectory.yaml_file import _load_yaml
 
 PathLike = Union[str, os.PathLike]
@@ -37,11 +39,23 @@ def load_trajectory(path: PathLike, mode: str, frames: int, repeat: str = "loop"
     _check_arguments(mode, frames, repeat, nerfstudio_up)
     cal = Calibration.coerce(calibration)
     ctx = _Context(str(path))
+    if is_pose_folder(Path(path)):
+        acts, intrinsics, keys = load_pose_folder(ctx, Path(path), mode, cal, frames)
+        trajectory = _build(acts, mode, frames, repeat, cal, source=str(path))
+        return replace(trajectory, intrinsics=intrinsics,
+                       key_states=None if keys is None else extend_rows(keys, frames, repeat))
     text = _read_text(ctx, Path(path))
     kind = _detect_format(ctx, Path(path), text)
     loader: Callable[..., _Actions] = {"yaml": _load_yaml, "csv": _load_csv, "json": _load_nerfstudio}[kind]
     acts = loader(ctx, text, mode, cal, frames=frames, nerfstudio_up=nerfstudio_up)
     return _build(acts, mode, frames, repeat, cal, source=str(path))
+
+
+def extend_rows(rows: np.ndarray, frames: int, repeat: str) -> np.ndarray:
+    """W, A, S, D key rows [N, 4] extended (loop, or ping-pong with W<->S and A<->D) or cut to ``frames``."""
+    if len(rows) < frames and repeat == "pingpong":
+        rows = np.concatenate([rows, rows[::-1][:, [2, 3, 0, 1]]])
+    return rows[np.arange(frames) % len(rows)].astype(np.float32)
 
 
 def _check_arguments(mode: str, frames: int, repeat: str, up: str) -> None:

@@ -71,7 +71,8 @@ def build(cfg, image, trajectory, device, dtype, cache: ModelCache):
         return build_from_release(cfg, m, image, trajectory, device, dtype, cache)
     dit, vae = cache.get(("lingbot", m, str(device), dtype), lambda: _seeded(m, device, dtype))
     return LingbotPipeline(dit, vae, m, image, trajectory, text_stand_in(m), cfg.seed, cfg.positions,
-                           device, dtype, weights="built-in seeded weights")
+                           device, dtype, weights="built-in seeded weights",
+                           official_sink=cfg.memory.official_sink)
 
 
 @functools.lru_cache(maxsize=4)

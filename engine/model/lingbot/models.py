@@ -12,14 +12,17 @@ the planner can read it. And the two named configurations:
   video, ``cam`` control, cache of 8 latent frames with a 1-frame sink) with seeded random weights, an
   8-wide VAE (as MG2's micro model), and a rotary table of 15 latent frames so that its horizon (chunk
   5) is reached in seconds; its text context is a seeded random stand-in of the T5 output's shape.
+* ``lingbot-tiny-act`` — the same with the ``act`` control (ray directions + W, A, S, D keys,
+  control_dim 7), seeded the same way.
 * ``lingbot-fast`` — the released 14B shape at 480x832 (``FULL_SIZE``), cache of 18 latent frames with a
   3-frame sink (pipeline settings; the release passes them as overrides), Wan's 1024-frame table.
 
 How the session's context maps onto the official cache: the official cache of ``local_attn_size``
 latent frames holds the sink, the past frames and the current chunk; here the current chunk and the
 past frames are the context's chunk and local window (``window_frames = local_attn_size - sink_size -
-chunk_size``) and the sink is the session's (``--sink``: the first chunk, kept resident) beside the
-retrieved memory.
+chunk_size``) and the sink is either the official one (``--official-sink``: the first ``sink_size``
+latent frames, ``engine.model.lingbot.context``) or the session's (``--sink``: the first chunk, kept
+resident), beside the retrieved memory.
 """
 from __future__ import annotations
 
@@ -122,12 +125,15 @@ LINGBOT_TINY = LingbotModelConfig(
     settings=_SETTINGS, vae=VAEConfig(dim=8), latent_height=12, latent_width=20,
     rope_table_frames=15, seeded=True)
 
+LINGBOT_TINY_ACT = dataclasses.replace(LINGBOT_TINY, name="lingbot-tiny-act",
+                                       dit=dataclasses.replace(LINGBOT_TINY.dit, control_type="act"))
+
 LINGBOT_FAST = LingbotModelConfig(
     name="lingbot-fast",
     dit=dataclasses.replace(FULL_SIZE, local_attn_size=18, sink_size=3),
     settings=_SETTINGS, vae=VAEConfig(), latent_height=480 // VAE_STRIDE[1], latent_width=832 // VAE_STRIDE[2])
 
-LINGBOT_CONFIGS = {c.name: c for c in (LINGBOT_TINY, LINGBOT_FAST)}
+LINGBOT_CONFIGS = {c.name: c for c in (LINGBOT_TINY, LINGBOT_TINY_ACT, LINGBOT_FAST)}
 
 
 def lingbot_config(name: str) -> LingbotModelConfig:

@@ -10,7 +10,8 @@ Owns what one chunk of LingBot needs around the DiT, streamed chunk by chunk for
   pose of video frame 4i (the official resampling lands exactly there when the video has 4n+1 frames);
   poses are made relative frame to frame and translations normalised by the largest one over the
   session's whole trajectory (the official rule, over the official whole run); rays are computed per
-  chunk with intrinsics of the retrieval's field of view on the model's pixel grid.
+  chunk with a pose folder's intrinsics, else the retrieval's field of view, on the model's pixel grid;
+  ``act`` control adds the W, A, S, D keys (``engine.model.lingbot.session_control``).
 * **Text**: the text encoder's output rows ``[1, n, text_dim]`` given by the family (for the tiny
   model a seeded random stand-in); its cross-attention K/V are put into the context by
   ``prepare_context``.
@@ -38,6 +39,7 @@ from engine.model.lingbot.dit import WanModelFast
 from engine.model.lingbot.loop import ChunkConditioning, RunShape, denoise_chunk
 from engine.model.lingbot.models import LingbotModelConfig
 from engine.model.lingbot.schedule import DMDSchedule
+from engine.model.lingbot.session_control import chunk_control, latent_keys, ray_intrinsics
 from engine.model.vae import StartImageEncoder, StreamingDecoder, WanVAE
 from engine.state_tensors import generator_state, nest, set_generator_state, sub
 
@@ -66,7 +68,7 @@ class LingbotPipeline:
 
     def __init__(self, dit: WanModelFast, vae: WanVAE, m: LingbotModelConfig, image: torch.Tensor,
                  trajectory: Trajectory, text: torch.Tensor, seed: int, positions: str,
-                 device: torch.device, dtype: torch.dtype, weights: str):
+                 device: torch.device, dtype: torch.dtype, weights: str, official_sink: bool = False):
         self.dit, self.vae, self.cfg, self.trajectory = dit, vae, m, trajectory
         self.name, self.weights = m.name, weights
         self.layout, self.grid = m.kv_layout(), m.video_grid()
@@ -79,6 +81,8 @@ class LingbotPipeline:
         self.decoder = StreamingDecoder(vae)
         # every latent frame's frame-to-frame pose, translations normalised over the whole trajectory
         self.relative = camera.relative_poses(latent_frame_poses(trajectory.poses))     # [N, 4, 4]
+        self.ray_ks, self.keys = ray_intrinsics(m, trajectory), latent_keys(m, trajectory)
+        self.sink_tokens = max(m.dit.sink_size, 0) * m.tokens_per_frame if official_sink else 0
         self.shape = RunShape(frame_num=trajectory.frames, lat_f=len(self.relative), lat_h=m.latent_height,
                               lat_w=m.latent_width, chunk_frames=m.frames_per_chunk,
                               frame_seqlen=m.tokens_per_frame,
@@ -109,13 +113,8 @@ class LingbotPipeline:
                 "use --positions extend or rerotate")
 
     def control(self, chunk: int) -> torch.Tensor:
-        """The chunk's camera control tensor [1, 6*64, F, h, w]."""
-        f = self.cfg.frames_per_chunk
-        frames = torch.arange(chunk * f, chunk * f + f).clamp(max=len(self.relative) - 1)
-        height, width = self.cfg.frame_size
-        ks = torch.tensor(self.cfg.intrinsics(), dtype=torch.float32).expand(f, 4)
-        rays = camera.plucker_rays(self.relative[frames], ks, height, width)        # [F, H, W, 6]
-        return camera.control_embedding(rays, VAE_STRIDE[1])
+        """The chunk's control tensor [1, C*64, F, h, w] (``engine.model.lingbot.session_control``)."""
+        return chunk_control(self.cfg, self.relative, self.ray_ks, self.keys, chunk)
 
     @torch.no_grad()
     def denoise(self, chunk: int, ctx) -> torch.Tensor:
@@ -128,7 +127,7 @@ class LingbotPipeline:
                             dtype=torch.float32).to(**to_model)                  # [B, z, F, h, w]
         cond = ChunkConditioning(self.encoder.cond_concat(f).to(**to_model), self.control(chunk).to(**to_model),
                                  self.text)
-        return denoise_chunk(self.dit, self.schedule, context_caches(ctx), self.shape, chunk, noise, cond,
+        return denoise_chunk(self.dit, self.schedule, context_caches(ctx, self.sink_tokens), self.shape, chunk, noise, cond,
                              self._renoise)
 
     def _renoise(self, _chunk: int, _step: int, like: torch.Tensor) -> torch.Tensor:

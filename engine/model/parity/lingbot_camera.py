@@ -1,7 +1,8 @@
 """Parity of LingBot-World-Fast's inputs against its fixture: camera utilities, schedule, y mask.
 
 Owns the rows that need no DiT: the control tensor from the stored poses and intrinsics (``cam.*``),
-the four camera utilities on the harder stand-alone pose list (``camcase.*``, the ``_camutils``
+the ``act`` control tensor (ray directions + the WASD actions of ``inputs.*action*``,
+``engine.model.lingbot.act``), the four camera utilities on the harder stand-alone pose list (``camcase.*``, the ``_camutils``
 companion file), the sigma tables and look-ups (``schedule.*``) and the mask channels of y. Integer
 tensors compare exactly (error 0 or infinity).
 """
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from engine.errors import InputError
+
 from engine.model.lingbot import camera
+from engine.model.lingbot.act import act_embedding, latent_actions
 from engine.model.lingbot.loop import RunShape, camera_condition, image_mask
 from engine.model.lingbot.schedule import DMDSchedule
 from engine.model.parity.fixture import Fixture, relative_error
@@ -28,17 +32,46 @@ def compare(name: str, ours: torch.Tensor, ref: torch.Tensor) -> Row:
     return name, exact_error(ours, ref)
 
 
+def action_key(keys) -> str | None:
+    """The stored per-video-frame actions (``inputs.action`` as ``action.npy``, or another
+    ``inputs.*action*`` name); None when the fixture has none."""
+    found = sorted(k for k in keys if k.startswith("inputs.") and "action" in k)
+    if len(found) > 1:
+        raise InputError(f"several action inputs {found}; expected one")
+    return found[0] if found else None
+
+
+def control_key(keys) -> str | None:
+    """The stored control tensor: ``cam.embedding``, else the one other ``*.embedding`` (not debug)."""
+    found = [k for k in keys if k.endswith(".embedding") and not k.startswith("debug.")]
+    if "cam.embedding" in found:
+        return "cam.embedding"
+    return found[0] if len(found) == 1 else None
+
+
 def camera_rows(fx: Fixture, shape: RunShape, control_type: str) -> list[Row]:
     """``cam.*`` from ``inputs.poses_c2w`` / ``inputs.intrinsics``: the whole camera path of ``cam``
-    control; with ``act`` control the poses, intrinsics and ray directions that the fixture holds (the
-    action channels of its control tensor are not derived here)."""
+    control; with ``act`` control the poses, intrinsics, the directions-only rays and, when the fixture
+    stores the actions, the 7-channel control tensor (rays + actions, ``engine.model.lingbot.act``)
+    compared with its stored control tensor (and any other ``*action*`` tensor of shape [lat_f, 4] with
+    the picked rows)."""
     names = set(fx.keys())
     cam = camera_condition(fx.tensor("inputs.poses_c2w"), fx.tensor("inputs.intrinsics"), shape)
     ours = {"cam.Ks": cam.ks, "cam.c2ws_interpolated": cam.interpolated, "cam.c2ws_relative": cam.relative}
     if control_type == "cam":
         ours.update({"cam.plucker": cam.rays, "cam.embedding": cam.embedding})
-    elif "cam.plucker" in names and fx.tensor("cam.plucker").shape[-1] == 3:
-        ours["cam.plucker"] = cam.rays[..., 3:]
+    else:
+        rays_d = cam.rays[..., 3:]
+        if "cam.plucker" in names and fx.tensor("cam.plucker").shape[-1] == 3:
+            ours["cam.plucker"] = rays_d
+        actions = action_key(names)
+        if actions is not None:
+            picked = latent_actions(fx.tensor(actions), shape.frame_num, shape.lat_f)
+            ours.update({k: picked for k in names if "action" in k and not k.startswith(("inputs.", "debug."))
+                         and tuple(fx.tensor(k).shape) == tuple(picked.shape)})
+            key = control_key(names)
+            if key is not None:
+                ours[key] = act_embedding(rays_d, picked)
     return [compare(k, v, fx.tensor(k)) for k, v in ours.items() if k in names]
 
 
