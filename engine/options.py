@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from engine.config import (ARENA_MODEL, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
+from engine.config import (ARENA_MODEL, KEY_CONVENTIONS, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
                            SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
 from engine.overlay import merged_overlays
@@ -112,6 +112,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          group="memory"),
     _opt("kv_bits", "choice", "Stored KV format (16 = unquantised). Default: 4.", "memory.kv_bits",
          ("2", "4", "8", "16"), group="memory"),
+    _opt("kv_keys", "choice", "Keys the memory stores: post-rope (rotated at their own positions, as attended) "
+         "or pre-rope (before the rotation; rotated when staged, at the positions chosen then: native, extended "
+         "or re-placed). MG2 models only. Default: post-rope.", "memory.keys", KEY_CONVENTIONS, group="memory"),
     _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw",
          group="memory"),
     _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k", group="memory"),
