@@ -41,7 +41,7 @@ import psutil
 import torch
 
 from engine.config import SessionConfig
-from engine.errors import ConfigError, SavePointError
+from engine.errors import ConfigError, InputError
 from engine.kv_format import ChunkFormat
 from engine.layout import KVLayout
 from engine.memory.slots import MemorySlots, SlotPlan
@@ -196,9 +196,8 @@ class SessionMemory:
                              f"this session has {self.mode} with {self.slots.total}")
         saved_keys = facts.get("keys", "post-rope")   # save points from before the setting stored post-rope
         if saved_keys != self.keys:
-            raise SavePointError(f"the save point's memory stores keys {saved_keys} and this session has "
-                                 f"--kv-keys {self.keys}: its spill cannot be read this way; resume with "
-                                 f"--kv-keys {saved_keys}")
+            raise InputError(f"the save point's memory stores keys {saved_keys}, this session has --kv-keys "
+                             f"{self.keys}: its spill cannot be read this way")
         chunk_in = [None if c is None else int(c) for c in facts["slots"]]
         sink = self.slots.sink_slot
         wanted = [c for j, c in enumerate(chunk_in) if c is not None and j != sink]
