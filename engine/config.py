@@ -410,9 +410,9 @@ class SessionConfig:
              f"got {self.memory.late_prefetch!r}"),
             (self.memory.keys in KEY_CONVENTIONS,
              f"--kv-keys (memory.keys) must be one of {', '.join(KEY_CONVENTIONS)}, got {self.memory.keys!r}"),
-            (self.memory.keys != "pre-rope" or self.model in MODEL_CONFIGS,
-             f"--kv-keys pre-rope is built for MG2's models ({', '.join(sorted(MODEL_CONFIGS))}); the {self.model} "
-             "model's memory stores keys after rotation only: use --kv-keys post-rope"),
+            (self.memory.keys != "pre-rope" or self.model in MODEL_CONFIGS or self.model in LINGBOT_MODELS,
+             f"--kv-keys pre-rope is built for MG2's and LingBot's models; the {self.model} model's memory "
+             "stores keys after rotation only: use --kv-keys post-rope"),
             (self.memory.writeback in WRITEBACK_MODES,
              f"writeback must be one of {', '.join(WRITEBACK_MODES)}, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),

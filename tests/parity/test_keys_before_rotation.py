@@ -2,7 +2,8 @@
 
 The same MG2-architecture session (seeded weights, the looping ``yaw`` trajectory, memory through an
 8-chunk host pool and a spill directory, ``on-demand`` so that no run depends on the machine's speed)
-runs with either convention and the decoded float frames are compared:
+runs with either convention and the decoded float frames are compared (MG2's ``micro`` and LingBot's
+``lingbot-tiny``, both with their horizon at chunk 5):
 
 * with kv_bits 16, below the horizon and past it with ``extend``: bit-identical (a pre-rope key rotated
   at its own position when staged is the very key the forward rotated and post-rope stored). Model
@@ -36,9 +37,9 @@ from engine.telemetry import read_log
 from tests_support import resumed_equals_uninterrupted
 
 TRAJECTORY = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"
-MICRO_HORIZON, CHUNKS = 5, 10
-# rerotate past the horizon, float32 on the CPU: measured max |Δ| = 3.7e-6 over 10 chunks (values in
-# [-1, 1]): one rotation by the difference of two positions against one rotation to the position.
+MICRO_HORIZON, CHUNKS = 5, 10   # lingbot-tiny's horizon is chunk 5 as well
+# rerotate past the horizon, float32 on the CPU: measured max |Δ| = 3.7e-6 (micro), 3.5e-6 (lingbot-tiny)
+# over 10 chunks (values in [-1, 1]): one rotation by the difference of two positions against one rotation to the position.
 REROTATE_BOUND = 1e-4
 INT4_BOUND = 0.02   # tests/parity/test_paged_vs_resident.py's bound of int4 against kv16
 
@@ -77,8 +78,9 @@ def retrieved(records: list[dict]) -> int:
     return sum(len(r["memory"]) for r in records)
 
 
-def test_pre_rope_is_bit_identical_below_the_horizon_and_with_extend(tmp_path):
-    (post, post_log), (pre, pre_log) = both(tmp_path, positions="extend")
+@pytest.mark.parametrize("model", ["micro", "lingbot-tiny"])
+def test_pre_rope_is_bit_identical_below_the_horizon_and_with_extend(tmp_path, model):
+    (post, post_log), (pre, pre_log) = both(tmp_path, model=model, positions="extend")
     assert retrieved(pre_log) > 0 and [r["memory"] for r in pre_log] == [r["memory"] for r in post_log]
     assert any(r["chunk"] >= MICRO_HORIZON and r["memory"] for r in pre_log)   # past the horizon too
     assert torch.equal(pre, post)
@@ -91,8 +93,9 @@ def test_pre_rope_is_bit_identical_for_tiny(tmp_path):
     assert torch.equal(pre, post)
 
 
-def test_pre_rope_with_rerotate_equals_post_rope_within_rounding(tmp_path):
-    (post, post_log), (pre, pre_log) = both(tmp_path, positions="rerotate")
+@pytest.mark.parametrize("model", ["micro", "lingbot-tiny"])
+def test_pre_rope_with_rerotate_equals_post_rope_within_rounding(tmp_path, model):
+    (post, post_log), (pre, pre_log) = both(tmp_path, model=model, positions="rerotate")
     assert sum(r["rerotated"] for r in pre_log) > 0
     below = sum(r["frames"] for r in pre_log[:MICRO_HORIZON])
     assert torch.equal(pre[:below], post[:below])
@@ -154,5 +157,5 @@ def test_a_model_without_pre_rope_keys_is_refused_in_one_line(tmp_path, model):
                                       "--quiet", "--out", str(out)], catch_exceptions=False)
     assert result.exit_code != 0 and not out.exists()
     line = result.output.strip().splitlines()[-1]
-    assert line.startswith("worldpager: error: --kv-keys pre-rope is built for MG2's models")
+    assert line.startswith("worldpager: error: --kv-keys pre-rope is built for MG2's and LingBot's models")
     assert f"the {model} model" in line and "--kv-keys post-rope" in line

@@ -4,8 +4,8 @@ Owns the bridge between the DiT (which sees a layer's self-attention cache only 
 ``SelfKV.update`` and the text K/V through ``CrossKV``) and the model-agnostic
 ``engine.model.kv_context.AttentionContext``:
 
-* ``ContextSelfKV`` — ``update`` writes the chunk's K/V (keys after RoPE at their absolute latent frame)
-  into the context's current region and returns every valid token: [sink | retrieved memory | window |
+* ``ContextSelfKV`` — ``update`` writes the chunk's K/V (keys after RoPE at their absolute latent frame,
+  and for a context that keeps them the keys before RoPE) into the context's current region and returns every valid token: [sink | retrieved memory | window |
   chunk]. Every forward of a chunk overwrites the same rows, so after the clean pass the region holds the
   clean K/V, uncommitted, as the interface asks.
 * ``LingbotLayerState`` — the model's own per-layer state in the context: the text cross-attention K/V,
@@ -29,8 +29,9 @@ class ContextSelfKV:
     def __init__(self, kv: LayerKV):
         self.kv = kv
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        self.kv.write_current(k, v)
+    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int,
+               k_unrotated: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        self.kv.write_current(k, v, k_unrotated)
         return self.kv.context()
 
 
