@@ -114,7 +114,7 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          ("2", "4", "8", "16"), group="memory"),
     _opt("kv_keys", "choice", "Keys the memory stores: post-rope (rotated at their own positions, as attended) "
          "or pre-rope (before the rotation; rotated when staged, at the positions chosen then: native, extended "
-         "or re-placed). MG2 models only. Default: post-rope.", "memory.keys", KEY_CONVENTIONS, group="memory"),
+         "or re-placed). MG2 and LingBot models. Default: post-rope.", "memory.keys", KEY_CONVENTIONS, group="memory"),
     _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw",
          group="memory"),
     _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k", group="memory"),

@@ -22,7 +22,8 @@ Owns what the session, the memory and the retrieval may know about a model, and 
 
 * ``KeyPlacingModel`` — a model that can also rotate a chunk's keys given before its rotation to any
   position (``place_keys``): the memory may then store keys pre-rope (``--kv-keys pre-rope``) and
-  rotate them when it stages them. MG2's models are; a model that is not refuses pre-rope storage.
+  rotate them when it stages them. MG2's and LingBot's models are; a model that is not refuses
+  pre-rope storage.
 
 Nothing in ``memory/``, ``retrieval/`` or the session names a particular model: they take a
 ``KVLayout``, a ``VideoGrid`` and a ``WorldModel``.
