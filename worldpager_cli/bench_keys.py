@@ -2,7 +2,7 @@
 
 Owns the command's flags and its table (one row per source × placement × convention) and last line of
 JSON; the measurement is ``engine.bench.keys``. Sources: ``run`` (the keys and queries of a session of
-``--model``, an MG2 configuration with seeded weights) and ``synthetic`` (keys of ``--synthetic-shape``'s
+``--model``, an MG2 or LingBot configuration) and ``synthetic`` (keys of ``--synthetic-shape``'s
 chunk shape with per-channel means, scales and outlier channels, rotated by that configuration's RoPE).
 ``--frames`` adds whole sessions of ``--model`` and their PSNR against the kv16 session.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from engine.config import MODEL_CONFIGS
+from engine.config import LINGBOT_MODELS, MODEL_CONFIGS
 from worldpager_cli.bench import echo_json, echo_table, machine, num
 
 PLACES = ("native", "re-placed")
@@ -18,8 +18,10 @@ CONVENTIONS = ("post-rope", "pre-rope")
 
 
 @click.command("keys")
-@click.option("--model", default="micro", show_default=True, type=click.Choice(sorted(MODEL_CONFIGS)),
-              help="MG2 configuration whose session's keys are measured (seeded weights).")
+@click.option("--model", default="micro", show_default=True,
+              type=click.Choice([*sorted(MODEL_CONFIGS), *LINGBOT_MODELS]),
+              help="MG2 or LingBot configuration whose session's keys are measured (tiny, micro and "
+                   "lingbot-tiny have seeded weights; the others need theirs).")
 @click.option("--chunks", type=click.IntRange(min=2), default=8, show_default=True,
               help="Chunks of that session; every one but the last is memory, the last one queries it.")
 @click.option("--bits", type=click.Choice(["2", "4", "8"]), default="4", show_default=True,
@@ -36,7 +38,7 @@ def bench_keys(model: str, chunks: int, bits: str, synthetic_shape: str | None, 
     """int4 error of memory keys stored pre-rope and post-rope, staged natively and re-placed."""
     from engine.bench.keys import capture_keys, frame_psnr, key_retention, synthetic_keys
 
-    click.echo(f"bench keys: {model} session of {chunks} chunks (seeded weights, CPU), int{bits} storage; "
+    click.echo(f"bench keys: {model} session of {chunks} chunks (CPU), int{bits} storage; "
                "errors against full precision, pooled over memory chunks, layers and heads")
     sources = [(f"run {model}", capture_keys(model, chunks))]
     if synthetic_shape is not None:

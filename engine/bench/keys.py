@@ -1,6 +1,6 @@
 """How much of the keys int4 retains when the memory stores them before the rotation or after it.
 
-Contract: :func:`capture_keys` runs an MG2-architecture model (``--kv-keys pre-rope``'s context, so both
+Contract: :func:`capture_keys` runs an MG2- or LingBot-architecture model (``--kv-keys pre-rope``'s context, so both
 conventions come from one run) for ``chunks`` chunks and keeps, per chunk and layer, the keys before
 and after the rotation and the values, and the last chunk's queries (its clean pass, rotated at its
 position). :func:`key_retention` stores every chunk but the last through the memory's own block code
@@ -72,11 +72,11 @@ def capture_keys(model: str = "micro", chunks: int = 8, seed: int = 0, device: s
 
     def keep_queries(layer: int):
         def hook(module, args):   # SelfAttention(x, grid, start_frame, rope, state): the forward's own q
-            x, grid, start_frame, rope = args[:4]
+            x, grid, start_frame, rope = args[:4]   # LingBot's self-attention takes the same four first
             queries[layer] = rope.apply(module.queries(x), start_frame, *grid).clone()
         return hook
 
-    dit = pipeline.models.dit
+    dit = pipeline.dit if hasattr(pipeline, "dit") else pipeline.models.dit   # LingBot's, or MG2's
     hooks = [block.self_attn.register_forward_pre_hook(keep_queries(i)) for i, block in enumerate(dit.blocks)]
     raw, rotated, values = [], [], []
     try:
