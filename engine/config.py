@@ -303,6 +303,10 @@ WRITEBACK_MODES = ("background", "through", "sync")
 # never wait, the slot keeps its previous chunk) or "wait" (a stall instead: the run's frames no longer
 # depend on how fast the machine and the drive were, for reproducible runs and frame-exact comparisons).
 LATE_PREFETCH_MODES = ("miss", "wait")
+# Which keys the memory stores: "post-rope" (as the model attended them, rotated at their chunk's own
+# positions) or "pre-rope" (before the rotation; rotated when staged, at the positions chosen then).
+# The convention is part of the spill's format (engine/session/memory.py records it in save points).
+KEY_CONVENTIONS = ("post-rope", "pre-rope")
 
 
 @dataclass(frozen=True)
@@ -341,6 +345,7 @@ class MemoryConfig:
     writeback: str = "background"            # WRITEBACK_MODES: when a stored chunk goes to the drive
     io_deadline_s: float = 30.0              # a synchronous read or a write-back late by this much fails
     late_prefetch: str = "miss"              # LATE_PREFETCH_MODES: a prefetch still loading is a miss, or waited for
+    keys: str = "post-rope"                  # KEY_CONVENTIONS: stored keys after or before the rotation
 
 
 @dataclass(frozen=True)
@@ -405,6 +410,11 @@ class SessionConfig:
             (self.memory.late_prefetch in LATE_PREFETCH_MODES,
              f"--late-prefetch (memory.late_prefetch) must be one of {', '.join(LATE_PREFETCH_MODES)}, "
              f"got {self.memory.late_prefetch!r}"),
+            (self.memory.keys in KEY_CONVENTIONS,
+             f"--kv-keys (memory.keys) must be one of {', '.join(KEY_CONVENTIONS)}, got {self.memory.keys!r}"),
+            (self.memory.keys != "pre-rope" or self.model in MODEL_CONFIGS or self.model in LINGBOT_MODELS,
+             f"--kv-keys pre-rope is built for MG2's and LingBot's models; the {self.model} model's memory "
+             "stores keys after rotation only: use --kv-keys post-rope"),
             (self.memory.writeback in WRITEBACK_MODES,
              f"writeback must be one of {', '.join(WRITEBACK_MODES)}, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),

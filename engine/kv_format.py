@@ -6,7 +6,8 @@ import the same arithmetic. The tensor side (quantise a chunk into a block, read
 of a block's sections) is ``engine.memory.quant``.
 
 A chunk block holds the self-attention K and V of one chunk for every layer (keys after the model's
-time rotation), as ``layers`` equal layer records one after another; layer ``l`` starts at
+time rotation, or before it with ``--kv-keys pre-rope``: the same bytes, a different meaning, which a
+save point records), as ``layers`` equal layer records one after another; layer ``l`` starts at
 ``l * layer_bytes``. Inside a record the sections follow in this order, each starting on a 16-byte
 boundary (``ALIGN``; a section whose size is not a multiple of 16 is followed by zero padding — none is
 needed for any named model):

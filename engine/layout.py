@@ -3,7 +3,8 @@
 Owns two frozen value types that every layer may import without pulling in a model or torch:
 
 * ``KVLayout`` — the self-attention KV of one chunk as the memory stores it: ``layers`` buffers of
-  ``[tokens_per_chunk, heads, head_dim]`` keys and values each (keys after the model's time rotation),
+  ``[tokens_per_chunk, heads, head_dim]`` keys and values each (keys after the model's time rotation, or before it with
+  ``--kv-keys pre-rope``),
   the latent frames of a chunk and of the local window. Byte sizes of every storage format follow from
   it (``engine.kv_format``).
 * ``VideoGrid`` — how chunks map to video frames (MG2: 9 frames for chunk 0, then 12) and the frame rate.

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from engine.config import (ARENA_MODEL, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
+from engine.config import (ARENA_MODEL, KEY_CONVENTIONS, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
                            SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
 from engine.overlay import merged_overlays
@@ -71,7 +71,7 @@ SECTION_OF = {
     **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "seed", "device", "chunk_ms",
                      "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "sink",
-                     "official_sink", "late_prefetch"), "Memory"),
+                     "official_sink", "late_prefetch", "kv_keys"), "Memory"),
     **dict.fromkeys(("spill", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
     "positions": "Positions",
     **dict.fromkeys(("chunks", "seconds", "minutes", "save_every", "keep_savepoints", "decode_overlap", "set"),
@@ -131,6 +131,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("device_mem", "float", "Device memory budget for KV in GiB (device-only mode).", "memory.device_mem_gib"),
     _opt("kv_bits", "choice", "Stored KV format (16 = unquantised). Default: 4.", "memory.kv_bits",
          ("2", "4", "8", "16")),
+    _opt("kv_keys", "choice", "Keys the memory stores: post-rope (rotated at their own positions, as attended) "
+         "or pre-rope (before the rotation; rotated when staged, at the positions chosen then: native, extended "
+         "or re-placed). MG2 and LingBot models. Default: post-rope.", "memory.keys", KEY_CONVENTIONS),
     _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw"),
     _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k"),
     _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink"),

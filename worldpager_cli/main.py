@@ -24,6 +24,7 @@ from engine.overlay import resolve_session_config, with_user_config
 from worldpager_cli.arena import arena, bench_arena, train
 from worldpager_cli.batch import batch
 from worldpager_cli.bench import bench
+from worldpager_cli.bench_keys import bench_keys
 from worldpager_cli.doctor import doctor
 from worldpager_cli.download import download
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
@@ -70,6 +71,7 @@ cli.add_command(doctor)
 cli.add_command(trajectory)
 bench.add_command(bench_arena)
 bench.add_command(bench_quality)
+bench.add_command(bench_keys)
 
 
 def default_output_path() -> Path:

@@ -3,7 +3,8 @@
 Owns what the session, the memory and the retrieval may know about a model, and nothing else:
 
 * ``KVLayout`` — the self-attention KV of one chunk as the memory stores it: ``layers`` buffers of
-  ``[tokens_per_chunk, heads, head_dim]`` keys and values each (keys after the model's time rotation),
+  ``[tokens_per_chunk, heads, head_dim]`` keys and values each (keys after the model's time rotation, or before it with
+  ``--kv-keys pre-rope``),
   the latent frames of a chunk and of the local window. Byte sizes of every storage format follow from
   it.
 * ``VideoGrid`` — how chunks map to video frames (MG2: 9 frames for chunk 0, then 12) and the frame rate.
@@ -19,6 +20,11 @@ Owns what the session, the memory and the retrieval may know about a model, and 
   observed chunk's latents, leaving its K/V in the context exactly as ``denoise`` would have left them
   for a chunk with those latents.
 
+* ``KeyPlacingModel`` — a model that can also rotate a chunk's keys given before its rotation to any
+  position (``place_keys``): the memory may then store keys pre-rope (``--kv-keys pre-rope``) and
+  rotate them when it stages them. MG2's and LingBot's models are; a model that is not refuses
+  pre-rope storage.
+
 Nothing in ``memory/``, ``retrieval/`` or the session names a particular model: they take a
 ``KVLayout``, a ``VideoGrid`` and a ``WorldModel``.
 """
@@ -33,7 +39,7 @@ import torch
 # the planner can use them without importing the model package; they are part of this interface.
 from engine.layout import KVLayout, VideoGrid
 
-__all__ = ["KVLayout", "VideoGrid", "WorldModel", "ObservingModel"]
+__all__ = ["KVLayout", "VideoGrid", "WorldModel", "ObservingModel", "KeyPlacingModel"]
 
 
 @runtime_checkable
@@ -79,3 +85,12 @@ class ObservingModel(WorldModel, Protocol):
 
     def observe(self, chunk: int, ctx) -> torch.Tensor:
         """The observed ``chunk``'s latents; their K/V (the clean pass) stay uncommitted in the context."""
+
+
+@runtime_checkable
+class KeyPlacingModel(WorldModel, Protocol):
+    """A ``WorldModel`` whose context can keep keys before the rotation (see the module docstring)."""
+
+    def place_keys(self, layer: int, keys: torch.Tensor, start_frame: float) -> torch.Tensor:
+        """Keys ``[B, T, H, D]`` of one chunk of ``layer``, given before the rotation, rotated as if the
+        chunk's first latent frame sat at ``start_frame``."""

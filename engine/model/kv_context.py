@@ -7,7 +7,9 @@ Owns, per layer, the self-attention K/V laid out in one preallocated buffer pair
 with every shape taken from the model's ``KVLayout`` (layers, tokens per frame and chunk, heads, head
 dim, window frames). The model writes the current chunk's K/V on every forward (keys after its time
 rotation, e.g. MG2's RoPE); nothing becomes history until the caller calls ``commit()`` after the
-chunk's clean pass. For MG2 this reproduces its rolling KV cache exactly: a chunk attends to the
+chunk's clean pass. A context made with ``keys_before_rotation`` also keeps the current chunk's keys as
+they were before the rotation (one chunk per layer, ``stored_kv``), for a memory that stores keys
+pre-rope (``engine.session.memory``); everything the model attends stays rotated. For MG2 this reproduces its rolling KV cache exactly: a chunk attends to the
 previous ``window_frames`` latent frames and to itself, without a mask.
 
 Anything else a model keeps per layer (MG2: the action module's rolling windows, the start image's
@@ -54,19 +56,33 @@ class LayerKV:
     """Self-attention K/V of one layer in one buffer pair (see the module docstring for the layout)."""
 
     def __init__(self, layout: ContextLayout, batch: int, heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device):
+                 dtype: torch.dtype, device: torch.device, keys_before_rotation: bool = False):
         self.layout = layout
         shape = (batch, layout.total_tokens, heads, head_dim)  # [B, T, H, D]; keys after RoPE
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # [B, chunk tokens, H, D]: the current chunk's keys before the rotation (pre-rope storage only)
+        self.k_unrotated = (torch.zeros((batch, layout.chunk_tokens, heads, head_dim), dtype=dtype, device=device)
+                            if keys_before_rotation else None)
         self.memory_valid = 0   # tokens, right-aligned against the window region
         self.window_valid = 0   # tokens, right-aligned against the current chunk
 
-    def write_current(self, k: torch.Tensor, v: torch.Tensor) -> None:
+    def write_current(self, k: torch.Tensor, v: torch.Tensor, k_unrotated: torch.Tensor | None = None) -> None:
+        """The current chunk's keys (rotated) and values; ``k_unrotated``: its keys before the rotation,
+        which a context keeping them requires (a model that cannot give them refuses pre-rope storage)."""
         s, n = self.layout.current_start, k.shape[1]
         assert n == self.layout.chunk_tokens, f"chunk of {n} tokens, layout expects {self.layout.chunk_tokens}"
         self.k[:, s:s + n] = k
         self.v[:, s:s + n] = v
+        if self.k_unrotated is not None:
+            assert k_unrotated is not None, "this context stores keys before rotation: the model must give them"
+            self.k_unrotated.copy_(k_unrotated)
+
+    def stored(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The current chunk's K/V as the memory stores them: keys before the rotation when this
+        context keeps them, else as attended."""
+        k, v = self.current()
+        return (k if self.k_unrotated is None else self.k_unrotated), v
 
     def context(self) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V views over every valid token: memory, window, current."""
@@ -151,7 +167,8 @@ class AttentionContext:
     """All per-layer attention state of one generation session, shaped by the model's ``KVLayout``."""
 
     def __init__(self, layout: KVLayout, memory_chunks: int = 0, batch: int = 1,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 keys_before_rotation: bool = False):
         self.layout = layout
         self.regions = ContextLayout(
             memory_tokens=memory_chunks * layout.tokens_per_chunk,
@@ -160,13 +177,18 @@ class AttentionContext:
         )
         device = torch.device(device)
         self.layers: list[LayerState] = [
-            LayerState(LayerKV(self.regions, batch, layout.heads, layout.head_dim, dtype, device))
+            LayerState(LayerKV(self.regions, batch, layout.heads, layout.head_dim, dtype, device,
+                               keys_before_rotation))
             for _ in range(layout.layers)]
         self.chunks_committed = 0
 
     def current_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer (k, v) views [B, chunk tokens, H, D] of the current chunk (valid until the next forward)."""
         return [state.self_kv.current() for state in self.layers]
+
+    def stored_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-layer (k, v) of the current chunk as the memory stores them (``LayerKV.stored``)."""
+        return [state.self_kv.stored() for state in self.layers]
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Every layer's window K/V and model state, and the count of committed chunks (see

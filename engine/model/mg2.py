@@ -87,8 +87,9 @@ class SelfAttention(QKVProjection):
         q = self.queries(x)
         k, v = self.keys_values(x)
         q = rope.apply(q, start_frame, frames, height, width).type_as(v)
+        k_unrotated = k   # what a pre-rope memory stores; rotated again when staged (place_keys)
         k = rope.apply(k, start_frame, frames, height, width).type_as(v)
-        state.self_kv.write_current(k, v)
+        state.self_kv.write_current(k, v, k_unrotated.type_as(v))
         k_ctx, v_ctx = state.self_kv.context()
         return self.o(attention(q, k_ctx, v_ctx).flatten(2))
 

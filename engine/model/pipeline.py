@@ -3,8 +3,9 @@
 Owns what one chunk of the real model needs around the DiT: the start image's conditioning (CLIP
 tokens into the context's cross-attention, the streaming VAE encoder for ``cond_concat``), the noise,
 the action windows from the trajectory, the position-mode check, and the streaming VAE decoder; and the
-interface's facts: ``layout`` / ``grid`` from the model config, the horizon of MG2's rotary table, and
-``rotate_time`` = the DiT's RoPE on the time axis (the same rotation for every layer). The session
+interface's facts: ``layout`` / ``grid`` from the model config, the horizon of MG2's rotary table,
+``rotate_time`` = the DiT's RoPE on the time axis (the same rotation for every layer), and
+``place_keys`` = the whole 3D RoPE at a chosen position, for a memory that stores keys pre-rope. The session
 decides when each step runs; ``prepare_context`` attaches MG2's own per-layer state to the
 model-agnostic context; ``denoise`` leaves the chunk's clean K/V uncommitted in the context so that
 the session can store it first. Built by ``engine.model.registry``.
@@ -71,6 +72,16 @@ class MG2Pipeline:
     def rotate_time(self, layer: int, keys: torch.Tensor, delta_frames: float) -> torch.Tensor:
         """Keys [B, T, H, D] moved ``delta_frames`` latent frames on RoPE's time axis (every layer alike)."""
         return self.models.dit.rope.rotate_time(keys, delta_frames)
+
+    def place_keys(self, layer: int, keys: torch.Tensor, start_frame: float) -> torch.Tensor:
+        """Keys [B, T, H, D] of one chunk, stored before the rotation, rotated by the DiT's 3D RoPE as
+        if the chunk's first latent frame sat at ``start_frame`` (every layer alike). At the chunk's own
+        position this is exactly the rotation its forward applied (the same function on the same
+        values), so a pre-rope memory stages the very keys a post-rope one stores."""
+        m = self.cfg
+        _, ph, pw = m.dit.patch_size
+        return self.models.dit.rope.apply_at(keys, start_frame, m.sampler.frames_per_chunk,
+                                             m.latent_height // ph, m.latent_width // pw)
 
     def check_position(self, chunk: int) -> None:
         horizon = self.horizon_chunk

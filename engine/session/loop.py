@@ -43,7 +43,7 @@ from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory
 from engine.io.video import VideoWriter
 from engine.memory.allocator import pin_allocator
-from engine.model.interface import WorldModel
+from engine.model.interface import KeyPlacingModel, WorldModel
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.overlay import config_to_json, write_resolved_config
@@ -228,15 +228,18 @@ class Session:
         self._pauses = PauseClock().start()
         status, chunks, frames, memory = "failed", 0, 0, None
         try:
+            pre_rope = self.cfg.memory.keys == "pre-rope"
+            assert not pre_rope or isinstance(model, KeyPlacingModel), "config validation admits MG2 only"
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
-                                   device=self.device)
+                                   device=self.device, keys_before_rotation=pre_rope)
             retriever = Retriever(model.camera_poses(), model.grid,
                                   predictor=PREDICTORS[self.cfg.memory.predictor]())
             reopened = self.resume_from is not None and self.fork_of is None   # its own spill directory
             memory = SessionMemory(self.cfg, model.layout, ctx, retriever, self.device, self.dtype,
                                    rerotation=Rerotation.for_session(self.cfg, model),
                                    resume_before=self.resume_from.chunk if reopened else None,
-                                   base_layers=base_layers(self.resume_from, self.fork_of))
+                                   base_layers=base_layers(self.resume_from, self.fork_of),
+                                   place_keys=model.place_keys if pre_rope else None)
             if self.resume_from is None:
                 self._header(memory.host_baseline_bytes, self._savepoint_plan(memory))
             elif self.fork_of is not None:

@@ -21,6 +21,15 @@ Stall = the time this object made the loop wait on memory: for bytes that were n
 synchronous load) or for a pool slot that write-back had not freed yet (``put_wait_ms``, when the drive
 writes slower than chunks are produced). The cost of copying available chunks into the context is
 reported separately (``memory_copy_ms``).
+
+Keys (``memory.keys``): ``post-rope`` stores a chunk's keys as the model attended them (rotated at the
+chunk's own positions) and copies them into a slot as they are; ``pre-rope`` stores them before the
+rotation (``AttentionContext.stored_kv``) and rotates them as they are copied into a slot, at the
+position the position mode chooses then (the chunk's own; past the horizon with ``rerotate`` the
+re-placed one, ``Rerotation.entry_position``), with the model's ``place_keys``. The sink and the local
+window hold rotated keys either way: both stay resident at full precision and are never re-placed on
+entry (a sink that must move is rotated by the difference, like any resident slot). The convention is
+part of the spill's format: a save point records it and a resume whose setting differs is refused.
 """
 from __future__ import annotations
 
@@ -32,7 +41,7 @@ import psutil
 import torch
 
 from engine.config import SessionConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, InputError
 from engine.kv_format import ChunkFormat
 from engine.layout import KVLayout
 from engine.memory.slots import MemorySlots, SlotPlan
@@ -43,6 +52,7 @@ from engine.state_tensors import cpu_copy
 from engine.session.positions import Rerotation
 from engine.session.preflight import staging_chunks
 
+PlaceKeys = Callable[[int, torch.Tensor, float], torch.Tensor]   # (layer, keys before rotation, position)
 GIB = 2 ** 30
 log = logging.getLogger("worldpager.memory")
 
@@ -82,10 +92,15 @@ class SessionMemory:
     def __init__(self, cfg: SessionConfig, layout: KVLayout, ctx: AttentionContext, retriever,
                  device: torch.device, dtype: torch.dtype, *, rerotation: Rerotation | None = None,
                  clock: Callable[[], float] = time.perf_counter, resume_before: int | None = None,
-                 base_layers: list[tuple[str, int]] = ()):
+                 base_layers: list[tuple[str, int]] = (), place_keys: PlaceKeys | None = None):
         """``base_layers``: a forked run's read-only spill directories and the chunk each serves below
-        (``engine.session.fork``); they go into every save point, so that a resumed branch finds them."""
+        (``engine.session.fork``); they go into every save point, so that a resumed branch finds them.
+        ``place_keys``: the model's rotation of keys stored before it (``memory.keys`` pre-rope; the
+        context must keep them, ``AttentionContext(keys_before_rotation=True)``)."""
         self.mode = cfg.memory.store
+        self.keys = cfg.memory.keys
+        assert (place_keys is not None) == (self.keys == "pre-rope"), "pre-rope keys need the model's place_keys"
+        self.place_keys = place_keys
         self._staged: list[int] = []       # the set staged for the next chunk (a save point keeps it)
         self.io_deadline_s = cfg.memory.io_deadline_s
         self._stuck = False
@@ -150,7 +165,8 @@ class SessionMemory:
         return self.store is None or self.store.persist_through(chunk, timeout)
 
     def state_facts(self) -> dict:
-        facts = {"mode": self.mode, "slots": list(self.slots.chunk_in), "staged": list(self._staged)}
+        facts = {"mode": self.mode, "slots": list(self.slots.chunk_in), "staged": list(self._staged),
+                 "keys": self.keys}
         if self.rerotation is not None:
             facts["rerotation"] = self.rerotation.state_facts()
         if self.base_layers:
@@ -178,6 +194,10 @@ class SessionMemory:
         if facts["mode"] != self.mode or len(facts["slots"]) != self.slots.total:
             raise ValueError(f"save point of a {facts['mode']} memory with {len(facts['slots'])} slots; "
                              f"this session has {self.mode} with {self.slots.total}")
+        saved_keys = facts.get("keys", "post-rope")   # save points from before the setting stored post-rope
+        if saved_keys != self.keys:
+            raise InputError(f"the save point's memory stores keys {saved_keys}, this session has --kv-keys "
+                             f"{self.keys}: its spill cannot be read this way")
         chunk_in = [None if c is None else int(c) for c in facts["slots"]]
         sink = self.slots.sink_slot
         wanted = [c for j, c in enumerate(chunk_in) if c is not None and j != sink]
@@ -199,9 +219,8 @@ class SessionMemory:
         for j, c in enumerate(chunk_in):
             if c is None or j == sink:
                 continue
-            for (k_dst, v_dst), (k, v) in zip(context_slot_views(self.ctx, j), loaded[c], strict=True):
-                k_dst.copy_(k)
-                v_dst.copy_(v)
+            entry = None if rerotation is None else rerotation.get("entry", {}).get(str(j))
+            self._fill(j, loaded[c], c * self.layout.frames_per_chunk if entry is None else entry)
             if self.rerotation is not None:       # stored keys: the same rotations again
                 self.rerotation.replay(self.ctx, j, rerotation)
         self.slots.chunk_in = chunk_in
@@ -227,8 +246,8 @@ class SessionMemory:
             out[new] = chunk_in[old]
         if rerotation is not None:
             rerotation = {part: {str(moved[int(s)]): v for s, v in rerotation[part].items() if int(s) in moved}
-                          for part in ("position", "pending", "moves")} | \
-                         {k: v for k, v in rerotation.items() if k not in ("position", "pending", "moves")}
+                          for part in ("position", "pending", "moves", "entry") if part in rerotation} | \
+                         {k: v for k, v in rerotation.items() if k not in ("position", "pending", "moves", "entry")}
         return out, rerotation
 
     @staticmethod
@@ -312,7 +331,7 @@ class SessionMemory:
         if self._late_wait:
             record["stall_ms"] += (self.clock() - t0) * 1e3
         self._wait_staged = False
-        self._apply(self.slots.plan(desired, set(staged.hits)), staged.kv, record)
+        self._apply(self.slots.plan(desired, set(staged.hits)), staged.kv, record, chunk)
         nxt = self.retriever.predict_select(chunk + 1, self.candidates(chunk + 1), self.k)
         to_stage = [c for c in nxt if c not in self.slots.resident()]
         self.store.stage(to_stage)
@@ -322,15 +341,15 @@ class SessionMemory:
     def _prepare_on_demand(self, chunk: int, desired: list[int], record: dict) -> None:
         missing = [c for c in desired if c not in self.slots.resident()]
         loaded = self._load_now(missing, record)
-        self._apply(self.slots.plan(desired, set(loaded)), loaded, record)
+        self._apply(self.slots.plan(desired, set(loaded)), loaded, record, chunk)
 
     def _prepare_sync(self, chunk: int, desired: list[int], record: dict) -> None:
         loaded = self._load_now(desired, record)
         self.slots.clear_retrieval()   # no reuse: every desired chunk is copied again
-        self._apply(self.slots.plan(desired, set(loaded)), loaded, record)
+        self._apply(self.slots.plan(desired, set(loaded)), loaded, record, chunk)
 
     def _prepare_device_only(self, chunk: int, desired: list[int], record: dict) -> None:
-        self._apply(self.slots.plan(desired, set(self.store.kv)), self.store.kv, record)
+        self._apply(self.slots.plan(desired, set(self.store.kv)), self.store.kv, record, chunk)
 
     def _load_now(self, ids: list[int], record: dict) -> dict:
         if not ids:
@@ -342,23 +361,35 @@ class SessionMemory:
         record["stall_ms"] += (self.clock() - t0) * 1e3
         return got.kv
 
-    def _apply(self, plan: SlotPlan, sources: dict, record: dict) -> None:
-        self._copy_into(sources, {c: slot for slot, c in plan.fills}, record)
+    def _apply(self, plan: SlotPlan, sources: dict, record: dict, now: int) -> None:
+        self._copy_into(sources, {c: slot for slot, c in plan.fills}, record, now)
         self.slots.apply(plan)
         record["hits"] += plan.hits
         record["misses"] += len(plan.missing)
         record["stale"] += min(len(plan.missing), len(plan.stale))   # slots kept for lack of a hit
 
-    def _copy_into(self, sources: dict, slot_of: dict[int, int], record: dict) -> None:
+    def _copy_into(self, sources: dict, slot_of: dict[int, int], record: dict, now: int) -> None:
+        """Copy stored chunks into their slots for chunk ``now`` (keys stored pre-rope are rotated on the
+        way, at the position chosen for ``now``)."""
         t0 = self.clock()
         for chunk, slot in slot_of.items():
-            views = context_slot_views(self.ctx, slot)
-            for (k_dst, v_dst), (k, v) in zip(views, sources[chunk], strict=True):
-                k_dst.copy_(k)
-                v_dst.copy_(v)
+            at = self._entry_position(chunk, now)
+            self._fill(slot, sources[chunk], at)
             if self.rerotation is not None:
-                self.rerotation.entered(slot, chunk)
+                self.rerotation.entered(slot, chunk, at if self.place_keys is not None else None)
         record["memory_copy_ms"] += (self.clock() - t0) * 1e3
+
+    def _entry_position(self, chunk: int, now: int) -> float:
+        """The latent-frame position of ``chunk``'s first frame as it enters a slot for chunk ``now``."""
+        if self.rerotation is not None:
+            return self.rerotation.entry_position(chunk, now)
+        return float(chunk * self.layout.frames_per_chunk)
+
+    def _fill(self, slot: int, kv, at: float) -> None:
+        """One stored chunk's K/V into ``slot``: keys as stored, or (pre-rope) rotated to position ``at``."""
+        for layer, ((k_dst, v_dst), (k, v)) in enumerate(zip(context_slot_views(self.ctx, slot), kv, strict=True)):
+            k_dst.copy_(k if self.place_keys is None else self.place_keys(layer, k, at))
+            v_dst.copy_(v)
 
     def ctx_valid(self) -> None:
         tokens = self.slots.valid_tokens(self.layout.tokens_per_chunk)
@@ -378,7 +409,7 @@ class SessionMemory:
                 k_dst.copy_(k)
                 v_dst.copy_(v)
             self._sink_copied = True
-        self.store.put(chunk, self.ctx.current_kv())
+        self.store.put(chunk, self.ctx.stored_kv())   # keys before the rotation with pre-rope
         return self.tier_record()
 
     def tier_record(self) -> dict:

@@ -11,6 +11,12 @@ the current chunk would exceed the native reach. The rotation itself is the mode
 (``WorldModel.rotate_time``); rotations compose additively, so this equals computing the position
 encoding at the new place (up to rounding).
 
+With keys stored before the rotation (``--kv-keys pre-rope``) the memory rotates a chunk's keys when it
+copies them into a slot, at ``entry_position``: the chunk's own position, or past the horizon directly
+the re-placed one; ``entered`` records where they landed, and ``update`` then has nothing to move for
+them (a zero move is skipped). A chunk that stays resident and must move again is rotated by the
+difference, as with post-rope keys (the slot holds rotated keys only).
+
 Everything comes through the model interface: latent frames per chunk from ``layout``, video frames
 per latent frame from ``grid`` and ``layout``, the horizon from ``horizon_chunk``. The native reach is
 counted in whole chunks below the horizon, ``(horizon - 1) * frames_per_chunk`` latent frames, so a
@@ -40,6 +46,7 @@ class Rerotation:
     position: dict[int, float] = field(default_factory=dict)   # slot -> first-frame position encoded
     pending: dict[int, int] = field(default_factory=dict)      # slot -> chunk that just entered
     moves: dict[int, list[float]] = field(default_factory=dict)  # slot -> rotations since it entered
+    entry: dict[int, float] = field(default_factory=dict)      # slot -> first-frame position on entering
 
     @classmethod
     def for_session(cls, cfg: SessionConfig, model: WorldModel) -> "Rerotation | None":
@@ -50,11 +57,20 @@ class Rerotation:
         return cls(layout, model.rotate_time, cfg.rerotate_offset_frames / video_per_latent,
                    model.horizon_chunk)
 
-    def entered(self, slot: int, chunk: int) -> None:
-        """A chunk's keys were just copied into ``slot`` at their stored (absolute) position."""
-        self.position[slot] = float(chunk * self.layout.frames_per_chunk)
+    def entered(self, slot: int, chunk: int, at: float | None = None) -> None:
+        """A chunk's keys were just copied into ``slot``: at their stored (absolute) position, or
+        ``at`` (keys stored before the rotation, rotated as they were copied)."""
+        self.position[slot] = float(chunk * self.layout.frames_per_chunk) if at is None else float(at)
+        self.entry[slot] = self.position[slot]
         self.pending[slot] = chunk
         self.moves[slot] = []
+
+    def entry_position(self, chunk: int, now: int) -> float:
+        """Where a chunk's keys stored before the rotation go as they enter a slot for chunk ``now``:
+        its own position below the horizon, the re-placed one past it."""
+        if self.horizon is not None and now >= self.horizon:
+            return self.target(now)
+        return float(chunk * self.layout.frames_per_chunk)
 
     def target(self, chunk: int) -> float:
         f = self.layout.frames_per_chunk
@@ -74,8 +90,10 @@ class Rerotation:
                 continue
             too_far = chunk * f - self.position[slot] > limit
             if slot in entered or too_far:
-                self._rotate(ctx, slot, target - self.position[slot])
-                self.moves.setdefault(slot, []).append(target - self.position[slot])
+                delta = target - self.position[slot]
+                if delta != 0:   # keys placed before the rotation entered at the target already
+                    self._rotate(ctx, slot, delta)
+                    self.moves.setdefault(slot, []).append(delta)
                 self.position[slot] = target
                 rotated += 1
         return rotated
@@ -84,7 +102,8 @@ class Rerotation:
         """Where each slot's keys stand (a save point's share; JSON)."""
         return {"position": {str(s): p for s, p in self.position.items()},
                 "pending": {str(s): c for s, c in self.pending.items()},
-                "moves": {str(s): list(m) for s, m in self.moves.items()}}
+                "moves": {str(s): list(m) for s, m in self.moves.items()},
+                "entry": {str(s): p for s, p in self.entry.items()}}
 
     def replay(self, ctx, slot: int, facts: dict) -> None:
         """After a slot was refilled with its chunk's stored keys: the same rotations again, in order."""
@@ -95,6 +114,7 @@ class Rerotation:
         self.position = {int(s): float(p) for s, p in facts["position"].items()}
         self.pending = {int(s): int(c) for s, c in facts["pending"].items()}
         self.moves = {int(s): [float(d) for d in m] for s, m in facts["moves"].items()}
+        self.entry = {int(s): float(p) for s, p in facts.get("entry", {}).items()}
 
     def _rotate(self, ctx, slot: int, delta: float) -> None:
         tokens = self.layout.tokens_per_chunk

@@ -171,10 +171,13 @@ class MemoryEstimate:
 
 
 def context_chunks(cfg: SessionConfig, layout: KVLayout) -> float:
-    """Chunks of tokens in the attention context: memory slots, local window, current chunk."""
+    """Chunks of tokens in the attention context: memory slots, local window, current chunk, and with
+    keys stored before the rotation (``--kv-keys pre-rope``) the current chunk's un-rotated keys (half a
+    chunk: keys, no values)."""
     mem = cfg.memory
     memory = 0 if mem.store == "window" else mem.retrieve_k + (1 if mem.sink else 0)
-    return memory + layout.window_frames / layout.frames_per_chunk + 1
+    unrotated = 0.5 if mem.keys == "pre-rope" else 0
+    return memory + layout.window_frames / layout.frames_per_chunk + 1 + unrotated
 
 
 def staging_chunks(cfg: SessionConfig) -> int:

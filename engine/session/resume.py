@@ -114,6 +114,17 @@ def unresumable_note(cfg: SessionConfig) -> list[str]:
             "give --spill DIR for that"]
 
 
+def check_key_convention(out: Path, sp: SavePoint, cfg: SessionConfig, doing: str) -> None:
+    """The keys the save point's spill holds (before or after the rotation, ``--kv-keys``) are the ones
+    the config asks for: the convention is part of the spill's format (a save point from before the
+    setting existed stored them post-rope)."""
+    memory = sp.facts.get("memory") or {}
+    saved = memory.get("keys", "post-rope")
+    if memory.get("mode", "window") != "window" and saved != cfg.memory.keys:
+        raise InputError(f"cannot {doing} {out}: save point {sp.chunk}'s memory stores keys {saved}, the config "
+                         f"asks for --kv-keys {cfg.memory.keys}")
+
+
 def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None = None) -> tuple[SavePoint, list[str]]:
     """The newest intact save point (or the one at chunk ``at``) whose frames ``out`` holds whole;
     a newer one the video is too short for is skipped with a note."""
@@ -130,6 +141,7 @@ def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None 
         except SavePointError as exc:
             notes.append(f"{path.name}: {exc.reason} (skipped)")
             continue
+        check_key_convention(out, sp, cfg, doing)
         if sp.facts.get("config_digest") != config_digest(cfg):
             raise InputError(f"cannot {doing} {out}: save point {sp.chunk} was made with another config than "
                              f"{out.with_suffix('.config.json')}")

@@ -2,9 +2,8 @@
 
 Runs the micro model's session (seeded weights) for 3 chunks and checks the command's shape, not its
 figures' size (benchmarks are never timed or thresholded here): four rows, one per placement and
-convention, each error a positive number, the two conventions' errors different (int4 sees different
-keys), and the native placement's key error the same for both positions of one convention (re-placing
-moves keys exactly, by a rotation, only the logits change).
+convention, each error a positive number, and the two conventions' errors different (int4 sees
+different keys).
 """
 from __future__ import annotations
 

@@ -27,9 +27,10 @@ import torch
 class SelfKV(Protocol):
     """What a self-attention layer needs from its cache."""
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the chunk's k/v [B, n, H, D] (tokens from ``current_start``); return the K/V to attend."""
+    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int,
+               k_unrotated: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the chunk's k/v [B, n, H, D] (tokens from ``current_start``; ``k_unrotated``: its keys
+        before RoPE, for a cache that keeps them); return the K/V to attend."""
 
 
 class RollingKV:
@@ -53,9 +54,10 @@ class RollingKV:
         self.v[:, dst] = self.v[:, src].clone()
         self.positions[dst] = self.positions[src].clone()
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the chunk's k/v [B, n, H, D] (tokens from ``current_start``); the K/V to attend to."""
+    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int,
+               k_unrotated: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the chunk's k/v [B, n, H, D] (tokens from ``current_start``); the K/V to attend to (the
+        keys before RoPE are not kept: this cache is the reference's, with no memory)."""
         n = k.shape[1]
         assert n <= self.size, f"chunk of {n} tokens does not fit a cache of {self.size}"
         end = current_start + n

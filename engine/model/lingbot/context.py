@@ -4,8 +4,8 @@ Owns the bridge between the DiT (which sees a layer's self-attention cache only 
 ``SelfKV.update`` and the text K/V through ``CrossKV``) and the model-agnostic
 ``engine.model.kv_context.AttentionContext``:
 
-* ``ContextSelfKV`` — ``update`` writes the chunk's K/V (keys after RoPE at their absolute latent frame)
-  into the context's current region and returns every valid token: [sink | retrieved memory | window |
+* ``ContextSelfKV`` — ``update`` writes the chunk's K/V (keys after RoPE at their absolute latent frame,
+  and for a context that keeps them the keys before RoPE) into the context's current region and returns every valid token: [sink | retrieved memory | window |
   chunk]. Every forward of a chunk overwrites the same rows, so after the clean pass the region holds the
   clean K/V, uncommitted, as the interface asks. With the official sink (``sink_tokens``: LingBot's
   ``sink_size`` latent frames, the session's ``--sink``) the first frames' K/V of the first chunk are
@@ -35,8 +35,9 @@ class ContextSelfKV:
         assert sink_tokens == 0 or state is not None, "the official sink needs the layer state to keep it"
         self.kv, self.state, self.sink_tokens = kv, state, sink_tokens
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        self.kv.write_current(k, v)
+    def update(self, k: torch.Tensor, v: torch.Tensor, current_start: int,
+               k_unrotated: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        self.kv.write_current(k, v, k_unrotated)
         if current_start < self.sink_tokens:          # the chunk holding the sink frames: the last forward
             n = self.sink_tokens - current_start      # (the clean pass) leaves its K/V, as in the official cache
             assert n <= k.shape[1], "the official sink is longer than the first chunk"

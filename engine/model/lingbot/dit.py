@@ -38,8 +38,9 @@ class FastSelfAttention(QKVProjection):
         q = self.queries(x)
         k, v = self.keys_values(x)
         q = rope.apply(q, start_frame, frames, height, width).type_as(v)
+        k_unrotated = k   # what a pre-rope memory stores; rotated again when staged (place_keys)
         k = rope.apply(k, start_frame, frames, height, width).type_as(v)
-        k_ctx, v_ctx = cache.update(k, v, current_start)
+        k_ctx, v_ctx = cache.update(k, v, current_start, k_unrotated.type_as(v))
         return self.o(attention(q, k_ctx, v_ctx).flatten(2))
 
 

@@ -105,6 +105,15 @@ class LingbotPipeline:
         """Keys [B, T, H, D] moved ``delta_frames`` latent frames on RoPE's time axis (every layer alike)."""
         return self.dit.rope.rotate_time(keys, delta_frames)
 
+    def place_keys(self, layer: int, keys: torch.Tensor, start_frame: float) -> torch.Tensor:
+        """Keys [B, T, H, D] of one chunk, stored before RoPE, rotated by the DiT's 3D RoPE as if the
+        chunk's first latent frame sat at ``start_frame`` (every layer alike; at the chunk's own position
+        exactly the rotation its forward applied)."""
+        m = self.cfg
+        _, ph, pw = m.dit.patch_size
+        return self.dit.rope.apply_at(keys, start_frame, m.frames_per_chunk, m.latent_height // ph,
+                                      m.latent_width // pw)
+
     def check_position(self, chunk: int) -> None:
         if self.positions == "native" and chunk >= self.horizon_chunk:
             raise HorizonError(
