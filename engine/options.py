@@ -86,8 +86,8 @@ def _opt(name, kind, help, target=None, choices=()) -> Option:
 SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("preset", "text", "Preset name (presets/NAME.yaml) or a YAML file; flags override it."),
     _opt("image", "path", "Start image (PNG/JPEG/WebP). Default: the packaged scene.", "image"),
-    _opt("trajectory", "path", "Trajectory file (YAML, pose CSV, action CSV, nerfstudio JSON) or LingBot pose folder. Default: the "
-         "model's packaged one (the arena model: arena_tour.yaml; MG2: revisit_loop.yaml).", "trajectory"),
+    _opt("trajectory", "path", "Trajectory file (YAML, pose CSV, action CSV, nerfstudio JSON) or LingBot pose "
+         "folder. Default: the model's packaged one (the arena model: arena_tour.yaml; MG2: revisit_loop.yaml).", "trajectory"),
     _opt("observe", "path", "Start from an observed clip for its whole chunks, then --trajectory goes on from "
          "where it ended: for the arena model a trajectory file whose path through its world is observed "
          "(rendered truth); for MG2 a recorded video at the model's frame size (its frame 0 is the start image), "
