@@ -112,6 +112,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          group="memory"),
     _opt("kv_bits", "choice", "Stored KV format (16 = unquantised). Default: 4.", "memory.kv_bits",
          ("2", "4", "8", "16"), group="memory"),
+    _opt("spill_max", "text", "Disk quota of --spill: 500M, 4G, 4GiB or 10% (of the drive's free space at "
+         "start). When full, the chunks retrieval is least likely to need are dropped. Default: none.",
+         "memory.spill_max", group="memory"),
     _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw",
          group="memory"),
     _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k", group="memory"),

@@ -26,6 +26,10 @@ Contract.
                         failed reads and, among them, ``corrupt_blocks`` (disk blocks failing their crc32).
   ``lost``              chunks before a resume point that its spill index no longer holds (a damaged
                         entry): misses when retrieved, not waited for by ``persist_through``.
+  ``drop(ids, at)``     (``--spill-max``) forgets chunks for good, decided at chunk ``at``: never loaded
+                        again, a pool copy freed (a dirty one never written), a disk block retired —
+                        kept until ``release(before)`` says a save point newer than the drop is on the
+                        drive (``DiskTier.retire``). ``persist_through`` does not wait for them.
   ``close()``           drains write-back (all dirty blocks with ``persist_all``), writes the index,
                         releases the spill lock. Also a context manager.
 
@@ -140,6 +144,9 @@ class KVStore:
         self.manager = PlacementManager(n_slots, has_disk=self.disk is not None,
                                         low_water=low_water, slot_bytes=self.fmt.slot_bytes)
         self.lost: set[ChunkId] = set()   # chunks a resumed run's index no longer holds: never retrievable
+        self.dropped: dict[ChunkId, ChunkId] = {}   # chunk -> the chunk it was dropped at (--spill-max)
+        self._drops_waiting: list[ChunkId] = []     # dropped while a save point is being made
+        self._persisting = 0
         if self.disk is not None and resume:
             if self._resume_before is not None:
                 self.disk.forget_from(self._resume_before)
@@ -274,6 +281,8 @@ class KVStore:
         with self._cond:
             self._write_started.pop(chunk, None)
             self.manager.complete_writeback(chunk, result.ok)
+            if result.ok and chunk in self.dropped:   # dropped while its write was in flight
+                self.disk.retire(chunk, self.dropped[chunk])
             if result.ok:
                 self._c["disk_write_bytes"] += result.nbytes
                 self._c["disk_write_s"] += result.seconds
@@ -291,20 +300,54 @@ class KVStore:
 
     def persist_through(self, chunk: ChunkId, timeout: float) -> bool:
         """Block (the caller's thread, e.g. a save point's) until every chunk before ``chunk`` is on
-        the drive and the drive's index is durable; False on a timeout, a write error or no drive."""
+        the drive and the drive's index is durable; False on a timeout, a write error or no drive.
+
+        Chunks dropped before ``chunk`` are not waited for; chunks dropped meanwhile (at ``chunk`` or
+        later) are still needed by the save point: their drops take effect when this returns."""
         if self.disk is None:
             return False
-        need = set(range(chunk)) - self.lost
         with self._cond:
-            self._persist_all = True
-            self._kick_writeback()
-            done = self._cond.wait_for(
-                lambda: self._disk_error is not None or need <= self.manager.disk_chunks(), timeout)
-            self._persist_all = False
+            need = set(range(chunk)) - self.lost - {c for c, at in self.dropped.items() if at < chunk}
+            self._persisting += 1
+            try:
+                self._persist_all = True
+                self._kick_writeback()
+                done = self._cond.wait_for(
+                    lambda: self._disk_error is not None or need <= self.manager.disk_chunks(), timeout)
+                self._persist_all = False
+            finally:
+                self._persisting -= 1
+                if not self._persisting:
+                    self._apply_drops()
             if not done or self._disk_error is not None:
                 return False
         self.disk.flush_index()
         return True
+
+    # ---- drops (--spill-max) --------------------------------------------------------------------
+
+    def drop(self, chunk_ids, at: ChunkId) -> None:
+        """Forget ``chunk_ids`` for good (see the module docstring); decided at chunk ``at``."""
+        with self._cond:
+            for chunk in chunk_ids:
+                if chunk not in self.dropped:
+                    self.dropped[chunk] = at
+                    self._drops_waiting.append(chunk)
+            if not self._persisting:   # a save point being made may still need them: after it
+                self._apply_drops()
+
+    def _apply_drops(self) -> None:
+        """Drops decided so far reach the manager and the drive (called under the lock)."""
+        for chunk in self._drops_waiting:
+            if self.manager.drop(chunk) and self.disk is not None:
+                self.disk.retire(chunk, self.dropped[chunk])   # a base directory's block is not ours
+        self._drops_waiting = []
+        self._retry_deferred()
+        self._cond.notify_all()
+
+    def release(self, before: ChunkId | None = None) -> int:
+        """Give back the disk blocks of chunks dropped before chunk ``before`` (None: all)."""
+        return 0 if self.disk is None else self.disk.release(before)
 
     # ---- staging --------------------------------------------------------------------------------
 
@@ -514,6 +557,10 @@ class KVStore:
                      writeback_queue_depth=self.manager.writeback_pending(),
                      disk_blocks=self.disk.blocks if self.disk else 0,
                      disk_bytes=self.disk.used_bytes if self.disk else 0,
+                     disk_alloc_bytes=self.disk.allocated_bytes if self.disk else 0,
+                     disk_retired_blocks=self.disk.retired if self.disk else 0,
+                     disk_early_releases=self.disk.early_releases if self.disk else 0,
+                     dropped_chunks=len(self.dropped),
                      disk_io_mode=self.disk.io_mode if self.disk else "none",
                      disk_failed=self._disk_error is not None,
                      writer_yield_timeouts=self.io.gate.yield_timeouts)
