@@ -9,7 +9,9 @@ Contract.
     (``blocks``, each ``slot_bytes``, 4 KiB-aligned) and the index, counted twice (the old index and its
     replacement exist at once while it is rewritten). ``keep`` is how many chunks the session keeps
     retrievable: ``blocks`` less ``reserve`` — the blocks of dropped chunks that a save point may still
-    need (they are given back once a newer save point is on the drive, see ``DiskTier.retire``).
+    need (they are given back once a newer save point is on the drive, see ``DiskTier.retire``): with
+    ``--save-every N`` two intervals' drops and a batch (2N + batch + 1), with save points by wall time a
+    tenth of the blocks, without save points none.
     ``low`` is where a drop batch stops (drops come in batches, not one per chunk).
   * ``minimum_keep(k, window)`` is the fewest chunks a session pins at once (the retrieved set, the
     set staged for the next chunk, the chunks still inside the local window and the one just stored);
@@ -94,33 +96,44 @@ class QuotaPlan:
     low: int         # a drop batch stops here
 
     @classmethod
-    def of(cls, quota_bytes: int, slot_bytes: int, format_tag: str = "") -> "QuotaPlan":
+    def of(cls, quota_bytes: int, slot_bytes: int, format_tag: str = "",
+           save_every: int | None = None) -> "QuotaPlan":
+        """``save_every`` (chunks between save points, when fixed): the reserve then holds the drops of
+        two save-point intervals and a batch (a save point is written within the next interval);
+        otherwise it is a tenth of the blocks (at least 2)."""
         blocks = max(0, quota_bytes // slot_bytes)
         while blocks > 0 and blocks * slot_bytes + 2 * index_bound(blocks, format_tag) > quota_bytes:
             blocks -= 1
-        reserve = max(2, blocks // 10)
-        keep = max(0, blocks - reserve)
-        low = max(0, keep - max(1, keep // 32))
-        return cls(quota_bytes, slot_bytes, blocks, reserve, keep, low)
+        batch = max(1, blocks // 32)
+        if save_every == 0:
+            reserve = 0                     # no save points: a dropped block is given back at once
+        elif save_every is not None:
+            reserve = 2 * save_every + batch + 1
+        else:
+            reserve = max(2, blocks // 10)
+        reserve = min(reserve, blocks)
+        keep = blocks - reserve
+        return cls(quota_bytes, slot_bytes, blocks, reserve, keep, max(0, keep - batch))
 
     @property
     def block_file_bytes(self) -> int:
         """The block file's cap (``DiskTier(max_bytes=...)``)."""
         return self.blocks * self.slot_bytes
 
-    def smallest_bytes(self, keep_needed: int, format_tag: str = "") -> int:
+    def smallest_bytes(self, keep_needed: int, format_tag: str = "", save_every: int | None = None) -> int:
         """The least quota whose ``keep`` reaches ``keep_needed`` (for the error message)."""
         size = self.slot_bytes * (keep_needed + 2)
-        while QuotaPlan.of(size, self.slot_bytes, format_tag).keep < keep_needed:
+        while QuotaPlan.of(size, self.slot_bytes, format_tag, save_every).keep < keep_needed:
             size += self.slot_bytes
         return size
 
 
-def check_quota(text, plan: QuotaPlan, k: int, window_chunks: int, format_tag: str = "") -> None:
+def check_quota(text, plan: QuotaPlan, k: int, window_chunks: int, format_tag: str = "",
+                save_every: int | None = None) -> None:
     """A one-line ``ConfigError`` when the quota cannot hold what the session pins at once."""
     need = minimum_keep(k, window_chunks)
     if plan.keep < need:
-        least = plan.smallest_bytes(need, format_tag)
+        least = plan.smallest_bytes(need, format_tag, save_every)
         raise ConfigError(f"--spill-max {text} holds {plan.keep} chunks of {plan.slot_bytes / MiB:.1f} MiB; the "
                           f"session pins up to {need} at once (retrieved, staged, in the window): give at least "
                           f"{-(-least // MiB)}M")

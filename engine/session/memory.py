@@ -118,6 +118,7 @@ class SessionMemory:
         spill = None if self.mode == "dram-only" else cfg.memory.spill
         self.quota = self._quota(cfg, spill, fmt, retriever)
         self._hold_drops = cfg.save_every != 0   # dropped blocks wait for a newer save point
+        self._save_every = cfg.save_every
         self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes, device, dtype),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
                              k_slots=max(self.k, 1), dtype=dtype,
@@ -130,7 +131,7 @@ class SessionMemory:
     def _quota(self, cfg: SessionConfig, spill, fmt, retriever) -> SessionQuota | None:
         if cfg.memory.spill_max is None or spill is None:
             return None
-        plan = QuotaPlan.of(parse_spill_max(cfg.memory.spill_max, spill), fmt.slot_bytes, format_tag(fmt))
+        plan = QuotaPlan.of(parse_spill_max(cfg.memory.spill_max, spill), fmt.slot_bytes, format_tag(fmt), cfg.save_every)
         return SessionQuota(plan, retriever, sink=self.slots.sink)
 
     # ---- save points (engine.session.save) ----------------------------------------------------------
@@ -236,7 +237,7 @@ class SessionMemory:
     def _load_quota(self, facts: dict) -> None:
         """The holes and the quota as the save point had them; blocks dropped before it are given back."""
         fmt = self.store.fmt
-        self.quota.plan = QuotaPlan.of(int(facts["quota_bytes"]), fmt.slot_bytes, format_tag(fmt))
+        self.quota.plan = QuotaPlan.of(int(facts["quota_bytes"]), fmt.slot_bytes, format_tag(fmt), self._save_every)
         if self.store.disk is not None:
             self.store.disk.max_bytes = self.quota.plan.block_file_bytes
         self.quota.load_facts(facts)

@@ -141,8 +141,9 @@ def check_spill_quota(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> 
         raise ConfigError(f"--spill-max {text} needs a disk tier: give --spill DIR (store mode "
                           f"{cfg.memory.store} writes no chunks to a drive without it)")
     fmt = ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits, raw_dtype=dtype_name)
-    plan = QuotaPlan.of(parse_spill_max(text, Path(cfg.memory.spill)), fmt.slot_bytes, format_tag(fmt))
-    check_quota(text, plan, cfg.memory.retrieve_k, layout.window_chunks, format_tag(fmt))
+    plan = QuotaPlan.of(parse_spill_max(text, Path(cfg.memory.spill)), fmt.slot_bytes, format_tag(fmt),
+                        cfg.save_every)
+    check_quota(text, plan, cfg.memory.retrieve_k, layout.window_chunks, format_tag(fmt), cfg.save_every)
 
 
 def _probe_writable(spill: Path, existing: Path) -> None:
