@@ -485,3 +485,43 @@ def device(dry_run: bool, out: Path, steps_spec: str | None, budget_s: float | N
     click.echo((out / "device_check.md").read_text(), nl=False)
     echo_json("device", doc, machine(doc["device"]),
               {"dry_run": dry_run, "steps": names, "budget_s": doc["budget_s"], "spill": str(spill) if spill else None})
+
+
+# ---- bench quota (--spill-max on the arena model's revisits) ------------------------------------------
+
+@bench.command("quota")
+@click.option("--seeds", type=click.IntRange(min=1), default=2, show_default=True, help="Quality seeds (arenas).")
+@click.option("--kinds", default="glance,spin,walk", show_default=True, help="Kinds of revisit episode.")
+@click.option("--chunks", type=click.IntRange(min=20), default=200, show_default=True,
+              help="Episode length: long, so that the memory outgrows the quota.")
+@click.option("--observed", type=click.IntRange(min=1), default=4, show_default=True, help="Observed chunks first.")
+@click.option("--shares", default="1,0.25,0.1,0.05", show_default=True,
+              help="Quotas as shares of the unbounded session's disk, comma-separated.")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Temporary session folders. Default: the system temp.")
+def quota(seeds: int, kinds: str, chunks: int, observed: int, shares: str, workdir: Path | None) -> None:
+    """Disk, first-choice retrieval rate, revisit PSNR and stalls under --spill-max quotas (arena model)."""
+    import dataclasses
+
+    from engine.quality.quota import run_quota, summarise
+    from engine.quality.revisit_paths import FULL
+
+    fractions = tuple(float(s) for s in _split(shares, "--shares"))
+    if any(not 0 < f <= 1 for f in fractions):
+        raise ConfigError(f"--shares must be in (0, 1], got {shares!r}")
+    shape = dataclasses.replace(FULL, chunks=chunks, observed_chunks=observed)
+    kind_list = tuple(_split(kinds, "--kinds"))
+    click.echo(f"bench quota: arena model, {seeds} seed(s) x {', '.join(kind_list)}, {chunks}-chunk episodes "
+               f"({observed} observed), int4, k 3, pool 4 chunks, no save points", err=True)
+    rows = run_quota(list(range(seeds)), kind_list, shape, fractions,
+                     on_row=lambda r: click.echo(f"  {r['seed']} {r['kind']} {r['arm']}: "
+                                                 f"{r.get('refused') or size(r['disk_bytes_written'])}", err=True),
+                     workdir=workdir)
+    lines = summarise(rows)
+    echo_table(("quota", "episodes", "disk written", "disk peak", "1st choice", "PSNR obs", "PSNR gen", "stall ms"), [
+        (l["arm"], f"{l['episodes']}" + (f" ({l['refused']} refused)" if l["refused"] else ""),
+         size(l["disk_bytes_written"]) if l["episodes"] else "",
+         size(l["disk_alloc_max"]) if l.get("disk_alloc_max") else "",
+         f"{l['first_choice_rate'] * 100:.1f} %" if l["episodes"] else "",
+         num(l.get("psnr_observed")), num(l.get("psnr_generated")), num(l.get("stall_ms"))) for l in lines])
+    echo_json("quota", {"summary": lines, "rows": rows}, machine("cpu"),
+              {"seeds": seeds, "kinds": kind_list, "chunks": chunks, "observed": observed, "shares": fractions})
