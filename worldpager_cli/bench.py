@@ -300,8 +300,10 @@ def _bw(value: str) -> str | None:
 @click.option("--trajectory", type=click.Path(path_type=Path), help="Default: yaw.yaml (revisits every 20 chunks).")
 @click.option("--figures", type=click.Path(path_type=Path), default=None,
               help="Also write the runs' report here (worldpager report's figures, overlaid, and its page).")
+@click.option("--spill-max", "spill_max", help="Disk quota of each run's spill directory (as generate's --spill-max).")
 def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int, pool_slots: int,
-          kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None) -> None:
+          kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None,
+          spill_max: str | None) -> None:
     """Stalls and per-chunk cost of store modes side by side (synthetic model, real store and disk)."""
     from engine.bench.experiments import run_synthetic
 
@@ -317,6 +319,8 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
     for mode, bw, wb in grid:
         overlay = {"chunks": chunks, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
                    "memory": {"store": mode, "pool_slots": pool_slots, "drive_bw": _bw(bw), "writeback": wb}}
+        if spill_max is not None:
+            overlay["memory"]["spill_max"] = spill_max
         if trajectory is not None:
             overlay["trajectory"] = str(trajectory)
         keep = figures / "logs" / f"{mode}-{bw}-{wb}.log.jsonl" if figures is not None else None
@@ -328,6 +332,11 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
                      f"{r['hits']}/{r['misses']}/{r['stale']}", size(r["disk_bytes_read"]),
                      size(r["disk_bytes_written"]), r["status"] if r["status"] == "done" else f"{r['status']} at {r['chunks']}"))
         click.echo(f"  {mode} / drive {bw} / write-back {wb}: stall p99 {r['stall_p99_ms']:.1f} ms", err=True)
+        if "disk_alloc_max" in r:
+            click.echo(f"  --spill-max {spill_max}: spill directory at most {size(r['disk_alloc_max'])} (quota "
+                       f"{size(r['spill_max_bytes'])}), {r['dropped']} chunks dropped, first choice kept "
+                       f"{(r['first_choice_rate'] or 0) * 100:.1f} %; allocated at each tenth: "
+                       + ", ".join(f"{c}:{size(b)}" for c, b in r["disk_alloc_series"]), err=True)
     click.echo(f"bench store: synthetic MG2 KV x{kv_scale:g}, {chunks} chunks of {chunk_ms:g} ms, pool "
                f"{pool_slots} chunks, spill under {spill}, stalls after {warmup} warm-up chunks")
     echo_table(("store", "drive", "write-back", "stall p50", "p99", "max", "stalled", "chunk ms", "store ms",
@@ -341,7 +350,7 @@ def store(spill: Path, modes: str, drive_bws: str, writebacks: str, chunks: int,
     echo_json("store", {"runs": results}, machine("cpu"),
               {"spill": str(spill), "modes": modes, "drive_bw": drive_bws, "writeback": writebacks,
                "chunks": chunks, "pool_slots": pool_slots, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
-               "warmup": warmup})
+               "warmup": warmup, "spill_max": spill_max})
 
 
 @bench.command("memory")
