@@ -522,8 +522,7 @@ def quota(seeds: int, kinds: str, chunks: int, observed: int, shares: str, workd
     click.echo(f"bench quota: arena model, {seeds} seed(s) x {', '.join(kind_list)}, {chunks}-chunk episodes "
                f"({observed} observed), int4, k 3, pool 4 chunks, no save points", err=True)
     rows = run_quota(list(range(seeds)), kind_list, shape, fractions,
-                     on_row=lambda r: click.echo(f"  {r['seed']} {r['kind']} {r['arm']}: "
-                                                 f"{r.get('refused') or size(r['disk_bytes_written'])}", err=True),
+                     on_row=lambda r: click.echo(f"  row {json.dumps(_round(r), separators=(',', ':'))}", err=True),
                      workdir=workdir)
     lines = summarise(rows)
     echo_table(("quota", "episodes", "disk written", "disk peak", "1st choice", "PSNR obs", "PSNR gen", "stall ms"), [
