@@ -96,6 +96,9 @@ class PlacementManager:
         """Chunks in the pool, least recently used first."""
         return list(self._host)
 
+    def on_disk(self, chunk: ChunkId) -> bool:
+        return chunk in self._disk
+
     def disk_chunks(self) -> set[ChunkId]:
         return set(self._disk)
 

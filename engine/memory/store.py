@@ -145,8 +145,8 @@ class KVStore:
                                         low_water=low_water, slot_bytes=self.fmt.slot_bytes)
         self.lost: set[ChunkId] = set()   # chunks a resumed run's index no longer holds: never retrievable
         self.dropped: dict[ChunkId, ChunkId] = {}   # chunk -> the chunk it was dropped at (--spill-max)
-        self._drops_waiting: list[ChunkId] = []     # dropped while a save point is being made
-        self._persisting = 0
+        self._drops_waiting: list[ChunkId] = []     # dropped while a save point waits for them to be written
+        self._persist_need: list[set] = []          # what each save point being made waits for
         if self.disk is not None and resume:
             if self._resume_before is not None:
                 self.disk.forget_from(self._resume_before)
@@ -308,7 +308,7 @@ class KVStore:
             return False
         with self._cond:
             need = set(range(chunk)) - self.lost - {c for c, at in self.dropped.items() if at < chunk}
-            self._persisting += 1
+            self._persist_need.append(need)
             try:
                 self._persist_all = True
                 self._kick_writeback()
@@ -316,8 +316,8 @@ class KVStore:
                     lambda: self._disk_error is not None or need <= self.manager.disk_chunks(), timeout)
                 self._persist_all = False
             finally:
-                self._persisting -= 1
-                if not self._persisting:
+                self._persist_need.remove(need)
+                if not self._persist_need:
                     self._apply_drops()
             if not done or self._disk_error is not None:
                 return False
@@ -330,18 +330,28 @@ class KVStore:
         """Forget ``chunk_ids`` for good (see the module docstring); decided at chunk ``at``."""
         with self._cond:
             for chunk in chunk_ids:
-                if chunk not in self.dropped:
-                    self.dropped[chunk] = at
-                    self._drops_waiting.append(chunk)
-            if not self._persisting:   # a save point being made may still need them: after it
+                if chunk in self.dropped:
+                    continue
+                self.dropped[chunk] = at
+                self._drops_waiting.append(chunk)
+                if self.manager.on_disk(chunk):   # already written: the save point has it
+                    for need in self._persist_need:
+                        need.discard(chunk)
+            if not self._persist_need:
                 self._apply_drops()
+            else:   # a save point being made still needs the unwritten ones: those after it
+                written = [c for c in self._drops_waiting if not any(c in n for n in self._persist_need)]
+                self._drops_waiting = [c for c in self._drops_waiting if c not in set(written)]
+                self._apply_drops(written)
 
-    def _apply_drops(self) -> None:
-        """Drops decided so far reach the manager and the drive (called under the lock)."""
-        for chunk in self._drops_waiting:
+    def _apply_drops(self, chunks: list[ChunkId] | None = None) -> None:
+        """Drops decided (``chunks``, else all waiting) reach the manager and the drive (under the lock).
+        A retired block stays in the index until released, so a save point being made still finds it."""
+        if chunks is None:
+            chunks, self._drops_waiting = self._drops_waiting, []
+        for chunk in chunks:
             if self.manager.drop(chunk) and self.disk is not None:
                 self.disk.retire(chunk, self.dropped[chunk])   # a base directory's block is not ours
-        self._drops_waiting = []
         self._retry_deferred()
         self._cond.notify_all()
 
