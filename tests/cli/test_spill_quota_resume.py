@@ -79,3 +79,33 @@ def test_a_quota_below_what_is_pinned_is_a_one_line_error(tmp_path):
     assert proc.returncode != 0
     assert err.strip().count("\n") == 0 and "--spill-max 1M holds" in err and "give at least" in err
     assert not (tmp_path / "small.mp4").exists()
+
+
+def test_tail_and_report_show_the_disk_against_the_quota(tmp_path, reference):
+    """The reference run's log (kept by the fixture) read back by ``tail`` and ``report``."""
+    import json
+
+    log = tmp_path / "ref.log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in reference[1]))
+    tail = subprocess.run(WORLDPAGER + ["tail", str(log)], capture_output=True, text=True, timeout=PATIENCE_S)
+    assert tail.returncode == 0, tail.stderr
+    assert "spill " in tail.stdout and "dropped at chunk" in tail.stdout
+    assert "chunks dropped (" in tail.stdout.splitlines()[-1]
+    report = subprocess.run(WORLDPAGER + ["report", str(log), "--out", str(tmp_path / "r")], capture_output=True,
+                            text=True, timeout=PATIENCE_S)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout.splitlines()[-1])["figures"]["disk_use"].endswith("disk_use.png")
+    assert "chunks dropped" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_plan_predicts_the_disk_with_and_without_the_quota(tmp_path):
+    import json
+
+    done = subprocess.run(WORLDPAGER + ["plan", "--model", "mg2-universal", "--minutes", "37.5", "--spill",
+                                        str(tmp_path), "--spill-max", "100G", "--host-mem", "64", "--probe-mib", "1"],
+                          capture_output=True, text=True, timeout=PATIENCE_S)
+    assert done.returncode == 0, done.stderr
+    quota = json.loads(done.stdout.splitlines()[-1])["quota"]
+    assert quota["spill_max_bytes"] == 100 << 30
+    assert quota["disk_bytes_quota"] <= quota["spill_max_bytes"] < quota["disk_bytes_unbounded"]
+    assert quota["drops_from_chunk"] == quota["keep"]
