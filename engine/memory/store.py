@@ -146,7 +146,7 @@ class KVStore:
         self.lost: set[ChunkId] = set()   # chunks a resumed run's index no longer holds: never retrievable
         self.dropped: dict[ChunkId, ChunkId] = {}   # chunk -> the chunk it was dropped at (--spill-max)
         self._drops_waiting: list[ChunkId] = []     # dropped while a save point waits for them to be written
-        self._persist_need: list[set] = []          # what each save point being made waits for
+        self._persist_need: dict[ChunkId, set] = {}   # save point chunk -> the chunks it waits for
         if self.disk is not None and resume:
             if self._resume_before is not None:
                 self.disk.forget_from(self._resume_before)
@@ -298,6 +298,18 @@ class KVStore:
         """The write-back failure that stopped writing to the drive (None while it writes)."""
         return self._disk_error
 
+    def hold_for_savepoint(self, chunk: ChunkId) -> None:
+        """A save point at ``chunk`` was just captured: until ``persist_through(chunk)`` has run, chunks
+        before it that are dropped from now on are still written to the drive (it needs them)."""
+        if self.disk is not None:
+            with self._cond:
+                self._hold_locked(chunk)
+
+    def _hold_locked(self, chunk: ChunkId) -> set:
+        need = set(range(chunk)) - self.lost - {c for c, at in self.dropped.items() if at < chunk}
+        self._persist_need[chunk] = need
+        return need
+
     def persist_through(self, chunk: ChunkId, timeout: float) -> bool:
         """Block (the caller's thread, e.g. a save point's) until every chunk before ``chunk`` is on
         the drive and the drive's index is durable; False on a timeout, a write error or no drive.
@@ -307,8 +319,7 @@ class KVStore:
         if self.disk is None:
             return False
         with self._cond:
-            need = set(range(chunk)) - self.lost - {c for c, at in self.dropped.items() if at < chunk}
-            self._persist_need.append(need)
+            need = self._persist_need[chunk] if chunk in self._persist_need else self._hold_locked(chunk)
             try:
                 self._persist_all = True
                 self._kick_writeback()
@@ -316,7 +327,7 @@ class KVStore:
                     lambda: self._disk_error is not None or need <= self.manager.disk_chunks(), timeout)
                 self._persist_all = False
             finally:
-                self._persist_need.remove(need)
+                self._persist_need.pop(chunk, None)
                 if not self._persist_need:
                     self._apply_drops()
             if not done or self._disk_error is not None:
@@ -335,12 +346,12 @@ class KVStore:
                 self.dropped[chunk] = at
                 self._drops_waiting.append(chunk)
                 if self.manager.on_disk(chunk):   # already written: the save point has it
-                    for need in self._persist_need:
+                    for need in self._persist_need.values():
                         need.discard(chunk)
             if not self._persist_need:
                 self._apply_drops()
             else:   # a save point being made still needs the unwritten ones: those after it
-                written = [c for c in self._drops_waiting if not any(c in n for n in self._persist_need)]
+                written = [c for c in self._drops_waiting if not any(c in n for n in self._persist_need.values())]
                 self._drops_waiting = [c for c in self._drops_waiting if c not in set(written)]
                 self._apply_drops(written)
 

@@ -410,6 +410,7 @@ class Session:
                         # The chunk in flight first: the model's decoder and the frame count the save
                         # point holds are then those of every chunk before this one.
                         self._log_decoded(stage.drain())
+                        memory.savepoint_captured(chunk)   # chunks dropped from here on are still written
                         saver.submit(capture(chunk, stage.frames_total, self.cfg, model, ctx, memory))
                         schedule.saved()
                 if stopping:

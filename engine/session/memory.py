@@ -162,6 +162,11 @@ class SessionMemory:
         """Bytes one stored chunk takes on the drive."""
         return 0 if self.store is None or isinstance(self.store, ResidentStore) else self.store.fmt.slot_bytes
 
+    def savepoint_captured(self, chunk: int) -> None:
+        """A save point at ``chunk`` was captured: chunks it needs stay writable until it is durable."""
+        if isinstance(self.store, KVStore):
+            self.store.hold_for_savepoint(chunk)
+
     def durable(self, chunk: int, timeout: float) -> bool:
         """Every chunk a run resumed at ``chunk`` may retrieve is on the drive (blocks the caller)."""
         return self.store is None or self.store.persist_through(chunk, timeout)

@@ -190,3 +190,21 @@ def test_no_early_release_when_save_points_come_within_the_reserve(tmp_path):
             store.drop(quota.enforce(chunk, set(range(max(chunk - WINDOW, 0), chunk + 1))), chunk)
             assert allocated(store) <= plan.quota_bytes
         assert store.disk.early_releases == 0 and len(quota.dropped) > 40
+
+
+def test_a_chunk_dropped_after_a_save_point_was_captured_still_reaches_the_drive(tmp_path):
+    """Captured at chunk 6 (the pool still holds every chunk, none written), chunks 1 and 2 dropped at 6
+    before the save point's writer runs: it still finds them on the drive, then they are retired."""
+    with KVStore(LAYOUT, RAW, n_slots=10, spill_dir=tmp_path / "sp", k_slots=2) as store:
+        for chunk in range(6):
+            store.put(chunk, chunk_kv(chunk))
+        store.hold_for_savepoint(6)
+        store.drop([1, 2], at=6)
+        assert store.persist_through(6, timeout=60)
+        assert {0, 1, 2, 3, 4, 5} <= durable_index(store)
+        assert store.disk.retired == 2
+        store.release(7)
+        store.disk.flush_index()
+        assert durable_index(store) == {0, 3, 4, 5}
+        got = store.load_now([0, 5], timeout=60)
+        assert_exact(got, 0) and assert_exact(got, 5)
