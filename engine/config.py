@@ -342,6 +342,7 @@ class MemoryConfig:
     device_mem_gib: float | None = None      # the device's memory (model + buffers + KV); None = unbounded
     spill: Path | None = None                # disk tier directory; None = no disk tier
     drive_bw: str | None = None              # emulated drive bandwidth, GB/s: "0.25" or "r=0.5,w=0.5"
+    spill_max: str | int | None = None       # disk quota of the spill directory: "4G", "500M", "10%", bytes; None = unbounded
     writeback: str = "background"            # WRITEBACK_MODES: when a stored chunk goes to the drive
     io_deadline_s: float = 30.0              # a synchronous read or a write-back late by this much fails
     late_prefetch: str = "miss"              # LATE_PREFETCH_MODES: a prefetch still loading is a miss, or waited for

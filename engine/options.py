@@ -72,7 +72,7 @@ SECTION_OF = {
                      "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "sink",
                      "official_sink", "late_prefetch", "kv_keys"), "Memory"),
-    **dict.fromkeys(("spill", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
+    **dict.fromkeys(("spill", "spill_max", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
     "positions": "Positions",
     **dict.fromkeys(("chunks", "seconds", "minutes", "save_every", "keep_savepoints", "decode_overlap", "set"),
                     "Run control"),
@@ -139,6 +139,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink"),
     _opt("official_sink", "switch", "LingBot models: the official attention sink, its sink_size first latent "
          "frames beside the window, never re-rotated (not with --sink).", "memory.official_sink"),
+    _opt("spill_max", "text", "Disk quota of --spill: 500M, 4G, 4GiB or 10% (of the drive's free space at "
+         "start). When full, the chunks retrieval is least likely to need are dropped. Default: none.",
+         "memory.spill_max"),
     _opt("io_deadline", "float", "Seconds a synchronous read or a write-back may take before the drive counts "
          "as stuck. Default: 30.", "memory.io_deadline_s"),
     _opt("late_prefetch", "choice", "Prefetch mode: a set still loading when its chunk starts is a miss (the "

@@ -185,10 +185,13 @@ _FIELDS: dict[str, dict[str, Any]] = {
         "chunk", "frames", "frames_total", "wall_ms", "compute_ms", "memory_ms", "store_ms", "decode_ms",
         "stall_ms", "memory_copy_ms", "put_wait_ms", "hits", "misses", "stale", "rerotated", "disk_bytes_read",
         "disk_bytes_written", "corrupt_blocks", "pool_used_bytes", "pool_free_bytes", "writeback_queue",
-        "rss_bytes", "device_bytes")},
+        "rss_bytes", "device_bytes", "disk_alloc_bytes", "spill_max_bytes", "dropped_chunks")},
     "summary": {"chunks": "number", "frames": "number", "wall_s": "number", "corrupt_blocks": "number",
                 "stall_ms": ("p50", "p99", "max"), "wall_ms": ("p50", "p99"), "rss_bytes": ("min", "max"),
-                "retrieval": ("hits", "misses", "stale")},
+                "retrieval": ("hits", "misses", "stale"),
+                "quota": ("quota_bytes", "dropped", "dropped_redundant", "dropped_cold", "disk_alloc_bytes",
+                          "early_releases")},
+    "drop": {"chunk": "number", "kept": "number"},
 }
 
 

@@ -307,10 +307,11 @@ def _bw(value: str) -> str | None:
 @click.option("--size-scale", type=float, default=1.0, show_default=True,
               help="lingbot-fast: KV bytes and drive bandwidths both times this (a smaller machine; the "
                    "stalls keep the full size's read and write times).")
+@click.option("--spill-max", "spill_max", help="Disk quota of each run's spill directory (as generate's --spill-max).")
 @click.option("--dry-run", is_flag=True, help="Print the runs that would be made (sizes, bandwidths) and stop.")
 def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunks: int, pool_slots: int,
           kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None,
-          model: str, size_scale: float, dry_run: bool) -> None:
+          model: str, size_scale: float, dry_run: bool, spill_max: str | None) -> None:
     """Stalls and per-chunk cost of store modes side by side (synthetic model, real store and disk)."""
     from engine.bench.experiments import run_synthetic
     from engine.bench.lingbot_store import LINGBOT_DRIVE_BWS, scaled_store
@@ -336,6 +337,8 @@ def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunk
         overlay = {"chunks": chunks, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
                    "memory": {"store": mode, "pool_slots": pool_slots, "drive_bw": _bw(emulated[bw]),
                               "writeback": wb}}
+        if spill_max is not None:
+            overlay["memory"]["spill_max"] = spill_max
         if trajectory is not None:
             overlay["trajectory"] = str(trajectory)
         keep = figures / "logs" / f"{mode}-{bw}-{wb}.log.jsonl" if figures is not None else None
@@ -347,6 +350,11 @@ def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunk
                      f"{r['hits']}/{r['misses']}/{r['stale']}", size(r["disk_bytes_read"]),
                      size(r["disk_bytes_written"]), r["status"] if r["status"] == "done" else f"{r['status']} at {r['chunks']}"))
         click.echo(f"  {mode} / drive {bw} / write-back {wb}: stall p99 {r['stall_p99_ms']:.1f} ms", err=True)
+        if "disk_alloc_max" in r:
+            click.echo(f"  --spill-max {spill_max}: spill directory at most {size(r['disk_alloc_max'])} (quota "
+                       f"{size(r['spill_max_bytes'])}), {r['dropped']} chunks dropped, first choice kept "
+                       f"{(r['first_choice_rate'] or 0) * 100:.1f} %; allocated at each tenth: "
+                       + ", ".join(f"{c}:{size(b)}" for c, b in r["disk_alloc_series"]), err=True)
     if scaled is not None:
         click.echo(f"bench store: lingbot-fast KV x{size_scale:g} = {size(scaled.chunk_bytes)} int4 a chunk "
                    f"(full size {size(scaled.lingbot_chunk_bytes)}); drives are full-size GB/s (emulated GB/s)")
@@ -363,7 +371,8 @@ def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunk
     echo_json("store", {"runs": results}, machine("cpu"),
               {"spill": str(spill), "modes": modes, "drive_bw": drive_bws, "writeback": writebacks,
                "chunks": chunks, "pool_slots": pool_slots, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
-               "warmup": warmup, "model": model, "size_scale": size_scale})
+               "warmup": warmup, "model": model, "size_scale": size_scale,
+               "spill_max": spill_max})
 
 
 def _store_plan(modes, emulated, writebacks, chunks, pool_slots, kv_scale, chunk_ms, scaled) -> None:
@@ -526,3 +535,42 @@ def device(dry_run: bool, out: Path, steps_spec: str | None, budget_s: float | N
     click.echo((out / "device_check.md").read_text(), nl=False)
     echo_json("device", doc, machine(doc["device"]),
               {"dry_run": dry_run, "steps": names, "budget_s": doc["budget_s"], "spill": str(spill) if spill else None})
+
+
+# ---- bench quota (--spill-max on the arena model's revisits) ------------------------------------------
+
+@bench.command("quota")
+@click.option("--seeds", type=click.IntRange(min=1), default=2, show_default=True, help="Quality seeds (arenas).")
+@click.option("--kinds", default="glance,spin,walk", show_default=True, help="Kinds of revisit episode.")
+@click.option("--chunks", type=click.IntRange(min=20), default=200, show_default=True,
+              help="Episode length: long, so that the memory outgrows the quota.")
+@click.option("--observed", type=click.IntRange(min=1), default=4, show_default=True, help="Observed chunks first.")
+@click.option("--shares", default="1,0.25,0.1,0.05", show_default=True,
+              help="Quotas as shares of the unbounded session's disk, comma-separated.")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Temporary session folders. Default: the system temp.")
+def quota(seeds: int, kinds: str, chunks: int, observed: int, shares: str, workdir: Path | None) -> None:
+    """Disk, first-choice retrieval rate, revisit PSNR and stalls under --spill-max quotas (arena model)."""
+    import dataclasses
+
+    from engine.quality.quota import run_quota, summarise
+    from engine.quality.revisit_paths import FULL
+
+    fractions = tuple(float(s) for s in _split(shares, "--shares"))
+    if any(not 0 < f <= 1 for f in fractions):
+        raise ConfigError(f"--shares must be in (0, 1], got {shares!r}")
+    shape = dataclasses.replace(FULL, chunks=chunks, observed_chunks=observed)
+    kind_list = tuple(_split(kinds, "--kinds"))
+    click.echo(f"bench quota: arena model, {seeds} seed(s) x {', '.join(kind_list)}, {chunks}-chunk episodes "
+               f"({observed} observed), int4, k 3, pool 4 chunks, no save points", err=True)
+    rows = run_quota(list(range(seeds)), kind_list, shape, fractions,
+                     on_row=lambda r: click.echo(f"  row {json.dumps(_round(r), separators=(',', ':'))}", err=True),
+                     workdir=workdir)
+    lines = summarise(rows)
+    echo_table(("quota", "episodes", "disk written", "disk peak", "1st choice", "PSNR obs", "PSNR gen", "stall ms"), [
+        (l["arm"], f"{l['episodes']}" + (f" ({l['refused']} refused)" if l["refused"] else ""),
+         size(l["disk_bytes_written"]) if l["episodes"] else "",
+         size(l["disk_alloc_max"]) if l.get("disk_alloc_max") else "",
+         f"{l['first_choice_rate'] * 100:.1f} %" if l["episodes"] else "",
+         num(l.get("psnr_observed")), num(l.get("psnr_generated")), num(l.get("stall_ms"))) for l in lines])
+    echo_json("quota", {"summary": lines, "rows": rows}, machine("cpu"),
+              {"seeds": seeds, "kinds": kind_list, "chunks": chunks, "observed": observed, "shares": fractions})

@@ -21,6 +21,7 @@ from engine.errors import ConfigError
 from engine.overlay import resolve_session_config, with_user_config
 from engine.planner.probe import DEFAULT_PROBE_BYTES, probe_drive
 from worldpager_cli.help import SectionedCommand
+from engine.planner.quota import quota_prediction
 from worldpager_cli.options import chunks_for_length, session_options, session_overlay
 
 GiB = 1 << 30
@@ -223,10 +224,24 @@ def plan(wall_ms, stage_ms, probe_mib, baseline_gib, baseline_from, device_basel
                              chunk_s=None if wall_ms is None else wall_ms / 1e3,
                              disk_reads_per_chunk=disk_reads_per_chunk, stage_s=stage_ms / 1e3,
                              reads_from=reads_from, raw_dtype="float32" if planned_device(cfg) == "cpu" else "bfloat16")
-    for line in table_lines(p, m, budgets, source):
+    quota = quota_prediction(cfg, p, planner.window_chunks(m))
+    for line in table_lines(p, m, budgets, source) + _quota_lines(quota, m):
         say(line)
     click.echo(json.dumps({**p.summary(), "drive_source": source, "host_baseline_bytes": budgets.host_baseline,
-                           "device": planned_device(cfg)}, separators=(",", ":")))
+                           "device": planned_device(cfg), **({"quota": quota} if quota else {})},
+                          separators=(",", ":")))
+
+
+def _quota_lines(quota: dict | None, model) -> list[str]:
+    """``--spill-max``: the disk with and without the quota, and where drops start."""
+    if quota is None:
+        return []
+    return [f"disk, unbounded  {quota['disk_bytes_unbounded'] / GiB:.2f} GiB (blocks and index)",
+            f"disk, --spill-max {quota['spill_max_bytes'] / GiB:.2f} GiB: {quota['disk_bytes_quota'] / GiB:.2f} GiB, "
+            f"{quota['keep']} chunks kept; drops from {_at(model, quota['drops_from_chunk'])}"
+            if quota["drops_from_chunk"] is not None else
+            f"disk, --spill-max {quota['spill_max_bytes'] / GiB:.2f} GiB: {quota['disk_bytes_quota'] / GiB:.2f} GiB; "
+            "nothing dropped (the session fits)"]
 
 
 def _baseline_bytes(baseline_gib: float | None, baseline_from: Path | None) -> int:

@@ -48,6 +48,9 @@ def chunk_line(record: dict, fps: int) -> str:
         parts.append(f"pool {human_bytes(record['pool_used_bytes'])}")
     if "disk_bytes_read" in record:
         parts.append(f"disk r/w {record['disk_bytes_read'] / 2**20:.0f}/{record.get('disk_bytes_written', 0) / 2**20:.0f} MiB")
+    if "disk_alloc_bytes" in record:   # --spill-max
+        parts.append(f"spill {human_bytes(record['disk_alloc_bytes'])}/{human_bytes(record.get('spill_max_bytes', 0))}"
+                     f" dropped {record.get('dropped_chunks', 0)}")
     if "writeback_queue" in record:
         parts.append(f"wb {record['writeback_queue']}")
     if record.get("corrupt_blocks"):
@@ -61,7 +64,19 @@ def summary_line(record: dict) -> str:
             f"in {record.get('wall_s', 0.0):.1f} s; stall p50 {stall.get('p50', 0):.1f} / p99 "
             f"{stall.get('p99', 0):.1f} / max {stall.get('max', 0):.1f} ms; rss "
             f"{rss.get('min', 0) / 2**30:.2f}-{rss.get('max', 0) / 2**30:.2f} GiB"
-            + (f"; {record['corrupt_blocks']} corrupt disk blocks" if record.get("corrupt_blocks") else ""))
+            + (f"; {record['corrupt_blocks']} corrupt disk blocks" if record.get("corrupt_blocks") else "")
+            + _quota_text(record.get("quota")))
+
+
+def _quota_text(quota) -> str:
+    """``--spill-max``: the spill directory's size against its quota and what was dropped."""
+    if not isinstance(quota, dict):
+        return ""
+    rate = quota.get("first_choice_rate")
+    return (f"; spill {human_bytes(quota.get('disk_alloc_bytes', 0))} of {human_bytes(quota.get('quota_bytes', 0))}, "
+            f"{quota.get('dropped', 0)} chunks dropped ({quota.get('dropped_redundant', 0)} redundant, "
+            f"{quota.get('dropped_cold', 0)} cold)"
+            + (f", first choice kept {rate * 100:.1f} %" if isinstance(rate, (int, float)) else ""))
 
 
 def unfinished_line(follower: LogFollower, idle_timeout: float | None) -> str:
@@ -124,6 +139,9 @@ def tail(log: Path, follow: bool, idle_timeout: float | None, as_json: bool, plo
         elif kind == "fork":
             click.echo(f"forked from {record.get('parent')} at chunk {record.get('chunk')} "
                        f"(frame {record.get('frames_total')})")
+        elif kind == "drop" and isinstance(record.get("chunks"), list):
+            click.echo(f"dropped at chunk {record.get('chunk')} ({record.get('reason')}): {len(record['chunks'])} "
+                       f"chunks, {record.get('kept')} kept")
         elif kind == "savepoint" and isinstance(record.get("bytes"), int):
             click.echo(f"save point before chunk {record.get('chunk')}: "
                        + (f"{record['bytes'] / 2**20:.1f} MiB" if "path" in record else f"failed: {record.get('error')}"))

@@ -59,7 +59,21 @@ def reduce_log(records: list[dict], warmup: int) -> dict:
         "chunk_ms_first_half_p50": percentile([r["wall_ms"] for r in steady[:half]], 50),
         "chunk_ms_second_half_p50": percentile([r["wall_ms"] for r in steady[half:]], 50),
         "error": summary.get("error"),
+        **_disk_use(chunks, summary),
     }
+
+
+def _disk_use(chunks: list[dict], summary: dict) -> dict:
+    """``--spill-max``: the spill directory's allocated bytes (largest; at each tenth of the run), drops."""
+    alloc = [r["disk_alloc_bytes"] for r in chunks if "disk_alloc_bytes" in r]
+    if not alloc:
+        return {}
+    tenth = max(1, len(alloc) // 10)
+    quota = summary.get("quota", {})
+    return {"spill_max_bytes": chunks[-1].get("spill_max_bytes"), "disk_alloc_max": max(alloc),
+            "disk_alloc_series": [[chunks[i]["chunk"], alloc[i]] for i in range(tenth - 1, len(alloc), tenth)],
+            "dropped": quota.get("dropped"), "first_choice_rate": quota.get("first_choice_rate"),
+            "early_releases": quota.get("early_releases")}
 
 
 def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name: str = "run",

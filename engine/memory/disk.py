@@ -20,6 +20,15 @@ are simply absent). Read back (``read_index``), a damaged entry (a field missing
 is dropped with a warning and its chunk becomes a miss; a document that is not JSON or not an index is
 a one-line ``SpillIndexError`` naming the file.
 
+Quota (``--spill-max``, ``engine.memory.quota``). ``max_bytes`` caps the block file. A dropped chunk is
+``retire``d: its block and index entry stay (a save point made before the drop may still need it) until
+``release(before)`` gives back the blocks retired before chunk ``before`` (a newer save point is on the
+drive): their entries leave the index and their offsets are reused by later writes, so the file stops
+growing at the cap. When a write finds neither a free block nor room under the cap, the oldest retired
+block is given back at once (``early_releases``; only a save point older than the newest could have
+needed it). ``allocated_bytes`` is what the tier takes on the drive: the block file's allocated blocks
+and the index file.
+
 Failures. No room (ENOSPC, or the ``max_bytes`` cap) raises a one-line ``DiskFullError`` naming the
 directory; earlier blocks stay readable. Where the file system refuses O_DIRECT (EINVAL on open or
 first I/O) one warning is logged and buffered I/O is used (``io_mode`` says which). ``pace(nbytes)``,
@@ -145,7 +154,9 @@ class DiskTier:
         self._lock = threading.Lock()         # offsets, index, fd swaps
         self._index_lock = threading.Lock()   # one index writer at a time
         self._index: dict[ChunkId, dict] = {}
-        self._free: list[int] = []            # offsets of blocks whose write failed
+        self._free: list[int] = []            # offsets of blocks whose write failed or were released
+        self._retired: dict[ChunkId, int] = {}  # dropped chunk -> the chunk it was dropped at (oldest first)
+        self.early_releases = 0               # retired blocks given back before a save point allowed it
         self._next = 0
         self._unsaved = 0
         self._retired_fds: list[int] = []
@@ -241,6 +252,42 @@ class DiskTier:
         with self._lock:
             return sum(e["length"] for e in self._index.values())
 
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes the tier takes on the drive: the block file's allocated blocks and the index."""
+        total = 0
+        for name in (DATA_NAME, INDEX_NAME):
+            try:
+                total += os.stat(self.dir / name).st_blocks * 512
+            except FileNotFoundError:
+                pass
+        return total
+
+    @property
+    def retired(self) -> int:
+        with self._lock:
+            return len(self._retired)
+
+    def retire(self, chunk: ChunkId, at: ChunkId) -> None:
+        """``chunk`` was dropped at chunk ``at``: its block is given back by a later ``release``."""
+        with self._lock:
+            if chunk in self._index:
+                self._retired.setdefault(chunk, at)
+
+    def release(self, before: ChunkId | None = None) -> int:
+        """Give back the blocks of chunks retired before chunk ``before`` (all: None); how many."""
+        with self._lock:
+            gone = [c for c, at in self._retired.items() if before is None or at < before]
+            for chunk in gone:
+                self._release_locked(chunk)
+            return len(gone)
+
+    def _release_locked(self, chunk: ChunkId) -> None:
+        del self._retired[chunk]
+        entry = self._index.pop(chunk)
+        self._free.append(entry["offset"])
+        self._unsaved += 1
+
     def write(self, chunk: ChunkId, buf: torch.Tensor, pace: Pace | None = None) -> int:
         """Append ``buf`` (uint8, 4 KiB-aligned address and length) as ``chunk``'s block."""
         view = self._check_buffer(buf)
@@ -330,6 +377,10 @@ class DiskTier:
             if self._free and length <= self.slot_bytes:
                 return self._free.pop()
             offset = self._next
+            if self.max_bytes is not None and offset + length > self.max_bytes and self._retired:
+                self._release_locked(next(iter(self._retired)))   # the cap reached: the oldest retired block
+                self.early_releases += 1
+                return self._free.pop()
             if offset + length > self._size:
                 self._grow(offset + length)
             self._next = offset + length
@@ -384,10 +435,11 @@ class DiskTier:
 
     def forget_from(self, chunk: ChunkId) -> None:
         """Drop chunks ``chunk`` and later from the index (a run resumed at ``chunk`` makes them
-        again; their old blocks stay in the file, unreferenced)."""
+        again; their blocks are reused by later writes)."""
         with self._lock:
             for c in [c for c in self._index if c >= chunk]:
-                del self._index[c]
+                self._free.append(self._index.pop(c)["offset"])
+                self._retired.pop(c, None)
             self._unsaved += 1
 
     def flush_index(self) -> None:
@@ -425,6 +477,8 @@ class DiskTier:
         self.damaged_entries = len(damaged)
         self._index = blocks
         self._next = max((e["offset"] + e["length"] for e in self._index.values()), default=0)
+        used = {e["offset"] for e in self._index.values()}   # blocks given back before the resume: reused
+        self._free = [o for o in range(0, self._next, self.slot_bytes) if o not in used]
 
     def close(self, write_index: bool = True) -> None:
         """Write the index (unless told not to: an abort keeps the last durable one), close the

@@ -20,6 +20,11 @@ counting write-backs already in flight as soon reclaimable) falls below ``low_wa
 picks dirty blocks coldest first until the projection reaches ``high_water``. A block being written
 stays readable. Without a disk tier (dram-only) a full pool of dirty blocks is a ``CapacityError``.
 
+Drops (``--spill-max``): ``drop(c)`` forgets a chunk the session will never retrieve again: it leaves
+the disk set at once, its pool slot is freed at once when nothing holds it, else when the last pin goes
+(a dirty block is then never written back). ``drop`` says whether the chunk had a disk block (the
+store retires it).
+
 Recency: one ordered map of pool blocks, least recent first; put, load and ``touch`` make a block most
 recent. ``lookup(c)`` answers HOST, DISK or None. Decisions are recorded as ``ManagerEvent``s (bounded;
 drain with ``take_events``) and in ``Counters``. Not thread-safe: the store serialises calls.
@@ -42,6 +47,7 @@ class _Block:
     state: str
     pins: int = 0
     writing: bool = False   # a write-back of this block is in flight
+    dropped: bool = False   # the session dropped the chunk: freed when the last pin goes
 
     @property
     def readable(self) -> bool:
@@ -72,6 +78,8 @@ class PlacementManager:
     def lookup(self, chunk: ChunkId) -> Tier | None:
         """Where a loadable copy lives: HOST before DISK; None if unknown or still being stored."""
         block = self._host.get(chunk)
+        if block is not None and block.dropped:
+            return None
         if block is not None and block.readable:
             return Tier.HOST
         return Tier.DISK if chunk in self._disk else None
@@ -87,6 +95,9 @@ class PlacementManager:
     def host_chunks(self) -> list[ChunkId]:
         """Chunks in the pool, least recently used first."""
         return list(self._host)
+
+    def on_disk(self, chunk: ChunkId) -> bool:
+        return chunk in self._disk
 
     def disk_chunks(self) -> set[ChunkId]:
         return set(self._disk)
@@ -170,6 +181,7 @@ class PlacementManager:
             self._host.move_to_end(chunk)
             self.counters.stores += 1
             self._events.append(ManagerEvent("store", chunk, block.slot))
+            self._free_if_dropped(chunk)
         else:
             self._release(chunk)
             self.counters.store_rollbacks += 1
@@ -186,7 +198,7 @@ class PlacementManager:
         """
         block = self._host.get(chunk)
         if block is not None:
-            if not block.readable:
+            if not block.readable or block.dropped:
                 return None
             if not self._held_by_load(block) and not self._room_for_load():
                 self.counters.load_refusals += 1
@@ -216,6 +228,7 @@ class PlacementManager:
                 block.state = CLEAN
                 self.counters.loads_disk += 1
                 self._events.append(ManagerEvent("load", chunk, block.slot, "disk"))
+                self._free_if_dropped(chunk)
             else:
                 self._release(chunk)
                 self.counters.load_failures += 1
@@ -226,6 +239,7 @@ class PlacementManager:
         else:
             self.counters.load_failures += 1
             self._events.append(ManagerEvent("fail", chunk, block.slot, "host load"))
+        self._free_if_dropped(chunk)
 
     def cancel_load(self, chunk: ChunkId) -> None:
         """The load is no longer wanted: unpin (a disk read not yet landed gives its slot back)."""
@@ -235,6 +249,8 @@ class PlacementManager:
         if block.state == LOADING:
             self._release(chunk)
             self._events.append(ManagerEvent("rollback", chunk, block.slot, "load cancelled"))
+        else:
+            self._free_if_dropped(chunk)
 
     def touch(self, chunks) -> None:
         """Mark chunks as just used (retrieval picked them)."""
@@ -260,7 +276,7 @@ class PlacementManager:
         for chunk, block in self._host.items():
             if not everything and len(specs) >= short:
                 break
-            if block.state == DIRTY and not block.writing:
+            if block.state == DIRTY and not block.writing and not block.dropped:
                 block.writing = True
                 block.pins += 1
                 specs.append(WriteBackSpec(chunk, block.slot))
@@ -273,18 +289,38 @@ class PlacementManager:
         block.pins -= 1
         if success:
             block.state = CLEAN
-            self._disk.add(chunk)
+            if not block.dropped:
+                self._disk.add(chunk)
             self.counters.writebacks += 1
             self._events.append(ManagerEvent("writeback", chunk, block.slot))
         else:
             self.counters.writeback_failures += 1
             self._events.append(ManagerEvent("fail", chunk, block.slot, "write-back"))
+        self._free_if_dropped(chunk)
 
     def register_on_disk(self, chunks) -> None:
         """Chunks found in a resumed disk index: loadable from DISK, not in the pool."""
         for chunk in chunks:
             assert chunk not in self._host
             self._disk.add(chunk)
+
+    # ---- drops ----------------------------------------------------------------------------------
+
+    def drop(self, chunk: ChunkId) -> bool:
+        """Forget ``chunk`` (see the module docstring); True when it had a disk block."""
+        on_disk = chunk in self._disk
+        self._disk.discard(chunk)
+        block = self._host.get(chunk)
+        if block is not None:
+            block.dropped = True
+            self._free_if_dropped(chunk)
+        self._events.append(ManagerEvent("drop", chunk, None if block is None else block.slot))
+        return on_disk
+
+    def _free_if_dropped(self, chunk: ChunkId) -> None:
+        block = self._host.get(chunk)
+        if block is not None and block.dropped and block.pins == 0:
+            self._release(chunk)
 
     # ---- internals ------------------------------------------------------------------------------
 

@@ -26,6 +26,10 @@ Contract.
                         failed reads and, among them, ``corrupt_blocks`` (disk blocks failing their crc32).
   ``lost``              chunks before a resume point that its spill index no longer holds (a damaged
                         entry): misses when retrieved, not waited for by ``persist_through``.
+  ``drop(ids, at)``     (``--spill-max``) forgets chunks for good, decided at chunk ``at``: never loaded
+                        again, a pool copy freed (a dirty one never written), a disk block retired —
+                        kept until ``release(before)`` says a save point newer than the drop is on the
+                        drive (``DiskTier.retire``). ``persist_through`` does not wait for them.
   ``close()``           drains write-back (all dirty blocks with ``persist_all``), writes the index,
                         releases the spill lock. Also a context manager.
 
@@ -140,6 +144,9 @@ class KVStore:
         self.manager = PlacementManager(n_slots, has_disk=self.disk is not None,
                                         low_water=low_water, slot_bytes=self.fmt.slot_bytes)
         self.lost: set[ChunkId] = set()   # chunks a resumed run's index no longer holds: never retrievable
+        self.dropped: dict[ChunkId, ChunkId] = {}   # chunk -> the chunk it was dropped at (--spill-max)
+        self._drops_waiting: list[ChunkId] = []     # dropped while a save point waits for them to be written
+        self._persist_need: dict[ChunkId, set] = {}   # save point chunk -> the chunks it waits for
         if self.disk is not None and resume:
             if self._resume_before is not None:
                 self.disk.forget_from(self._resume_before)
@@ -274,6 +281,8 @@ class KVStore:
         with self._cond:
             self._write_started.pop(chunk, None)
             self.manager.complete_writeback(chunk, result.ok)
+            if result.ok and chunk in self.dropped:   # dropped while its write was in flight
+                self.disk.retire(chunk, self.dropped[chunk])
             if result.ok:
                 self._c["disk_write_bytes"] += result.nbytes
                 self._c["disk_write_s"] += result.seconds
@@ -289,22 +298,77 @@ class KVStore:
         """The write-back failure that stopped writing to the drive (None while it writes)."""
         return self._disk_error
 
+    def hold_for_savepoint(self, chunk: ChunkId) -> None:
+        """A save point at ``chunk`` was just captured: until ``persist_through(chunk)`` has run, chunks
+        before it that are dropped from now on are still written to the drive (it needs them)."""
+        if self.disk is not None:
+            with self._cond:
+                self._hold_locked(chunk)
+
+    def _hold_locked(self, chunk: ChunkId) -> set:
+        need = set(range(chunk)) - self.lost - {c for c, at in self.dropped.items() if at < chunk}
+        self._persist_need[chunk] = need
+        return need
+
     def persist_through(self, chunk: ChunkId, timeout: float) -> bool:
         """Block (the caller's thread, e.g. a save point's) until every chunk before ``chunk`` is on
-        the drive and the drive's index is durable; False on a timeout, a write error or no drive."""
+        the drive and the drive's index is durable; False on a timeout, a write error or no drive.
+
+        Chunks dropped before ``chunk`` are not waited for; chunks dropped meanwhile (at ``chunk`` or
+        later) are still needed by the save point: their drops take effect when this returns."""
         if self.disk is None:
             return False
-        need = set(range(chunk)) - self.lost
         with self._cond:
-            self._persist_all = True
-            self._kick_writeback()
-            done = self._cond.wait_for(
-                lambda: self._disk_error is not None or need <= self.manager.disk_chunks(), timeout)
-            self._persist_all = False
+            need = self._persist_need[chunk] if chunk in self._persist_need else self._hold_locked(chunk)
+            try:
+                self._persist_all = True
+                self._kick_writeback()
+                done = self._cond.wait_for(
+                    lambda: self._disk_error is not None or need <= self.manager.disk_chunks(), timeout)
+                self._persist_all = False
+            finally:
+                self._persist_need.pop(chunk, None)
+                if not self._persist_need:
+                    self._apply_drops()
             if not done or self._disk_error is not None:
                 return False
         self.disk.flush_index()
         return True
+
+    # ---- drops (--spill-max) --------------------------------------------------------------------
+
+    def drop(self, chunk_ids, at: ChunkId) -> None:
+        """Forget ``chunk_ids`` for good (see the module docstring); decided at chunk ``at``."""
+        with self._cond:
+            for chunk in chunk_ids:
+                if chunk in self.dropped:
+                    continue
+                self.dropped[chunk] = at
+                self._drops_waiting.append(chunk)
+                if self.manager.on_disk(chunk):   # already written: the save point has it
+                    for need in self._persist_need.values():
+                        need.discard(chunk)
+            if not self._persist_need:
+                self._apply_drops()
+            else:   # a save point being made still needs the unwritten ones: those after it
+                written = [c for c in self._drops_waiting if not any(c in n for n in self._persist_need.values())]
+                self._drops_waiting = [c for c in self._drops_waiting if c not in set(written)]
+                self._apply_drops(written)
+
+    def _apply_drops(self, chunks: list[ChunkId] | None = None) -> None:
+        """Drops decided (``chunks``, else all waiting) reach the manager and the drive (under the lock).
+        A retired block stays in the index until released, so a save point being made still finds it."""
+        if chunks is None:
+            chunks, self._drops_waiting = self._drops_waiting, []
+        for chunk in chunks:
+            if self.manager.drop(chunk) and self.disk is not None:
+                self.disk.retire(chunk, self.dropped[chunk])   # a base directory's block is not ours
+        self._retry_deferred()
+        self._cond.notify_all()
+
+    def release(self, before: ChunkId | None = None) -> int:
+        """Give back the disk blocks of chunks dropped before chunk ``before`` (None: all)."""
+        return 0 if self.disk is None else self.disk.release(before)
 
     # ---- staging --------------------------------------------------------------------------------
 
@@ -514,6 +578,10 @@ class KVStore:
                      writeback_queue_depth=self.manager.writeback_pending(),
                      disk_blocks=self.disk.blocks if self.disk else 0,
                      disk_bytes=self.disk.used_bytes if self.disk else 0,
+                     disk_alloc_bytes=self.disk.allocated_bytes if self.disk else 0,
+                     disk_retired_blocks=self.disk.retired if self.disk else 0,
+                     disk_early_releases=self.disk.early_releases if self.disk else 0,
+                     dropped_chunks=len(self.dropped),
                      disk_io_mode=self.disk.io_mode if self.disk else "none",
                      disk_failed=self._disk_error is not None,
                      writer_yield_timeouts=self.io.gate.yield_timeouts)

@@ -75,7 +75,7 @@ class TransferResult:
 
 @dataclass(frozen=True)
 class ManagerEvent:
-    """One placement decision: kind is store|evict|load|writeback|rollback|fail, plus where."""
+    """One placement decision: kind is store|evict|load|writeback|rollback|fail|drop, plus where."""
 
     kind: str
     chunk: ChunkId

@@ -33,7 +33,7 @@ from engine.metrics import psnr, ssim
 from engine.overlay import replace_strict
 from engine.quality.arms import POOL_SLOTS, Arm
 
-COUNTERS = ("hits", "misses", "stale", "disk_bytes_read")
+COUNTERS = ("hits", "misses", "stale", "disk_bytes_read", "disk_bytes_written")
 
 
 @dataclass
@@ -94,6 +94,12 @@ def run_arm(arm: Arm, episode: Episode, chunks: int, workdir: Path | None = None
         def on_chunk(record: dict) -> None:
             for key in COUNTERS:
                 totals[key] += int(record.get(key, 0))
+            totals["stall_ms"] = totals.get("stall_ms", 0.0) + float(record.get("stall_ms", 0.0))
+            if "first_choice" in record:   # --spill-max: was the first choice still kept?
+                totals["retrievals"] = totals.get("retrievals", 0) + 1
+                totals["first_choice"] = totals.get("first_choice", 0) + int(record["first_choice"])
+            if "disk_alloc_bytes" in record:
+                totals["disk_alloc_max"] = max(totals.get("disk_alloc_max", 0), int(record["disk_alloc_bytes"]))
             if record.get("observed"):
                 observed.append(int(record["chunk"]))
 

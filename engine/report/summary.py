@@ -56,6 +56,8 @@ ROWS = (  # (row name, where in the summary, unit)
     ("drive read", ("disk", "bytes_read"), "MiB"), ("drive written", ("disk", "bytes_written"), "MiB"),
     ("drive I/O", ("disk", "io_mode"), ""), ("corrupt blocks", ("corrupt_blocks",), ""),
     ("host pool", ("pool_bytes",), "MiB"),
+    ("spill quota", ("quota", "quota_bytes"), "MiB"), ("spill at end", ("quota", "disk_alloc_bytes"), "MiB"),
+    ("chunks dropped", ("quota", "dropped"), ""), ("first choice kept", ("quota", "first_choice_rate"), ""),
 )
 
 

@@ -34,6 +34,7 @@ VIEW_TITLES = {
     "writeback": "Write-back queue",
     "drive": "Drive traffic (spill directory)",
     "retrieval": "Retrieval: hits, misses, stale; corrupt disk blocks",
+    "disk_use": "Disk use of the spill directory against its quota (--spill-max)",
 }
 
 
@@ -148,9 +149,23 @@ def retrieval_view(sessions: list[SessionRecords], labels: list[str]) -> list[Pa
                                      ("corrupt_blocks", "corrupt disk blocks", "no corrupt disk blocks"))]
 
 
+def disk_use_view(sessions: list[SessionRecords], labels: list[str]) -> list[Panel]:
+    """The spill directory's allocated bytes (block file + index; logged under ``--spill-max``) and the quota."""
+    refs = []
+    for s, label in zip(sessions, labels):
+        quota = next((r["spill_max_bytes"] for r in reversed(s.chunks) if "spill_max_bytes" in r), None)
+        if quota is not None:
+            refs.append(RefLine(quota / MiB, _of("quota", label, labels), "dashed", label))
+    return [_overlay(sessions, labels, "disk_alloc_bytes", "spill directory", "MiB", scale=MiB, kind="step",
+                     refs=refs, what="disk use (sessions with --spill-max)"),
+            _overlay(sessions, labels, "dropped_chunks", "chunks dropped", "count", kind="step",
+                     what="dropped chunks")]
+
+
 VIEWS = {"stall": stall_view, "chunk_time": chunk_time_view, "host_rss": host_rss_view, "pool": pool_view,
-         "writeback": writeback_view, "drive": drive_view, "retrieval": retrieval_view}
-COLUMNS = {"chunk_time": 1, "drive": 2, "retrieval": 2}
+         "writeback": writeback_view, "drive": drive_view, "retrieval": retrieval_view,
+         "disk_use": disk_use_view}
+COLUMNS = {"chunk_time": 1, "drive": 2, "retrieval": 2, "disk_use": 2}
 
 
 def build_views(sessions: list[SessionRecords], labels: list[str], only: list[str] | None = None) -> dict[str, Figure]:

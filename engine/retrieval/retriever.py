@@ -44,13 +44,17 @@ class Retriever:
                 int(np.floor(float(yaw) / self.angle_bin)) % int(round(360 / self.angle_bin)),
                 int(np.floor(float(pitch) / self.angle_bin)))
 
+    def cell_of(self, chunk: int) -> tuple:
+        """``view_cell(chunk)``, cached."""
+        if chunk not in self._cell_of:
+            self._cell_of[chunk] = self.view_cell(chunk)
+        return self._cell_of[chunk]
+
     def representatives(self, candidates: list[int]) -> list[int]:
         """The newest of ``candidates`` in each view cell (cells cached per chunk)."""
         newest: dict[tuple, int] = {}
         for chunk in candidates:
-            if chunk not in self._cell_of:
-                self._cell_of[chunk] = self.view_cell(chunk)
-            cell = self._cell_of[chunk]
+            cell = self.cell_of(chunk)
             newest[cell] = max(chunk, newest.get(cell, -1))
         return sorted(newest.values())
 

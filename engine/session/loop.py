@@ -48,7 +48,8 @@ from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.overlay import config_to_json, write_resolved_config
 from engine.session.positions import Rerotation
-from engine.session.preflight import (Budget, check_memory, check_output_paths, check_spill_drive, device_budget,
+from engine.session.preflight import (Budget, check_memory, check_output_paths, check_spill_drive, check_spill_quota,
+                                      device_budget,
                                       host_budget, spill_block_bytes)
 from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.session.savepoint import SavePoint
@@ -144,6 +145,7 @@ class Session:
         spec = self.spec
         check_output_paths(cfg)
         check_spill_drive(cfg, spill_block_bytes(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch.")))
+        check_spill_quota(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch."))
         check_memory(cfg, spec.grid, model_kv_layout(cfg), dtype_bytes=self.dtype.itemsize,
                      dtype_name=str(self.dtype).removeprefix("torch."),
                      host=host_budget(cfg, process_rss(), available_memory()),
@@ -159,6 +161,7 @@ class Session:
         self.resume_from = resume_from
         self.fork_of = fork_of
         self._saved_through = 0 if resume_from is None else resume_from.chunk   # newest durable save point
+        self._memory = None   # the running session's memory (save points written give its dropped blocks back)
         self.log: SessionLog | None = None
         if resume_from is not None:
             frames = resume_from.facts["frames_total"]
@@ -334,6 +337,8 @@ class Session:
         for w in written:
             if w.path is not None:
                 self._saved_through = max(self._saved_through, w.chunk)
+                if self._memory is not None:
+                    self._memory.savepoint_written(w.chunk)
             fields = {"chunk": w.chunk, "bytes": w.bytes, "write_ms": round(w.write_ms, 2),
                       "wait_ms": round(w.wait_ms, 2)}
             self.log.record("savepoint", **fields, **({"path": str(w.path)} if w.path else {"error": w.error}))
@@ -374,6 +379,7 @@ class Session:
                                 text=f"chunks {memory.resume_misses} of the memory could not be read back "
                                      "from the drive (missing or failing their check): misses")
             frames_total = self.resume_from.facts["frames_total"]
+        self._memory = memory
         saver = self._saver(memory)
         schedule = SaveSchedule(self.cfg.save_every, self.cfg.save_interval_s)
         aborted = False
@@ -407,6 +413,7 @@ class Session:
                         # The chunk in flight first: the model's decoder and the frame count the save
                         # point holds are then those of every chunk before this one.
                         self._log_decoded(stage.drain())
+                        memory.savepoint_captured(chunk)   # chunks dropped from here on are still written
                         saver.submit(capture(chunk, stage.frames_total, self.cfg, model, ctx, memory))
                         schedule.saved()
                 if stopping:
@@ -424,6 +431,8 @@ class Session:
                 self.on_output(chunk, latents)
                 # 6. store the chunk's KV, then roll the window
                 tiers = memory.store_chunk(chunk)
+                for drop in memory.take_drop_records():
+                    self.log.record("drop", **drop)
                 if (failure := memory.drive_failure()) is not None:
                     raise self._drive_stopped(failure, chunk + 1, memory)
                 mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot

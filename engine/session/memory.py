@@ -17,6 +17,9 @@ it sits on the session's side: the components know nothing of one another. Shape
 * ``device-only``: every retrievable chunk stays in device memory (bf16 / model dtype), no quantisation.
 * ``window``: no retrieval memory at all.
 
+With ``--spill-max`` (a tiered store with a spill directory) ``engine.session.quota`` decides drops after
+each store; dropped chunks are holes: never candidates, so never selected, never loaded.
+
 Stall = the time this object made the loop wait on memory: for bytes that were not there yet (a
 synchronous load) or for a pool slot that write-back had not freed yet (``put_wait_ms``, when the drive
 writes slower than chunks are produced). The cost of copying available chunks into the context is
@@ -44,6 +47,7 @@ from engine.config import SessionConfig
 from engine.errors import ConfigError, InputError
 from engine.kv_format import ChunkFormat
 from engine.layout import KVLayout
+from engine.memory.quota import QuotaPlan, format_tag, parse_spill_max
 from engine.memory.slots import MemorySlots, SlotPlan
 from engine.memory.store import KVStore
 from engine.memory.types import KV, CapacityError
@@ -51,6 +55,7 @@ from engine.model.kv_context import AttentionContext
 from engine.state_tensors import cpu_copy
 from engine.session.positions import Rerotation
 from engine.session.preflight import staging_chunks
+from engine.session.quota import SessionQuota
 
 PlaceKeys = Callable[[int, torch.Tensor, float], torch.Tensor]   # (layer, keys before rotation, position)
 GIB = 2 ** 30
@@ -101,6 +106,7 @@ class SessionMemory:
         self.keys = cfg.memory.keys
         assert (place_keys is not None) == (self.keys == "pre-rope"), "pre-rope keys need the model's place_keys"
         self.place_keys = place_keys
+        self.quota: SessionQuota | None = None   # --spill-max
         self._staged: list[int] = []       # the set staged for the next chunk (a save point keeps it)
         self.io_deadline_s = cfg.memory.io_deadline_s
         self._stuck = False
@@ -125,12 +131,23 @@ class SessionMemory:
         fmt = ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits,
                                       raw_dtype=str(dtype).removeprefix("torch."))
         spill = None if self.mode == "dram-only" else cfg.memory.spill
+        self.quota = self._quota(cfg, spill, fmt, retriever)
+        self._hold_drops = cfg.save_every != 0   # dropped blocks wait for a newer save point
+        self._save_every = cfg.save_every
         self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes, device, dtype),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
                              k_slots=max(self.k, 1), dtype=dtype,
                              sync_writeback=cfg.memory.writeback == "sync",
                              write_through=cfg.memory.writeback == "through", resume_before=resume_before,
-                             base_layers=self.base_layers)
+                             base_layers=self.base_layers,
+                             disk_options=None if self.quota is None else
+                             {"max_bytes": self.quota.plan.block_file_bytes})
+
+    def _quota(self, cfg: SessionConfig, spill, fmt, retriever) -> SessionQuota | None:
+        if cfg.memory.spill_max is None or spill is None:
+            return None
+        plan = QuotaPlan.of(parse_spill_max(cfg.memory.spill_max, spill), fmt.slot_bytes, format_tag(fmt), cfg.save_every)
+        return SessionQuota(plan, retriever, sink=self.slots.sink)
 
     # ---- save points (engine.session.save) ----------------------------------------------------------
 
@@ -160,6 +177,11 @@ class SessionMemory:
         """Bytes one stored chunk takes on the drive."""
         return 0 if self.store is None or isinstance(self.store, ResidentStore) else self.store.fmt.slot_bytes
 
+    def savepoint_captured(self, chunk: int) -> None:
+        """A save point at ``chunk`` was captured: chunks it needs stay writable until it is durable."""
+        if isinstance(self.store, KVStore):
+            self.store.hold_for_savepoint(chunk)
+
     def durable(self, chunk: int, timeout: float) -> bool:
         """Every chunk a run resumed at ``chunk`` may retrieve is on the drive (blocks the caller)."""
         return self.store is None or self.store.persist_through(chunk, timeout)
@@ -171,6 +193,8 @@ class SessionMemory:
             facts["rerotation"] = self.rerotation.state_facts()
         if self.base_layers:
             facts["base"] = [{"spill": d, "before": before} for d, before in self.base_layers]
+        if self.quota is not None:
+            facts["quota"] = self.quota.state_facts()
         return facts
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
@@ -198,6 +222,8 @@ class SessionMemory:
         if saved_keys != self.keys:
             raise InputError(f"the save point's memory stores keys {saved_keys}, this session has --kv-keys "
                              f"{self.keys}: its spill cannot be read this way")
+        if self.quota is not None and "quota" in facts:
+            self._load_quota(facts["quota"])
         chunk_in = [None if c is None else int(c) for c in facts["slots"]]
         sink = self.slots.sink_slot
         wanted = [c for j, c in enumerate(chunk_in) if c is not None and j != sink]
@@ -231,6 +257,29 @@ class SessionMemory:
             self.store.stage(self._staged)
             self._wait_staged = True
         self.ctx_valid()
+
+    def _load_quota(self, facts: dict) -> None:
+        """The holes and the quota as the save point had them; blocks dropped before it are given back."""
+        fmt = self.store.fmt
+        self.quota.plan = QuotaPlan.of(int(facts["quota_bytes"]), fmt.slot_bytes, format_tag(fmt), self._save_every)
+        if self.store.disk is not None:
+            self.store.disk.max_bytes = self.quota.plan.block_file_bytes
+        self.quota.load_facts(facts)
+        by_at: dict[int, list[int]] = {}
+        for c, at in self.quota.dropped.items():
+            by_at.setdefault(at, []).append(c)
+        for at, chunks in sorted(by_at.items()):
+            self.store.drop(chunks, at)
+        self.store.release(self.quota.stored_through + 1)
+
+    def take_drop_records(self) -> list[dict]:
+        """The ``drop`` log records of the batches dropped since the last call."""
+        return self.quota.take_records() if self.quota is not None else []
+
+    def savepoint_written(self, chunk: int) -> None:
+        """The save point at ``chunk`` is on the drive: blocks dropped before it are no longer needed."""
+        if self.quota is not None and isinstance(self.store, KVStore):
+            self.store.release(chunk)
 
     def _without(self, chunk_in: list, lost: set[int], rerotation: dict | None) -> tuple[list, dict | None]:
         """The slots with the ``lost`` chunks taken out, the rest moved towards the end of the region
@@ -290,6 +339,12 @@ class SessionMemory:
     def candidates(self, chunk: int) -> list[int]:
         """Chunks chunk may retrieve: stored, out of the local window, not the sink."""
         newest = chunk - 1 - self.window_chunks
+        holes = self.quota.dropped if self.quota is not None else ()
+        return [c for c in range(0, newest + 1) if not (self.slots.sink and c == 0) and c not in holes]
+
+    def _all_candidates(self, chunk: int) -> list[int]:
+        """``candidates`` had nothing been dropped (for the first-choice rate)."""
+        newest = chunk - 1 - self.window_chunks
         return [c for c in range(0, newest + 1) if not (self.slots.sink and c == 0)]
 
     def prepare(self, chunk: int) -> dict:
@@ -300,6 +355,13 @@ class SessionMemory:
             return record
         self._place_sink(chunk, record)
         desired = self.retriever.select(chunk, self.candidates(chunk), self.k)
+        if self.quota is not None and self.quota.dropped and self.k:
+            first = self.retriever.select(chunk, self._all_candidates(chunk), 1)
+            self.quota.note_retrieval(first[0] if first else None)
+            record["first_choice"] = bool(first) and first[0] not in self.quota.dropped
+        elif self.quota is not None and desired:
+            self.quota.note_retrieval(desired[0])
+            record["first_choice"] = True
         prepare = {"prefetch": self._prepare_prefetch, "dram-only": self._prepare_prefetch,
                    "on-demand": self._prepare_on_demand, "sync": self._prepare_sync,
                    "device-only": self._prepare_device_only}[self.mode]
@@ -410,7 +472,18 @@ class SessionMemory:
                 v_dst.copy_(v)
             self._sink_copied = True
         self.store.put(chunk, self.ctx.stored_kv())   # keys before the rotation with pre-rope
+        if self.quota is not None:
+            self._enforce_quota(chunk)
         return self.tier_record()
+
+    def _enforce_quota(self, chunk: int) -> None:
+        newest_candidate = chunk - self.window_chunks   # the next chunk's newest candidate
+        pinned = set(self.slots.resident()) | set(self._staged) | set(range(max(newest_candidate, 0), chunk + 1))
+        drops = self.quota.enforce(chunk, pinned)
+        if drops:
+            self.store.drop(drops, chunk)
+            if not self._hold_drops:
+                self.store.release()
 
     def tier_record(self) -> dict:
         """Per-chunk tier figures for the log (byte counters as deltas since the last call)."""
@@ -423,14 +496,18 @@ class SessionMemory:
                 "corrupt_blocks": delta["corrupt_blocks"],
                 "pool_used_bytes": c.get("pool_used_bytes", c.get("device_kv_bytes", 0)),
                 "pool_free_bytes": c.get("pool_free_bytes", 0),
-                "writeback_queue": c.get("writeback_queue_depth", 0)}
+                "writeback_queue": c.get("writeback_queue_depth", 0),
+                **({"disk_alloc_bytes": c.get("disk_alloc_bytes", 0), "spill_max_bytes": self.quota.plan.quota_bytes,
+                    "dropped_chunks": len(self.quota.dropped)} if self.quota is not None else {})}
 
     def summary(self) -> dict:
         c = self.store.counters() if self.store is not None else {}
         return {"disk": {"bytes_read": c.get("disk_read_bytes", 0), "bytes_written": c.get("disk_write_bytes", 0),
                          "io_mode": c.get("disk_io_mode", "none")},
                 "corrupt_blocks": c.get("corrupt_blocks", 0),   # disk reads that failed their crc32 (misses)
-                "pool_bytes": c.get("pool_bytes", 0)}
+                "pool_bytes": c.get("pool_bytes", 0),
+                **({"quota": {**self.quota.summary(), "disk_alloc_bytes": c.get("disk_alloc_bytes", 0),
+                              "early_releases": c.get("disk_early_releases", 0)}} if self.quota is not None else {})}
 
     def close(self, abort: bool = False) -> None:
         """``abort`` (a second signal): wait for nothing the drive holds."""

@@ -10,6 +10,9 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
   removed, with O_DIRECT where the file system takes it: a read-only mount is refused whoever runs
   it), and its drive has room for one stored chunk and the index's reserve. A file system that reports no size at all (ramfs: 0 blocks) has free space
   unknown, not 0: it is not refused for it (``usable_free_bytes``).
+* ``check_spill_quota(cfg, layout, dtype_name)`` — a ``--spill-max`` that can be read and that holds at
+  least what the session pins at once (``engine.memory.quota.check_quota``); without ``--spill`` it is
+  refused too (a quota of no drive is a mistake, not a no-op).
 * ``check_memory(cfg, grid, layout, ...)`` — what the settings will allocate fits the memory budget.
   The estimate (``estimate_memory``) counts what grows with a setting, not the process itself:
 
@@ -44,6 +47,7 @@ from engine.errors import ConfigError, OutputError
 from engine.kv_format import ChunkFormat
 from engine.layout import KVLayout, VideoGrid
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS
+from engine.memory.quota import QuotaPlan, check_quota, format_tag, parse_spill_max
 
 GiB, MiB = 1 << 30, 1 << 20
 TRAJECTORY_BYTES_PER_FRAME = 1024
@@ -126,6 +130,20 @@ def check_spill_drive(cfg: SessionConfig, block_bytes: int) -> None:
 def spill_block_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> int:
     """Bytes one stored chunk takes on the spill drive."""
     return ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits, raw_dtype=dtype_name).slot_bytes
+
+
+def check_spill_quota(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> None:
+    """Refuse a ``--spill-max`` the session cannot keep (see the module docstring); creates nothing."""
+    text = cfg.memory.spill_max
+    if text is None:
+        return
+    if cfg.memory.spill is None or cfg.memory.store not in TIERED_STORES or cfg.memory.store == "dram-only":
+        raise ConfigError(f"--spill-max {text} needs a disk tier: give --spill DIR (store mode "
+                          f"{cfg.memory.store} writes no chunks to a drive without it)")
+    fmt = ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits, raw_dtype=dtype_name)
+    plan = QuotaPlan.of(parse_spill_max(text, Path(cfg.memory.spill)), fmt.slot_bytes, format_tag(fmt),
+                        cfg.save_every)
+    check_quota(text, plan, cfg.memory.retrieve_k, layout.window_chunks, format_tag(fmt), cfg.save_every)
 
 
 def _probe_writable(spill: Path, existing: Path) -> None:
