@@ -24,7 +24,7 @@ from worldpager_cli.main import cli
 ROOT = Path(__file__).resolve().parents[2]
 FRONT_PAGE_MAX_LINES = 250
 
-# Pages being written on other branches, linked before they land. Delete a name once its page exists.
+# Pages a link may name before they exist (none at present): the link check skips them.
 PENDING_PAGES: frozenset[str] = frozenset()
 
 SHELL_LANGUAGES = ("bash", "sh", "shell", "console")
