@@ -362,3 +362,18 @@ def inspect(model: str | None, preset: str | None) -> None:
     for key, value in facts.items():
         click.echo(f"{key:<{width}}  {value:,}" if isinstance(value, int) else f"{key:<{width}}  {value}")
     click.echo(json.dumps(facts, separators=(",", ":")))
+
+
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
+def _help_everywhere(command: click.Command) -> None:
+    """``-h`` on every command itself, not only inherited from the group's context: click builds a
+    command's help option once and keeps it, so a command first run on its own (a script or a test that
+    invokes ``generate`` directly) would otherwise keep ``--help`` alone for the life of the process."""
+    command.context_settings.setdefault("help_option_names", HELP_OPTION_NAMES)
+    for sub in getattr(command, "commands", {}).values():
+        _help_everywhere(sub)
+
+
+_help_everywhere(cli)

@@ -1,7 +1,8 @@
 """``worldpager trajectory export``: any trajectory (YAML, pose or action CSV, nerfstudio JSON, a pose
 folder) written as LingBot-World's pose folder (``engine.io.trajectory.pose_folder``).
 
-Prints the files written and one JSON line last.
+Prints the files written and one JSON line last. Imports torch only when the command runs, so that
+``worldpager --help`` and ``plan`` stay torch-free.
 """
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from pathlib import Path
 import click
 
 from engine.errors import ConfigError, OutputError
-from engine.io.trajectory import load_trajectory
-from engine.io.trajectory.pose_folder import ACTIONS, INTRINSICS, POSES, export_pose_folder
 from worldpager_cli.errors import WorldPagerGroup
 
 FORMATS = ("lingbot",)
@@ -36,6 +35,9 @@ def trajectory() -> None:
 def export(out: Path, source: Path, to: str, frames: int | None, repeat: str, overwrite: bool) -> None:
     """Write TRAJECTORY as a LingBot pose folder OUT (OpenCV camera-to-world poses, 480x832 intrinsics,
     W A S D key states)."""
+    from engine.io.trajectory import load_trajectory   # torch and numpy: only when a command runs
+    from engine.io.trajectory.pose_folder import ACTIONS, INTRINSICS, POSES, export_pose_folder
+
     if frames is not None and frames < 1:
         raise ConfigError(f"--frames must be positive, got {frames}")
     if frames is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,14 @@ def test_tail_plot_is_a_hidden_deprecated_alias_of_report_follow(tmp_path, finis
     warning = [line for line in result.stderr.splitlines() if "deprecated" in line]
     assert len(warning) == 1 and "worldpager report" in warning[0] and "--follow" in warning[0]
     assert (tmp_path / "r" / "report.html").is_file()
+
+
+def test_h_still_works_after_a_command_ran_on_its_own():
+    """click builds a command's help option once: a command first invoked on its own (not through the
+    group) must still take ``-h`` through the group afterwards (a fresh process, so the order is fixed)."""
+    code = ("from click.testing import CliRunner; from worldpager_cli.main import cli; "
+            "CliRunner().invoke(cli.commands['generate'], ['--help']); "
+            "r = CliRunner().invoke(cli, ['generate', '-h']); "
+            "assert r.exit_code == 0 and 'Inputs:' in r.output, r.output")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
