@@ -152,3 +152,19 @@ def nearly_full_drive(tmp_path: Path, free_bytes: int, root_reserve_too: bool = 
         yield mount, filler
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def run_capturing_frames(cfg):
+    """Run the session ``cfg`` and keep every decoded chunk's frames as the loop hands them to the MP4
+    writer (a chunk's record in the log says nothing of its pixels). Returns (frames per chunk, result)."""
+    from engine.session.loop import Session
+
+    session = Session(cfg)
+    frames: list[torch.Tensor] = []
+    write = session.writer.write
+
+    def capture(video: torch.Tensor) -> None:
+        frames.append(video.clone())
+        write(video)
+    session.writer.write = capture
+    return frames, session.run()

@@ -34,7 +34,7 @@ from engine.session.loop import Session
 from engine.session.observe import session_path
 from engine.session.resume import check_key_convention, resume_point
 from engine.telemetry import read_log
-from tests_support import resumed_equals_uninterrupted
+from tests_support import resumed_equals_uninterrupted, run_capturing_frames
 
 TRAJECTORY = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"
 MICRO_HORIZON, CHUNKS = 5, 10   # lingbot-tiny's horizon is chunk 5 as well
@@ -55,15 +55,7 @@ def config(root: Path, name: str, keys: str, *, model: str = "micro", chunks: in
 
 def frames_of(cfg) -> tuple[torch.Tensor, list[dict]]:
     """The session's decoded frames (as handed to the MP4 writer) and its log's chunk records."""
-    session = Session(cfg)
-    frames: list[torch.Tensor] = []
-    write = session.writer.write
-
-    def capture(video: torch.Tensor) -> None:
-        frames.append(video.clone())
-        write(video)
-    session.writer.write = capture
-    result = session.run()
+    frames, result = run_capturing_frames(cfg)
     assert result.status == "done" and result.chunks == cfg.chunks
     return torch.cat(frames), [r for r in read_log(result.log) if r["type"] == "chunk"]
 

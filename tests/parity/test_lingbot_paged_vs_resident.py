@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from engine.overlay import resolve_session_config
-from engine.session.loop import Session
+from tests_support import run_capturing_frames
 from engine.telemetry import read_log
 
 TRAJECTORY = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"
@@ -42,15 +42,7 @@ def run_session(root: Path, name: str, store: str, kv_bits: int = 16) -> Run:
     cfg = resolve_session_config(None, {
         "model": "lingbot-tiny", "device": "cpu", "trajectory": str(TRAJECTORY), "chunks": CHUNKS,
         "seed": 0, "out": str(root / f"{name}.mp4"), "memory": memory})
-    session = Session(cfg)
-    frames: list[torch.Tensor] = []
-    write = session.writer.write
-
-    def capture(video: torch.Tensor) -> None:
-        frames.append(video.clone())
-        write(video)
-    session.writer.write = capture
-    result = session.run()
+    frames, result = run_capturing_frames(cfg)
     assert result.status == "done" and len(frames) == CHUNKS
     return Run(frames, [r for r in read_log(result.log) if r["type"] == "chunk"])
 

@@ -23,7 +23,7 @@ import torch
 
 from engine.overlay import resolve_session_config
 from engine.retrieval.retriever import Retriever
-from engine.session.loop import Session
+from tests_support import run_capturing_frames
 from engine.telemetry import read_log
 
 TRAJECTORY = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"
@@ -49,16 +49,7 @@ def run_session(root: Path, name: str, store: str, kv_bits: int = 16) -> Run:
     cfg = resolve_session_config(None, {
         "model": "micro", "device": "cpu", "trajectory": str(TRAJECTORY), "chunks": CHUNKS,
         "seed": SEED, "out": str(root / f"{name}.mp4"), "memory": memory})
-    session = Session(cfg)
-    # on_chunk gets the log record only, so the frames are taken where the loop hands them to the MP4.
-    frames: list[torch.Tensor] = []
-    write = session.writer.write
-
-    def capture(video: torch.Tensor) -> None:
-        frames.append(video.clone())
-        write(video)
-    session.writer.write = capture
-    result = session.run()
+    frames, result = run_capturing_frames(cfg)
     assert result.status == "done" and result.chunks == CHUNKS and len(frames) == CHUNKS
     records = read_log(result.log)
     assert records[-1]["type"] == "summary" and records[-1]["store"] == store

@@ -24,6 +24,15 @@ from engine.model.lingbot.weights import seeded_model
 from engine.model.registry import build_world_model, model_kv_layout, model_spec
 
 
+
+def random_chunk_inputs(g: torch.Generator, text):
+    """One tiny chunk's seeded inputs: its noise, its conditioning (y and camera) and the re-noising draws."""
+    noise = torch.randn(1, 16, 3, 12, 20, generator=g)
+    cond = ChunkConditioning(torch.randn(1, 20, 3, 12, 20, generator=g),
+                             torch.randn(1, 384, 3, 12, 20, generator=g), text)
+    eps = torch.randn(3, 1, 16, 3, 12, 20, generator=g)
+    return noise, cond, lambda _c, step, _like: eps[step]
+
 def test_tiny_shapes_follow_the_fixture_config():
     m = LINGBOT_TINY
     layout, grid = m.kv_layout(), m.video_grid()
@@ -58,11 +67,7 @@ def test_context_bridge_equals_the_official_rolling_cache():
     attach_text(ctx, dit, text)
     g = torch.Generator().manual_seed(3)
     for chunk in range(4):
-        noise = torch.randn(1, 16, 3, 12, 20, generator=g)
-        cond = ChunkConditioning(torch.randn(1, 20, 3, 12, 20, generator=g),
-                                 torch.randn(1, 384, 3, 12, 20, generator=g), text)
-        eps = torch.randn(3, 1, 16, 3, 12, 20, generator=g)
-        draw = lambda _c, step, _like: eps[step]                                       # noqa: E731
+        noise, cond, draw = random_chunk_inputs(g, text)
         a = denoise_chunk(dit, schedule, official, shape, chunk, noise, cond, draw)
         b = denoise_chunk(dit, schedule, context_caches(ctx), shape, chunk, noise, cond, draw)
         ctx.commit()
@@ -87,11 +92,7 @@ def test_context_bridge_with_the_official_sink_equals_the_official_cache():
     attach_text(without, dit, text)
     g = torch.Generator().manual_seed(3)
     for chunk in range(4):
-        noise = torch.randn(1, 16, 3, 12, 20, generator=g)
-        cond = ChunkConditioning(torch.randn(1, 20, 3, 12, 20, generator=g),
-                                 torch.randn(1, 384, 3, 12, 20, generator=g), text)
-        eps = torch.randn(3, 1, 16, 3, 12, 20, generator=g)
-        draw = lambda _c, step, _like: eps[step]                                       # noqa: E731
+        noise, cond, draw = random_chunk_inputs(g, text)
         a = denoise_chunk(dit, schedule, official, shape, chunk, noise, cond, draw)
         b = denoise_chunk(dit, schedule, context_caches(with_sink, shape.sink_tokens), shape, chunk, noise, cond, draw)
         c = denoise_chunk(dit, schedule, context_caches(without), shape, chunk, noise, cond, draw)
