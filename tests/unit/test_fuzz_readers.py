@@ -62,6 +62,18 @@ def fresh(name: str) -> Path:
     return path
 
 
+def read_or_refuse(path: Path, data: bytes, read):
+    """Write ``data`` to ``path`` and read it back with ``read(path)`` under the hang guard: the reader's
+    result, or None when it refused the file with a one-line error that names it."""
+    path.write_bytes(data)
+    try:
+        with hang_guard():
+            return read(path)
+    except WorldPagerError as exc:
+        one_line_error(exc, path)
+        return None
+
+
 @st.composite
 def mutated_json(draw, base: dict, max_edits: int = 3) -> bytes:
     """``base`` with values anywhere in it replaced by other JSON values, then maybe byte mutations."""
@@ -160,12 +172,8 @@ BASE_SAVEPOINT = encode_savepoint(SavePoint(
 
 def check_savepoint(data: bytes) -> None:
     path = fresh("savepoints") / savepoint_name(8)
-    path.write_bytes(data)
-    try:
-        with hang_guard():
-            sp = read_savepoint(path)
-    except WorldPagerError as exc:
-        one_line_error(exc, path)
+    sp = read_or_refuse(path, data, read_savepoint)
+    if sp is None:
         return
     assert sp.chunk == 8 and isinstance(sp.facts, dict)
     assert all(isinstance(t, torch.Tensor) for t in sp.tensors.values())
@@ -234,12 +242,8 @@ BASE_MP4 = _mp4()
 @example(b"", 9)
 def test_mutated_mp4_segments(data, frames):
     path = fresh("mp4") / "v.mp4"
-    path.write_bytes(data)
-    try:
-        with hang_guard():
-            groups = list(read_groups(path, frames))
-    except WorldPagerError as exc:
-        one_line_error(exc, path)
+    groups = read_or_refuse(path, data, lambda p: list(read_groups(p, frames)))
+    if groups is None:
         return
     assert sum(len(g) for g in groups) == frames
 
@@ -252,12 +256,8 @@ def test_mutated_mp4_segments(data, frames):
 @example(b"\x00" * 64 + BASE_LOG)
 def test_mutated_logs_for_report(data):
     path = fresh("report") / "s.log.jsonl"
-    path.write_bytes(data)
-    try:
-        with hang_guard():
-            session = read_session(path)
-    except WorldPagerError as exc:
-        one_line_error(exc, path)
+    session = read_or_refuse(path, data, read_session)
+    if session is None:
         return
     assert all(isinstance(r, dict) for r in session.chunks)
 
@@ -274,12 +274,8 @@ BASE_POSES = b"frame,x,y,z,yaw,pitch\n" + b"".join(
 @example(BASE_POSES.replace(b"0,0,0,0,0\n", b"0,1e308,0,0,0\n", 1), 16)
 def test_mutated_pose_csvs(data, frames):
     path = fresh("poses") / "clip.poses.csv"
-    path.write_bytes(data)
-    try:
-        with hang_guard():
-            traj = load_trajectory(path, "universal", frames)
-    except WorldPagerError as exc:
-        one_line_error(exc, path)
+    traj = read_or_refuse(path, data, lambda p: load_trajectory(p, "universal", frames))
+    if traj is None:
         return
     assert traj.frames == frames and np.isfinite(traj.poses).all()
 
