@@ -26,7 +26,8 @@ Quota (``--spill-max``, ``engine.memory.quota``). ``max_bytes`` caps the block f
 drive): their entries leave the index and their offsets are reused by later writes, so the file stops
 growing at the cap. When a write finds neither a free block nor room under the cap, the oldest retired
 block is given back at once (``early_releases``; only a save point older than the newest could have
-needed it). ``allocated_bytes`` is what the tier takes on the drive: the block file's allocated blocks
+needed it). Only a tier with a cap reuses the blocks of chunks a resume forgets; without one they stay
+unreferenced in the file, as they always have. ``allocated_bytes`` is what the tier takes on the drive: the block file's allocated blocks
 and the index file.
 
 Failures. No room (ENOSPC, or the ``max_bytes`` cap) raises a one-line ``DiskFullError`` naming the
@@ -438,7 +439,9 @@ class DiskTier:
         again; their blocks are reused by later writes)."""
         with self._lock:
             for c in [c for c in self._index if c >= chunk]:
-                self._free.append(self._index.pop(c)["offset"])
+                offset = self._index.pop(c)["offset"]
+                if self.max_bytes is not None:   # only a quota reuses them; otherwise they stay unreferenced
+                    self._free.append(offset)
                 self._retired.pop(c, None)
             self._unsaved += 1
 
@@ -477,8 +480,9 @@ class DiskTier:
         self.damaged_entries = len(damaged)
         self._index = blocks
         self._next = max((e["offset"] + e["length"] for e in self._index.values()), default=0)
-        used = {e["offset"] for e in self._index.values()}   # blocks given back before the resume: reused
-        self._free = [o for o in range(0, self._next, self.slot_bytes) if o not in used]
+        if self.max_bytes is not None:   # a quota reuses the blocks given back before the resume
+            used = {e["offset"] for e in self._index.values()}
+            self._free = [o for o in range(0, self._next, self.slot_bytes) if o not in used]
 
     def close(self, write_index: bool = True) -> None:
         """Write the index (unless told not to: an abort keeps the last durable one), close the
