@@ -1,7 +1,7 @@
 """Fused CPU quantiser: the reference's arithmetic in fewer and cheaper passes over memory.
 
 Contract: the functions, arguments and results of :mod:`engine.kernels.reference`, bit for bit — codes,
-scales, zeros and dequantised values (``tests/kernels/test_fused_parity.py`` checks every width, input
+scales, zeros and dequantised values (``tests/kernel_ops/test_fused_parity.py`` checks every width, input
 and output dtype, odd shapes and the edge inputs). It writes into caller-given tensors and allocates
 nothing per call: its working tensors are the reference's per-thread buffers (``reference._work``).
 Plain PyTorch ops, so it runs wherever torch does; nothing is compiled.
