@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError
-from engine.layout import KVLayout, VideoGrid
+from engine.layout import KVLayout, ModelShape, VideoGrid
 
 # Wan2.1 VAE latent normalisation constants (per latent channel).
 WAN_LATENT_MEAN = (
@@ -219,6 +219,10 @@ class ModelConfig:
         """Video frames of chunk 0 and of every later chunk, and the frame rate."""
         return VideoGrid(first_frames=self.video_frames_of_chunk(0),
                          frames_per_chunk=self.video_frames_of_chunk(1), fps=self.fps)
+
+    def shape(self) -> ModelShape:
+        """What the planner reads of this model (``engine.layout.ModelShape``)."""
+        return ModelShape(self.name, self.kv_layout(), self.video_grid())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ Owns two frozen value types that every layer may import without pulling in a mod
   the latent frames of a chunk and of the local window. Byte sizes of every storage format follow from
   it (``engine.kv_format``).
 * ``VideoGrid`` — how chunks map to video frames (MG2: 9 frames for chunk 0, then 12) and the frame rate.
+* ``ModelShape`` — a named model as the planner reads it: its ``KVLayout`` and its ``VideoGrid``. Every
+  model configuration (MG2's ``engine.config.ModelConfig``, LingBot's ``engine.lingbot_models``) gives
+  one with ``shape()``, so the planner reads no model family.
 
 They are part of the model interface (``engine.model.interface`` re-exports them); they live here so
 that the memory, the retrieval, the planner and the config can use them without depending on the
@@ -68,3 +71,22 @@ class VideoGrid:
 
     def frames_total(self, chunks: int) -> int:
         return 0 if chunks <= 0 else self.first_frames + (chunks - 1) * self.frames_per_chunk
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the planner needs of a model: its name, one chunk's stored KV and its video grid."""
+
+    name: str
+    layout: KVLayout
+    grid: VideoGrid
+
+    @property
+    def fps(self) -> int:
+        return self.grid.fps
+
+    def kv_bytes_per_chunk(self, bytes_per_value: float = 2.0) -> int:
+        return self.layout.bytes_per_chunk(bytes_per_value)
+
+    def video_frames_total(self, chunks: int) -> int:
+        return self.grid.frames_total(chunks)

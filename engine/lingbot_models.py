@@ -4,9 +4,9 @@ Owns ``LingbotModelConfig`` — the DiT config, the loop settings, the Wan2.1 VA
 LingBot uses the same 16-channel VAE and latent normalisation), the latent grid, the frame rate, the
 rotary table length (the positional horizon), the width of the text stand-in — and what follows from
 it without weights: the ``KVLayout`` of one chunk, the ``VideoGrid``, the horizon chunk, the camera
-intrinsics on the model's pixel grid; and what the planner reads of a model (``kv_bytes_per_chunk``,
-``video_frames_of_chunk`` / ``_total``, ``fps``, as MG2's ``ModelConfig`` has them). Torch-free, so that
-the planner can read it. And the two named configurations:
+intrinsics on the model's pixel grid; and what the planner reads of a model (``shape()``, an
+``engine.layout.ModelShape``, as MG2's ``ModelConfig`` gives it). Torch-free shared ground, so that the
+planner reads it without importing the model family. And the two named configurations:
 
 * ``lingbot-tiny`` — the parity fixture's DiT (dim 128, 2 heads, 2 layers, 12x20 latents = 96x160
   video, ``cam`` control, cache of 8 latent frames with a 1-frame sink) with seeded random weights, an
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from engine.config import VAEConfig
 from engine.errors import ConfigError
-from engine.layout import KVLayout, VideoGrid
-from engine.model.lingbot.config import FULL_SIZE, VAE_STRIDE, FastDiTConfig, LoopSettings
+from engine.layout import KVLayout, ModelShape, VideoGrid
+from engine.lingbot_config import FULL_SIZE, VAE_STRIDE, FastDiTConfig, LoopSettings
 
 RETRIEVAL_HFOV_DEG = 90.0       # the retrieval's frustum (engine.retrieval.select); the camera rays agree
 
@@ -99,15 +99,9 @@ class LingbotModelConfig:
         t, f = VAE_STRIDE[0], self.frames_per_chunk
         return VideoGrid(first_frames=1 + t * (f - 1), frames_per_chunk=t * f, fps=self.fps)
 
-    def video_frames_of_chunk(self, chunk: int) -> int:
-        return self.video_grid().frames_of_chunk(chunk)
-
-    def video_frames_total(self, chunks: int) -> int:
-        return self.video_grid().frames_total(chunks)
-
-    def kv_bytes_per_chunk(self, bytes_per_value: float = 2.0) -> int:
-        """Self-attention K+V bytes of one chunk over all layers."""
-        return self.kv_layout().bytes_per_chunk(bytes_per_value)
+    def shape(self) -> ModelShape:
+        """What the planner reads of this model (``engine.layout.ModelShape``)."""
+        return ModelShape(self.name, self.kv_layout(), self.video_grid())
 
     def intrinsics(self) -> tuple[float, float, float, float]:
         """(fx, fy, cx, cy) on the model's pixel grid: square pixels, the retrieval's horizontal FOV."""

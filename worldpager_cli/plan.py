@@ -161,7 +161,7 @@ def plan_config(opts: dict):
                           "the arena model is not one")
     m = planner.planned_model(cfg)
     n = chunks_for_length(opts["chunks"], opts["seconds"], opts["minutes"], m.fps,
-                          m.video_frames_of_chunk(0), m.video_frames_of_chunk(1))
+                          m.grid.frames_of_chunk(0), m.grid.frames_of_chunk(1))
     if n is not None:
         cfg = resolve_session_config(preset, {**flags, "chunks": n}, base)
     return cfg, m

@@ -3,8 +3,8 @@ will it stall?
 
 Contract. Small pure functions of the model shape, the storage format, the memory budgets, the drive
 and the chunk time, and ``plan(...)`` / ``plan_session(cfg, ...)`` that combine them into one frozen
-``Plan``. The model shape is MG2's ``ModelConfig`` or LingBot-World-Fast's torch-free config
-(``planned_model``). No I/O, no clocks, and no torch — neither here nor through any import (a test checks
+``Plan``. The model shape is an ``engine.layout.ModelShape`` (``planned_model``: MG2's or LingBot's
+configuration gives it from torch-free shared ground; the planner imports no model family). No I/O, no clocks, and no torch — neither here nor through any import (a test checks
 ``sys.modules`` in a fresh interpreter) — so ``worldpager plan`` answers at once on any machine.
 Units: bytes are exact integers; GB = 1e9 B (bandwidths, as ``--drive-bw``), GiB = 2**30 B (budgets).
 
@@ -98,11 +98,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.config import LINGBOT_MODELS, ModelConfig, SessionConfig, model_config, session_model_config
+from engine.config import LINGBOT_MODELS, SessionConfig, session_model_config
 from engine.errors import ConfigError
 from engine.kv_format import ChunkFormat
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw
-from engine.model.lingbot.models import LingbotModelConfig, lingbot_config
+from engine.layout import ModelShape
+from engine.lingbot_models import lingbot_config
 from engine.planner.timeline import TimelineInputs, percentile, timeline
 
 GB = 1e9
@@ -135,17 +136,17 @@ def format_name(bits: int) -> str:
     return names[bits]
 
 
-def chunk_format(model: ModelConfig, fmt: str, raw_dtype: str = "bfloat16") -> ChunkFormat:
+def chunk_format(model: ModelShape, fmt: str, raw_dtype: str = "bfloat16") -> ChunkFormat:
     """``raw_dtype``: what ``bf16`` (16 bits, unquantised) stores — the model's dtype (a CPU: float32)."""
-    return ChunkFormat.from_layout(model.kv_layout(), bits=FORMAT_BITS[fmt], raw_dtype=raw_dtype)
+    return ChunkFormat.from_layout(model.layout, bits=FORMAT_BITS[fmt], raw_dtype=raw_dtype)
 
 
-def bytes_per_chunk(model: ModelConfig, raw_dtype: str = "bfloat16") -> dict[str, int]:
+def bytes_per_chunk(model: ModelShape, raw_dtype: str = "bfloat16") -> dict[str, int]:
     """b per format: bytes of one stored chunk (no slot rounding)."""
     return {f: chunk_format(model, f, raw_dtype).nbytes for f in FORMAT_BITS}
 
 
-def slot_bytes(model: ModelConfig, raw_dtype: str = "bfloat16") -> dict[str, int]:
+def slot_bytes(model: ModelShape, raw_dtype: str = "bfloat16") -> dict[str, int]:
     """s per format: b rounded up to 4 KiB, the size of a pool slot and of a disk block."""
     return {f: chunk_format(model, f, raw_dtype).slot_bytes for f in FORMAT_BITS}
 
@@ -157,12 +158,12 @@ def pool_bytes(host_bytes: int, baseline_bytes: int, margin_bytes: int = MARGIN_
     return max(0, host_bytes - baseline_bytes - margin_bytes)
 
 
-def window_chunks(model: ModelConfig) -> int:
+def window_chunks(model: ModelShape) -> int:
     """w: chunks (partly) in the local window — as engine.session.memory counts them."""
-    return model.kv_layout().window_chunks
+    return model.layout.window_chunks
 
 
-def device_buffer_bytes(model: ModelConfig, retrieve_k: int, sink: bool) -> int:
+def device_buffer_bytes(model: ModelShape, retrieve_k: int, sink: bool) -> int:
     """B: the bf16 KV the device holds in every mode (window, current chunk, k slots, sink)."""
     chunks = window_chunks(model) + 1 + retrieve_k + (1 if sink else 0)
     return chunks * model.kv_bytes_per_chunk(2.0)
@@ -173,7 +174,7 @@ def capacity_chunks(space_bytes: int, per_chunk: int) -> int:
     return max(0, space_bytes) // per_chunk
 
 
-def video_seconds(model: ModelConfig, chunks: int) -> float:
+def video_seconds(model: ModelShape, chunks: int) -> float:
     """Seconds of video in the first ``chunks`` chunks (9 frames for the first, 12 after)."""
     return model.video_frames_total(chunks) / model.fps if chunks > 0 else 0.0
 
@@ -286,14 +287,14 @@ class Budgets:
                    int(host_baseline * GiB), int(device_baseline * GiB))
 
 
-def host_pool_bytes(model: ModelConfig, budgets: Budgets, fmt: str = "int4", raw_dtype: str = "bfloat16") -> int:
+def host_pool_bytes(model: ModelShape, budgets: Budgets, fmt: str = "int4", raw_dtype: str = "bfloat16") -> int:
     """The pool: ``pool_slots`` slots of ``fmt``, else budget − (baseline + CPU staging) − margin."""
     if budgets.pool_slots is not None:
         return budgets.pool_slots * slot_bytes(model, raw_dtype)[fmt]
     return pool_bytes(budgets.host, budgets.host_baseline + budgets.host_staging, budgets.margin)
 
 
-def spill_chunks(model: ModelConfig, budgets: Budgets, retrieve_k: int = 3,
+def spill_chunks(model: ModelShape, budgets: Budgets, retrieve_k: int = 3,
                  sink: bool = False, fmt: str = "int4", raw_dtype: str = "bfloat16") -> dict[str, int]:
     """Spill chunk per tier/format: ``device-bf16`` (when the device budget is known), ``host-<f>``
     (``fmt``: the session's format, the one ``pool_slots`` counts in)."""
@@ -307,7 +308,7 @@ def spill_chunks(model: ModelConfig, budgets: Budgets, retrieve_k: int = 3,
     return out
 
 
-def cpu_staging_bytes(model: ModelConfig, store: str, retrieve_k: int) -> int:
+def cpu_staging_bytes(model: ModelShape, store: str, retrieve_k: int) -> int:
     """The float32 staging slots a tiered store allocates on a CPU (``engine.session.preflight.staging_chunks``)."""
     return max(retrieve_k, 1) * model.kv_bytes_per_chunk(4.0) if store in TIERED_STORES else 0
 
@@ -437,7 +438,7 @@ def _session_tier(store: str, fmt: str, spills: dict[str, int], budgets: Budgets
     return spills[tier]
 
 
-def plan(model: ModelConfig, chunks: int, budgets: Budgets, *, bits: int = 4, retrieve_k: int = 3,
+def plan(model: ModelShape, chunks: int, budgets: Budgets, *, bits: int = 4, retrieve_k: int = 3,
          sink: bool = False, store: str = "prefetch", drive: DriveRates | None = None,
          disk_free_bytes: int | None = None, chunk_s: float = CHUNK_S,
          disk_reads_per_chunk: float = DISK_READS_PER_CHUNK, stage_s: float = STAGE_S,
@@ -535,13 +536,13 @@ def _pool_too_small(budgets: Budgets, slot: int, n: int) -> str:
             f"(--host-mem >= {need / GiB:.2f} GiB)")
 
 
-def planned_model(cfg: SessionConfig) -> ModelConfig | LingbotModelConfig:
-    """The shape of the session's model as the planner reads it (KV layout and bytes per chunk, video
-    frames per chunk, frame rate): MG2's configurations and the synthetic model, or LingBot-World-Fast's
-    (a torch-free config, so its full size needs no weights)."""
+def planned_model(cfg: SessionConfig) -> ModelShape:
+    """The shape of the session's model as the planner reads it (KV layout, video grid): MG2's
+    configurations and the synthetic model, or LingBot-World-Fast's (torch-free shared ground, so its
+    full size needs no weights)."""
     if cfg.model in LINGBOT_MODELS:
-        return lingbot_config(cfg.model)
-    return session_model_config(cfg)
+        return lingbot_config(cfg.model).shape()
+    return session_model_config(cfg).shape()
 
 
 def plan_session(cfg: SessionConfig, budgets: Budgets, *, drive: DriveRates | None,

@@ -153,7 +153,7 @@ OFFICIAL_STD = (2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
 
 
 def test_the_release_vae_is_mg2s_wan21_vae():
-    from engine.model.lingbot.models import LINGBOT_FAST
+    from engine.lingbot_models import LINGBOT_FAST
 
     vae = LINGBOT_FAST.vae
     assert (vae.dim, vae.z_dim, vae.dim_mult, vae.num_res_blocks) == (96, 16, (1, 2, 4, 4), 2)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine.kv_format import byte_figures
-from engine.model.lingbot.models import LINGBOT_FAST
+from engine.lingbot_models import LINGBOT_FAST
 from tests_support import one_line_error
 from worldpager_cli.main import cli
 

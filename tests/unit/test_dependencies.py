@@ -2,7 +2,7 @@
 module under ``engine/`` with ``ast``, so a violation fails here before it becomes a cycle.
 
 * the components do not know one another: memory imports nothing from model, retrieval or the session's
-  side; retrieval nothing from model, memory or io; kernels nothing from memory or model; model nothing
+  side; the planner nothing from a model, the arena, the store or the session's side; retrieval nothing from model, memory or io; kernels nothing from memory or model; model nothing
   from memory, retrieval or the session's side; the arena model nothing from memory;
 * the session names no model: from ``engine.model`` it imports only the interface, the attention
   context and the factory;
@@ -36,6 +36,10 @@ FORBIDDEN = {   # package -> what no module inside it may import
     # The arena model is a model: it never touches the store. (Its training data uses the session's
     # retrieval policy, and its evaluation runs whole sessions: engine.arena.evaluate.)
     "engine.arena": ("engine.memory", "engine.session.memory", "engine.session.positions"),
+    # The planner reads shapes (engine.layout.ModelShape from the torch-free configs), never a model,
+    # the store or the loop: a model family's code may import torch at any time.
+    "engine.planner": ("engine.model", "engine.arena", "engine.memory.store", "engine.memory.host_pool",
+                       *SESSION_SIDE),
 }
 SESSION_MAY_USE = {"engine.model.interface", "engine.model.kv_context", "engine.model.registry"}
 TORCH_FREE = ("engine.memory.manager", "engine.retrieval.select", "engine.planner.model", "engine.geometry",

@@ -13,7 +13,7 @@ from engine.planner.model import GB, GiB, Budgets, DriveRates
 from engine.planner.probe import probe_drive
 from worldpager_cli.main import chunks_for_length
 
-MG2 = model_config("mg2-universal")
+MG2 = model_config("mg2-universal").shape()
 PAPER = Budgets.from_gib(host=32, device=24)      # RTX 4090, 32 GiB host, calibrated baselines
 HOUR_CHUNKS = chunks_for_length(None, None, 60.0, MG2.fps, 9, 12)
 SESSION_CHUNKS = chunks_for_length(None, None, 37.5, MG2.fps, 9, 12)

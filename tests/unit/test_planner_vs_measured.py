@@ -43,7 +43,7 @@ RUNS_2CPU_XEON = [
 
 def predicted_xeon(store, kv_scale, gbps, chunk_s):
     rate = (gbps or MEASURED_DRIVE_GBPS) * planner.GB
-    return planner.plan(synthetic_model_config(kv_scale), 28, planner.Budgets(host=0, pool_slots=8), store=store,
+    return planner.plan(synthetic_model_config(kv_scale).shape(), 28, planner.Budgets(host=0, pool_slots=8), store=store,
                         drive=planner.DriveRates(rate, rate), chunk_s=chunk_s, reads_from=14,
                         disk_reads_per_chunk=9 / 14, urgent_writeback=False)
 
@@ -82,7 +82,7 @@ class Run:
     stall_p99_ms: float
 
     def plan(self) -> planner.Plan:
-        model = synthetic_model_config(self.kv_scale)
+        model = synthetic_model_config(self.kv_scale).shape()
         kind, value = self.pool
         budgets = planner.Budgets(host=int(value * GiB) if kind == "host_gib" else 0, host_baseline=self.baseline,
                                   pool_slots=int(value) if kind == "slots" else None,

@@ -19,7 +19,7 @@ import torch
 
 from engine.errors import InputError
 from engine.model.lingbot import camera
-from engine.model.lingbot.config import VAE_STRIDE
+from engine.lingbot_config import VAE_STRIDE
 
 ACTION_KEYS = ("w", "a", "s", "d")     # the columns of the official action.npy
 

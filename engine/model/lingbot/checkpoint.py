@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from engine.errors import CheckpointError, ConfigError
-from engine.model.lingbot.config import FastDiTConfig
-from engine.model.lingbot.models import LingbotModelConfig
+from engine.lingbot_config import FastDiTConfig
+from engine.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.text import TOKENIZER_DIR, WAN_T5_FILE, hf_state, load_text_encoder, load_tokenizer, t5_shape
 from engine.model.lingbot.weights import CHECKPOINT_SUBFOLDER, empty_model, load_state, read_config
 from engine.model.load import assign_strict, read_shapes, read_weights

@@ -25,7 +25,7 @@ from engine.errors import ConfigError, InputError
 from engine.layout import KVLayout
 from engine.model.lingbot import camera
 from engine.model.lingbot.cache import FastCaches
-from engine.model.lingbot.config import VAE_STRIDE, FastDiTConfig, LoopSettings
+from engine.lingbot_config import VAE_STRIDE, FastDiTConfig, LoopSettings
 from engine.model.lingbot.dit import WanModelFast
 from engine.model.lingbot.schedule import DMDSchedule
 

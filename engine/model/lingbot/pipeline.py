@@ -33,11 +33,11 @@ from engine.errors import HorizonError
 from engine.geometry import quat_to_matrix
 from engine.io.trajectory import Trajectory
 from engine.model.lingbot import camera
-from engine.model.lingbot.config import VAE_STRIDE
+from engine.lingbot_config import VAE_STRIDE
 from engine.model.lingbot.context import attach_text, context_caches
 from engine.model.lingbot.dit import WanModelFast
 from engine.model.lingbot.loop import ChunkConditioning, RunShape, denoise_chunk
-from engine.model.lingbot.models import LingbotModelConfig
+from engine.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.schedule import DMDSchedule
 from engine.model.lingbot.session_control import chunk_control, latent_keys, ray_intrinsics
 from engine.model.vae import StartImageEncoder, StreamingDecoder, WanVAE

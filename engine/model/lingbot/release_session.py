@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine.errors import ConfigError
 from engine.model.lingbot.checkpoint import LingbotRelease, load_release, release_files, release_model
-from engine.model.lingbot.models import LingbotModelConfig
+from engine.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.model_cache import ModelCache
 from engine.model.spec import ModelSpec

@@ -15,7 +15,7 @@ from typing import Mapping
 import torch
 
 from engine.errors import CheckpointError
-from engine.model.lingbot.config import FastDiTConfig, config_from_official
+from engine.lingbot_config import FastDiTConfig, config_from_official
 from engine.model.lingbot.dit import WanModelFast
 from engine.model.load import assign_strict, read_weights
 from engine.model.seeded_weights import seeded_state_dict
