@@ -36,7 +36,7 @@ from engine.errors import InputError
 
 MAGIC = b"\x93NUMPY"
 VERSIONS = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf8")}
-MAX_HEADER_BYTES = 10_000           # what ``np.load`` reads by default; an array's header needs ~128
+MAX_HEADER_BYTES = 4096             # a plain array's header: ~128 bytes, ~1.5 KiB with 64 axes of 19 digits
 MAX_DIMS = 64                       # numpy's limit
 MAX_BYTES = np.iinfo(np.intp).max   # numpy's limit on one array's bytes (zero-length axes aside)
 _DESCR = re.compile(r"([<>|=])([a-z])(\d{1,2})")
