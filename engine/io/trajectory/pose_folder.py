@@ -10,9 +10,12 @@ Owns the folder's layout and its checks, in the official code's conventions:
   (the official code uses row 0 and scales it to the model's pixel grid);
 * ``action.npy`` (optional) — [N, 4] key states W, A, S, D (0 or 1) per video frame.
 
-Reading: the engine's camera axes are OpenGL (y up, z backward), so camera y and z are flipped; the
-poses are then tracked into actions like every pose file (``engine.io.trajectory.tracker``), and the
-folder's intrinsics row 0 and key states ride along on the ``Trajectory``. Writing: ``export_pose_folder``
+Each file is read by the strict ``.npy`` reader (``engine.io.npy_file``; ``EXPECT`` says what it takes:
+float32/64 poses and intrinsics, whole-number, bool or float32/64 keys): its header is checked against
+the file's size before anything is allocated, and nothing is unpickled. Reading: the engine's camera
+axes are OpenGL (y up, z backward), so camera y and z are flipped; the poses are then tracked into
+actions like every pose file (``engine.io.trajectory.tracker``), and the folder's intrinsics row 0 and
+key states ride along on the ``Trajectory``. Writing: ``export_pose_folder``
 turns a ``Trajectory``'s poses back into OpenCV matrices, its universal keys into ``action.npy`` and
 the retrieval's 90-degree field of view into ``intrinsics.npy`` (when none are given).
 """
