@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import struct
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,9 @@ class NpyExpect:
     shape: tuple[int | None, ...]
     dtypes: tuple[str, ...]
     meaning: str = ""
+
+    def __post_init__(self):
+        assert self.dtypes and all(re.fullmatch(r"[fiub]\d{1,2}", d) for d in self.dtypes), self.dtypes
 
     def describe(self) -> str:
         dims = ", ".join("N" if n is None else str(n) for n in self.shape)
@@ -152,7 +156,10 @@ def _not_npy(start: bytes) -> str:
 
 def _literal(text: bytes, encoding: str, refuse) -> object:
     try:
-        return ast.literal_eval(text.decode(encoding).rstrip(" \n\x00"))
+        with warnings.catch_warnings():      # "invalid escape sequence" in the header: not the user's stderr
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return ast.literal_eval(text.decode(encoding).rstrip(" \n\x00"))
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         raise refuse(f"its header is not a Python literal: {_show(text)}") from None
 
