@@ -83,8 +83,10 @@ SKEWED[3, 0, 0] = 2.0
 @pytest.mark.parametrize("override, message", [
     ({INTRINSICS: np.ones((8, 4), np.float32)}, "intrinsics.npy has 8 rows but poses.npy has 9 poses"),
     ({ACTIONS: np.zeros((7, 4), np.int32)}, "action.npy has 7 rows but poses.npy has 9 poses"),
-    ({INTRINSICS: np.ones((9, 3), np.float32)}, r"intrinsics.npy: expected \[N, 4\].*\[9, 3\]"),
-    ({POSES: np.zeros((9, 3, 4), np.float32)}, r"poses.npy: expected \[N, 4, 4\].*\[9, 3, 4\]"),
+    ({INTRINSICS: np.ones((9, 3), np.float32)},
+     r"--trajectory .*intrinsics.npy: its shape is \[9, 3\]; expected float32/64 \[N, 4\]"),
+    ({POSES: np.zeros((9, 3, 4), np.float32)},
+     r"--trajectory .*poses.npy: its shape is \[9, 3, 4\]; expected float32/64 \[N, 4, 4\]"),
     ({POSES: SKEWED}, "poses.npy: pose 3 is not rigid"),
     ({POSES: NAN_POSES}, r"poses.npy: not a finite number at index \(4, 0, 3\)"),
     ({INTRINSICS: None}, "intrinsics.npy is missing"),

@@ -10,9 +10,12 @@ Owns the folder's layout and its checks, in the official code's conventions:
   (the official code uses row 0 and scales it to the model's pixel grid);
 * ``action.npy`` (optional) — [N, 4] key states W, A, S, D (0 or 1) per video frame.
 
-Reading: the engine's camera axes are OpenGL (y up, z backward), so camera y and z are flipped; the
-poses are then tracked into actions like every pose file (``engine.io.trajectory.tracker``), and the
-folder's intrinsics row 0 and key states ride along on the ``Trajectory``. Writing: ``export_pose_folder``
+Each file is read by the strict ``.npy`` reader (``engine.io.npy_file``; ``EXPECT`` says what it takes:
+float32/64 poses and intrinsics, whole-number, bool or float32/64 keys): its header is checked against
+the file's size before anything is allocated, and nothing is unpickled. Reading: the engine's camera
+axes are OpenGL (y up, z backward), so camera y and z are flipped; the poses are then tracked into
+actions like every pose file (``engine.io.trajectory.tracker``), and the folder's intrinsics row 0 and
+key states ride along on the ``Trajectory``. Writing: ``export_pose_folder``
 turns a ``Trajectory``'s poses back into OpenCV matrices, its universal keys into ``action.npy`` and
 the retrieval's 90-degree field of view into ``intrinsics.npy`` (when none are given).
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.geometry import matrix_to_quat, quat_to_matrix
+from engine.io.npy_file import NpyExpect, read_npy
 from engine.io.poses import FPS, Calibration
 from engine.io.trajectory.build import _Actions
 from engine.io.trajectory.fields import _Context
@@ -33,6 +37,12 @@ INTRINSICS_FRAME = (480, 832)                       # (H, W) the official intrin
 OPENGL_TO_OPENCV = np.diag([1.0, -1.0, -1.0])       # camera y and z flipped (its own inverse)
 UNIVERSAL_TO_WASD = [0, 2, 1, 3]                    # (forward, back, left, right) -> (W, A, S, D)
 RIGID_TOLERANCE = 1e-3
+FLAG = "--trajectory"                               # the only option that takes a pose folder
+FLOATS = ("f4", "f8")
+KEYS = ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1") + FLOATS
+EXPECT = {POSES: NpyExpect((None, 4, 4), FLOATS, "camera-to-world matrices"),
+          INTRINSICS: NpyExpect((None, 4), FLOATS, "rows of fx, fy, cx, cy"),
+          ACTIONS: NpyExpect((None, 4), KEYS, "key states W, A, S, D")}
 
 
 def is_pose_folder(path: Path) -> bool:
@@ -47,16 +57,11 @@ def default_intrinsics(hfov_deg: float = 90.0) -> np.ndarray:
 
 
 def _array(ctx: _Context, folder: Path, name: str) -> np.ndarray:
+    """``name`` in ``folder`` through the strict reader (``engine.io.npy_file``), as finite float64."""
     path = folder / name
-    if not path.is_file():
+    if not path.exists():
         raise ctx.error(f"{name} is missing (a directory is read as a LingBot pose folder)")
-    try:
-        value = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise ctx.error(f"{name}: not a NumPy array file ({exc})") from None
-    if not np.issubdtype(value.dtype, np.number) or np.issubdtype(value.dtype, np.complexfloating):
-        raise ctx.error(f"{name}: expected real numbers, got dtype {value.dtype}")
-    value = value.astype(np.float64)
+    value = read_npy(path, EXPECT[name], FLAG).astype(np.float64)
     if not np.isfinite(value).all():
         bad = np.argwhere(~np.isfinite(value))[0]
         raise ctx.error(f"{name}: not a finite number at index {tuple(int(i) for i in bad)}")
@@ -66,11 +71,9 @@ def _array(ctx: _Context, folder: Path, name: str) -> np.ndarray:
 def read_pose_folder(ctx: _Context, folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Checked (poses [N, 4, 4] OpenCV, intrinsics [N, 4], actions [N, 4] | None), float64."""
     poses = _array(ctx, folder, POSES)
-    if poses.ndim != 3 or poses.shape[1:] != (4, 4) or len(poses) == 0:
-        raise ctx.error(f"{POSES}: expected [N, 4, 4] camera-to-world matrices, got shape {list(poses.shape)}")
+    if len(poses) == 0:
+        raise ctx.error(f"{POSES}: no poses (shape [0, 4, 4]); expected [N, 4, 4] camera-to-world matrices, N >= 1")
     intrinsics = _array(ctx, folder, INTRINSICS)
-    if intrinsics.ndim != 2 or intrinsics.shape[1] != 4:
-        raise ctx.error(f"{INTRINSICS}: expected [N, 4] rows of fx, fy, cx, cy, got shape {list(intrinsics.shape)}")
     if len(intrinsics) != len(poses):
         raise ctx.error(f"{INTRINSICS} has {len(intrinsics)} rows but {POSES} has {len(poses)} poses")
     if (intrinsics[:, :2] <= 0).any():
@@ -80,8 +83,6 @@ def read_pose_folder(ctx: _Context, folder: Path) -> tuple[np.ndarray, np.ndarra
     actions = None
     if (folder / ACTIONS).exists():
         actions = _array(ctx, folder, ACTIONS)
-        if actions.ndim != 2 or actions.shape[1] != 4:
-            raise ctx.error(f"{ACTIONS}: expected [N, 4] key states W, A, S, D, got shape {list(actions.shape)}")
         if len(actions) != len(poses):
             raise ctx.error(f"{ACTIONS} has {len(actions)} rows but {POSES} has {len(poses)} poses")
     return poses, intrinsics, actions
