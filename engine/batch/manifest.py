@@ -5,9 +5,10 @@ entry holds the job's ``status`` — ``pending``, ``running``, ``done``, ``faile
 job's one-line error) or ``interrupted`` — its ``out``, ``attempts``, the ``fingerprint`` of its options,
 and once it ran: ``worker``, ``chunks``, ``frames``, ``fps`` (video frames made per second of wall
 time), ``stall_p99_ms``, ``rss_max_mib``, ``wall_s``, ``resumed_at`` (the save point's chunk, when it
-was resumed) and ``model_reused`` (whether its worker had the model loaded already). Every update
-rewrites the file atomically (a temporary file, fsync, rename, directory fsync), so a batch killed at
-any moment leaves the manifest before or after an update, never a torn one.
+was resumed), ``model_reused`` (whether its worker had the model loaded already) and ``made``, what
+the job's attempts made (``engine.batch.ownership``: the only outputs a batch replaces without
+``--overwrite``). Every update rewrites the file atomically (a temporary file, fsync, rename, directory
+fsync), so a batch killed at any moment leaves the manifest before or after an update, never a torn one.
 
 A batch holds ``OUT_DIR/batch.lock`` (``flock``) while it runs: a second batch on the same directory
 is refused with one line. A job found ``running`` when the lock is free was cut short by a killed batch:
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.durable import fsync_directory
+from engine.batch.ownership import made_problem
 from engine.file_lock import release_lock, try_lock
 from engine.errors import InputError, OutputError
 
@@ -55,7 +57,7 @@ def entry_problem(entry: Any) -> str | None:
         if bad:
             kinds = " or ".join(_KIND[t] for t in types if not (t is int and float in types))
             return f"{field!r} is {json.dumps(value)[:40]}, not {kinds}"
-    return None
+    return made_problem(entry["made"]) if "made" in entry else None
 
 
 class Manifest:
