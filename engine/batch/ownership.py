@@ -22,7 +22,8 @@ A job's files may be replaced (a redo, a resume) without ``--overwrite`` only wh
 * the last attempt's ``files`` are recorded and every path is exactly as it left it (size and mtime);
 * or that attempt was cut short, and the log is this job's (its header and every ``resume`` record carry
   one of its ``runs``; no ``fork`` record), the MP4 starts with the header this job's writer writes and
-  holds at most one chunk more than the log records, and the config is the one the log's header holds.
+  holds at most two chunks more than the log records (muxed, not yet logged: the chunk in hand and,
+  with ``decode_overlap``, the one before), and the config is the one the log's header holds.
 
 Never started by this manifest (no ``runs``: a ``generate``, ``resume``, ``fork`` or ``play`` output,
 another batch's, a user's file, or a job of a manifest that was deleted or replaced): anything at its
@@ -35,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ class Made:
     """A job's ``made`` record (see the module docstring)."""
 
     runs: tuple[str, ...] = ()
-    files: dict[str, list[int] | None] | None = None
+    files: dict[str, list[int] | None] | None = field(default=None, hash=False)
     spill: str | None = None
 
     @classmethod
@@ -267,7 +268,8 @@ def _video_problem(cfg: SessionConfig, records: list[dict]) -> str | None:
         frames = 0   # the header alone: killed before its first frame
     chunks = [r["chunk"] for r in records if r.get("type") == "chunk" and isinstance(r.get("chunk"), int)]
     logged = 1 + max(chunks) if chunks else 0
-    most = spec.grid.frames_total(logged + 1)   # a chunk muxed, its log record not yet written
+    # muxed, not yet logged: the chunk in hand, and (decode_overlap) the one before it
+    most = spec.grid.frames_total(logged + 2)
     if frames > most:
         return f"holds {frames} frames, more than the {logged} chunks the job's log records ({most} at most)"
     return None

@@ -200,6 +200,43 @@ def test_a_jobs_file_changed_by_the_user_after_its_attempt_is_refused(tmp_path):
         {k: v for k, v in before.items() if not k.endswith(MANIFEST_NAME)}
 
 
+def _longer_video(tmp: Path, out: Path) -> str:
+    longer = invoke("generate", *MICRO, "--store", "window", "--chunks", 8, "--out", tmp / "long.mp4", "--quiet")
+    assert longer.exit_code == 0, longer.output
+    (out / "x.mp4").write_bytes((tmp / "long.mp4").read_bytes())
+    return "more than the 3 chunks the job's log records"
+
+
+def _not_a_worldpager_video(tmp: Path, out: Path) -> str:
+    (out / "x.mp4").write_bytes(b"\x00\x00\x00\x18ftypisom" + bytes(1000))
+    return "is not a video this job's writer made"
+
+
+@pytest.mark.parametrize("replace", [_longer_video, _not_a_worldpager_video])
+def test_a_cut_short_jobs_video_replaced_by_the_user_is_refused(tmp_path, replace):
+    """The manifest as a killed batch leaves it (the job ``running``, its files unrecorded): the files
+    are read, and an MP4 that is not the one beside the job's log is refused."""
+    from engine.batch.driver import BatchDriver
+    from engine.batch.jobs import load_jobs
+    from engine.batch.local import InlineBackend
+    from engine.batch.plan import plan_jobs
+
+    jobs = write_jobs(tmp_path / "jobs.jsonl", {"name": "x", "chunks": 6})
+    shared = {"model": "micro", "pool_slots": 4, "save_every": 1, "spill": str(tmp_path / "spill" / "{job}")}
+    out = tmp_path / "out"
+    plans = plan_jobs(load_jobs(str(jobs), shared), out, 1, "cpu", None, 8 << 30, 0)
+    with Manifest(out) as m:
+        driver = BatchDriver(plans, m, InlineBackend("cpu"))
+        driver.on_event = lambda e: e.kind == "chunk" and e.record["chunk"] == 2 and driver.request_stop()
+        assert driver.run().status == "interrupted"
+        m.update("x", status="running", made={**m.entry("x")["made"], "files": None})   # as if killed
+    needle = replace(tmp_path, out)
+    before = digest(out / "x.mp4", out / "x.log.jsonl", tmp_path / "spill")
+    result = batch(jobs, out, "--save-every", 1, "--spill", tmp_path / "spill" / "{job}")
+    refused(result, out, "x", str(out / "x.mp4"), needle)
+    assert digest(out / "x.mp4", out / "x.log.jsonl", tmp_path / "spill") == before
+
+
 # ---- a killed batch ------------------------------------------------------------------------------
 
 def _killed_batch(tmp: Path, out: Path, jobs: Path, args: list[str], ready) -> None:
