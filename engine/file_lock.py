@@ -4,6 +4,10 @@ Owns ``try_lock(path)`` (open or create the lock file and take an exclusive, non
 or None when another process holds it) and ``release_lock(fd)``. The lock lives as long as the fd, so a
 killed holder frees it; callers turn a held lock into their own one-line error (a spill directory in
 use, a batch output directory in use).
+
+A holder that removes its lock file on the way out (``release_and_remove``) uses ``try_lock_at``: a
+process that opened the file just before its removal locks a file no longer at the path, sees it
+(``still_at``) and tries again on the new one, so two holders never lock two files for one path.
 """
 from __future__ import annotations
 
@@ -27,3 +31,36 @@ def release_lock(fd: int) -> None:
     """Give back a lock taken by ``try_lock`` and close its fd."""
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
+
+
+def still_at(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (not one its holder removed)."""
+    try:
+        here = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def try_lock_at(path: Path, mode: int = 0o600, tries: int = 8) -> int | None:
+    """``try_lock`` of the file that is at ``path`` when the lock is taken (see the module docstring);
+    None when it is held. Each retry follows a removal by another holder: a handful is plenty."""
+    for _ in range(tries):
+        fd = try_lock(path, mode)
+        if fd is None or still_at(fd, path):
+            return fd
+        release_lock(fd)
+    return None
+
+
+def release_and_remove(fd: int, path: Path) -> None:
+    """Remove the lock file at ``path`` if ``fd`` still is it, then give the lock back. The removal is
+    tidying: a failure to remove it never hides the error a caller is leaving with."""
+    try:
+        if still_at(fd, path):
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        release_lock(fd)

@@ -70,7 +70,7 @@ def _check_device(name: str, torch) -> None:
         raise ConfigError(f"--devices: {name} does not exist here ({have} CUDA devices)")
 
 
-BATCH_SECTIONS = {**dict.fromkeys(("out_dir", "quiet"), "Output"),
+BATCH_SECTIONS = {**dict.fromkeys(("out_dir", "overwrite", "quiet"), "Output"),
                   **dict.fromkeys(("workers", "devices", "ray_address", "retries", "host_mem"), "Batch")}
 
 
@@ -90,12 +90,14 @@ BATCH_SECTIONS = {**dict.fromkeys(("out_dir", "quiet"), "Output"),
               help="Run on a Ray cluster: an address, 'auto' for the running one; without a value, a local Ray is started.")
 @click.option("--retries", type=int, default=0, show_default=True, help="Tries again of a job that failed, in this run.")
 @click.option("--host-mem", type=float, help="Host memory for the whole batch in GiB, divided between the workers. Default: what is available.")
+@click.option("--overwrite", is_flag=True, help="Replace files at a job's outputs that this batch did not make "
+              "(default: such a job is refused, the others run).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors, the summary and the JSON line.")
 @shared_options
-def batch(jobs, out_dir, workers, devices, ray_address, retries, host_mem, quiet, **shared) -> None:
+def batch(jobs, out_dir, workers, devices, ray_address, retries, host_mem, overwrite, quiet, **shared) -> None:
     """Render many jobs: JOBS is a JSONL, CSV or YAML job list (each job: generate options), or a quoted
     glob of trajectory files. Re-running skips what is done, resumes what was interrupted and retries
-    what failed (manifest: OUT_DIR/batch-manifest.json)."""
+    what failed (manifest: OUT_DIR/batch-manifest.json); it replaces only what it made itself."""
     from engine.batch.jobs import load_jobs
     from engine.batch.manifest import Manifest
 
@@ -107,7 +109,7 @@ def batch(jobs, out_dir, workers, devices, ray_address, retries, host_mem, quiet
     backend, plans = _backend_and_plans(job_list, out_dir, workers, devices, ray_address, host_mem)
     try:
         with Manifest(out_dir) as manifest:
-            result = _drive(plans, manifest, backend, retries, quiet)
+            result = _drive(plans, manifest, backend, retries, quiet, overwrite)
             _report(result, manifest, backend, out_dir)
     finally:
         getattr(backend, "shutdown", lambda: None)()
@@ -188,11 +190,18 @@ class _JobsProgress:
             self.bar.close()
 
 
-def _drive(plans, manifest, backend, retries, quiet):
+def _drive(plans, manifest, backend, retries, quiet, overwrite):
     from engine.batch.driver import BatchDriver
+    from engine.batch.plan import no_savepoint_warnings
 
     progress = _JobsProgress(len(plans), quiet)
-    driver = BatchDriver(plans, manifest, backend, retries=retries, on_event=progress)
+
+    def warn_once(todo) -> None:   # --quiet drops it, as generate's does (the logs' headers keep it)
+        for line in [] if quiet else no_savepoint_warnings(todo):
+            progress.say(f"worldpager: warning: {line}")
+
+    driver = BatchDriver(plans, manifest, backend, retries=retries, on_event=progress, overwrite=overwrite,
+                         on_todo=warn_once)
     try:
         with _StopOnSignals(driver, progress):
             return driver.run()

@@ -4,8 +4,12 @@ Owns the policy, not the execution (the backends: ``engine.batch.local``, ``engi
 From the manifest: a job ``done`` with the same options is skipped; ``interrupted`` (or ``running``
 when its batch was killed) is resumed from its save points; ``failed`` starts over; a job whose
 options changed since is a new job. Within one batch a failed job is tried again up to ``retries``
-times; a job whose worker died (a killed process, a lost Ray node) is resumed on another worker, up
-to ``MAX_LOSSES`` times. Every change reaches the manifest before the next event is handled.
+times (not one refused because its paths hold what this batch did not make: that stays so); a job whose
+worker died (a killed process, a lost Ray node) is resumed on another worker, up to ``MAX_LOSSES`` times.
+Every change reaches the manifest before the next event is handled. Each attempt gets a run id, put in
+the manifest's ``made`` before the job is handed out, so that a batch killed at any moment knows the
+files its attempt left as its own (``engine.batch.ownership``); the attempt's result brings ``made`` up
+to date.
 
 A backend runs ``backend.run(take, emit, stopping)``: it calls ``take()`` for a job whenever one of its
 workers is free (None: nothing left for now) until ``take()`` gives None with every worker idle, never
@@ -16,10 +20,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from engine.batch.manifest import Manifest
+from engine.batch.ownership import Made, SpillVouch, new_run, spill_key
 from engine.batch.plan import JobPlan
 from engine.batch.worker import JobResult, JobRun
 
@@ -73,10 +78,13 @@ class BatchResult:
 
 class BatchDriver:
     def __init__(self, plans: list[JobPlan], manifest: Manifest, backend: Backend, retries: int = 0,
-                 on_event: Callable[[Event], None] = lambda event: None):
+                 on_event: Callable[[Event], None] = lambda event: None, overwrite: bool = False,
+                 on_todo: Callable[[list[JobPlan]], None] = lambda plans: None):
+        """``overwrite``: jobs replace what this batch did not make at their paths; ``on_todo``: told the
+        plans of the jobs this run will do, before the first starts."""
         self.plans = {p.name: p for p in plans}
         self.manifest, self.backend, self.on_event = manifest, backend, on_event
-        self.retries = retries
+        self.retries, self.overwrite, self.on_todo = retries, overwrite, on_todo
         self._queue: deque[JobRun] = deque()
         self._tries: dict[str, int] = {}
         self._losses: dict[str, int] = {}
@@ -98,8 +106,7 @@ class BatchDriver:
             if status == "done" and not changed:
                 self.result.skipped.append(name)
                 continue
-            ran_before = entry is not None and entry.get("attempts", 0) > 0
-            runs.append(JobRun(plan, resume=status == "interrupted" and not changed, clean=ran_before))
+            runs.append(JobRun(plan, resume=status == "interrupted" and not changed))
             self.manifest.update(name, status="pending" if changed or status is None else status,
                                  fingerprint=plan.fingerprint, out=str(plan.cfg.out), error=None,
                                  **({"attempts": 0} if changed else {}))
@@ -109,6 +116,7 @@ class BatchDriver:
         start = time.perf_counter()
         self._queue.extend(self.todo())
         self._tries = {r.plan.name: 1 + self.retries for r in self._queue}
+        self.on_todo([r.plan for r in self._queue])
         if self._queue:
             self.backend.run(self._take, self._emit, self._stop.is_set)
         self.result.wall_s = time.perf_counter() - start
@@ -126,7 +134,17 @@ class BatchDriver:
             return None
         run = self._queue.popleft()
         self._tries[run.plan.name] -= 1
-        return run
+        return self._attempt(run)
+
+    def _attempt(self, run: JobRun) -> JobRun:
+        """The job as handed out: a new run id, in the manifest before any worker can write a byte
+        under it, and what the manifest says this batch made at its paths."""
+        name, key = run.plan.name, spill_key(run.plan.cfg)
+        made = Made.of(self.manifest.entry(name))
+        vouch = SpillVouch.of(self.manifest.jobs, key)   # before this attempt's own entry says "in flight"
+        attempt = new_run()
+        self.manifest.update(name, made=Made(made.runs + (attempt,), None, key).as_json())
+        return replace(run, run=attempt, made=made, spill=vouch, overwrite=self.overwrite)
 
     def _emit(self, event: Event) -> None:
         handler = {"started": self._started, "finished": self._finished, "lost": self._lost}.get(event.kind)
@@ -143,8 +161,9 @@ class BatchDriver:
         result = event.result
         self.result.results[event.name] = result
         self.manifest.update(event.name, **result.as_entry(), finished=time.time())
-        if result.status == "failed" and self._tries[event.name] > 0 and not self._stop.is_set():
-            self._queue.append(JobRun(self.plans[event.name], clean=True))
+        if result.status == "failed" and not result.refused and self._tries[event.name] > 0 \
+                and not self._stop.is_set():
+            self._queue.append(JobRun(self.plans[event.name]))
 
     def _lost(self, event: Event) -> None:
         """The worker died with the job in hand: resume it on another (its save points are on the drive)."""
@@ -157,7 +176,7 @@ class BatchDriver:
         self.manifest.update(event.name, status="interrupted", error=f"worker lost: {event.error}")
         if not self._stop.is_set():
             self._tries[event.name] += 1   # the job did not fail: this try does not count
-            self._queue.appendleft(JobRun(self.plans[event.name], resume=True, clean=True))
+            self._queue.appendleft(JobRun(self.plans[event.name], resume=True))
 
 
 def summary_row(name: str, entry: dict[str, Any]) -> dict[str, Any]:

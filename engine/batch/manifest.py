@@ -5,13 +5,16 @@ entry holds the job's ``status`` — ``pending``, ``running``, ``done``, ``faile
 job's one-line error) or ``interrupted`` — its ``out``, ``attempts``, the ``fingerprint`` of its options,
 and once it ran: ``worker``, ``chunks``, ``frames``, ``fps`` (video frames made per second of wall
 time), ``stall_p99_ms``, ``rss_max_mib``, ``wall_s``, ``resumed_at`` (the save point's chunk, when it
-was resumed) and ``model_reused`` (whether its worker had the model loaded already). Every update
-rewrites the file atomically (a temporary file, fsync, rename, directory fsync), so a batch killed at
-any moment leaves the manifest before or after an update, never a torn one.
+was resumed), ``model_reused`` (whether its worker had the model loaded already) and ``made``, what
+the job's attempts made (``engine.batch.ownership``: the only outputs a batch replaces without
+``--overwrite``). Every update rewrites the file atomically (a temporary file, fsync, rename, directory
+fsync), so a batch killed at any moment leaves the manifest before or after an update, never a torn one.
 
 A batch holds ``OUT_DIR/batch.lock`` (``flock``) while it runs: a second batch on the same directory
-is refused with one line. A job found ``running`` when the lock is free was cut short by a killed batch:
-it counts as interrupted.
+is refused with one line. The batch removes the file when it ends (while it still holds it; a batch
+that opened it just before locks the new one instead, ``engine.file_lock.try_lock_at``); a killed batch
+leaves it, unlocked. A job found ``running`` when the lock is free was cut short by a killed batch: it
+counts as interrupted.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.durable import fsync_directory
-from engine.file_lock import release_lock, try_lock
+from engine.batch.ownership import made_problem
+from engine.file_lock import release_and_remove, try_lock_at
 from engine.errors import InputError, OutputError
 
 MANIFEST_NAME, LOCK_NAME = "batch-manifest.json", "batch.lock"
@@ -55,7 +59,7 @@ def entry_problem(entry: Any) -> str | None:
         if bad:
             kinds = " or ".join(_KIND[t] for t in types if not (t is int and float in types))
             return f"{field!r} is {json.dumps(value)[:40]}, not {kinds}"
-    return None
+    return made_problem(entry["made"]) if "made" in entry else None
 
 
 class Manifest:
@@ -77,7 +81,7 @@ class Manifest:
             raise OutputError(f"cannot create the output directory {self.dir}: {exc.strerror}") from None
         if not os.access(self.dir, os.W_OK | os.X_OK):
             raise OutputError(f"output directory {self.dir} is not writable")
-        fd = try_lock(self.dir / LOCK_NAME, 0o644)
+        fd = try_lock_at(self.dir / LOCK_NAME, 0o644)
         if fd is None:
             raise OutputError(f"another batch is running in {self.dir} (lock {self.dir / LOCK_NAME} is held); "
                               "wait for it or choose another --out-dir")
@@ -86,9 +90,10 @@ class Manifest:
         return self
 
     def close(self) -> None:
+        """Give the directory back: the lock file is removed while still held, then released."""
         if self._lock_fd >= 0:
-            release_lock(self._lock_fd)
-            self._lock_fd = -1
+            fd, self._lock_fd = self._lock_fd, -1
+            release_and_remove(fd, self.dir / LOCK_NAME)
 
     def __enter__(self) -> "Manifest":
         return self.open()

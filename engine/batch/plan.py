@@ -6,6 +6,8 @@ beside it, as ``generate`` writes them), the spill template (``{job}`` is the jo
 ``$VARS`` are expanded by the worker, on its own node), and the refusals that must come before a
 single job runs: an option value ``generate`` would refuse, two jobs writing one file, two workers
 given one spill directory, a host memory share too small for a job (``engine.session.preflight``).
+``no_savepoint_warnings`` is the batch's one warning for its jobs that make no save points (a session
+gives it per run; a batch once, naming the jobs, per reason).
 
 The host budget (``--host-mem`` for the whole batch, or the memory available now) is divided equally
 between the workers; a job that sets its own ``host_mem`` must fit in its worker's share. One worker
@@ -162,3 +164,20 @@ def check_distinct_spills(plans: list[JobPlan], workers: int) -> None:
                              f"{key}, and {workers} workers would use it at once; put {{job}} in --spill "
                              f"(e.g. --spill {Path(key).parent / '{job}'}) or give each job its own")
         owner[key] = p
+
+
+def no_savepoint_warnings(plans: list[JobPlan]) -> list[str]:
+    """One warning per reason for the jobs that make no save points (so cannot be resumed or forked)."""
+    from engine.session.resume import unresumable_note, why_no_savepoints
+
+    by_reason: dict[str, list[str]] = {}
+    for plan in plans:
+        if unresumable_note(plan.cfg):
+            by_reason.setdefault(why_no_savepoints(plan.cfg), []).append(plan.name)
+    warnings = []
+    for why, names in by_reason.items():
+        shown = ", ".join(names[:8]) + (f", … ({len(names)} jobs)" if len(names) > 8 else "")
+        who, verb, them = (f"job {shown}", "makes", "it") if len(names) == 1 else (f"jobs {shown}", "make", "they")
+        warnings.append(f"{who} {verb} no save points, so {them} cannot be resumed or forked "
+                        f"({why.removeprefix('it ran ')}); give --spill DIR for that")
+    return warnings

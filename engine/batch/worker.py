@@ -1,17 +1,20 @@
 """One batch worker: runs jobs one after another in its process, keeping the model loaded between them.
 
 Owns what running a job means, wherever the worker lives (the batch's own process, a worker process,
-a Ray actor): a job marked for resumption continues from its newest intact save point
-(``engine.session.resume``; none usable: it starts over, with a note); a fresh start first removes what
-an earlier attempt of the same job left (its MP4, log, config and save points — only when the manifest
-says the job ran before); the session gets the worker's ``ModelCache``, so only the first job of a
-model loads weights, and every job builds its own noise, caches and memory (its frames equal a fresh
+a Ray actor). A job owns its MP4 while it runs (``engine.session.ownership.claim_output``): a
+``generate``, ``resume`` or another batch writing the same file makes the job fail with the one-line
+error, and the job's files are left alone. Holding it, the worker checks what is at the job's paths
+(``engine.batch.ownership``): what this batch's manifest does not say the job made is refused — the job
+fails with the reason, nothing changed, and is not tried again in this run — unless the batch was given
+``--overwrite``, which removes it and starts the job afresh. Then a job marked for resumption continues
+from its newest intact save point (``engine.session.resume``; none usable: it starts over, with a note);
+a fresh start first removes what an earlier attempt of the job left (its MP4, log, config and save
+points). The session writes the attempt's run id into its log, and the result carries what the attempt
+left (``made``) for the manifest. The session gets the worker's ``ModelCache``, so only the first job of
+a model loads weights, and every job builds its own noise, caches and memory (its frames equal a fresh
 ``generate`` of the same options). The result says done, failed (with the one-line error) or
-interrupted, and carries the figures of the job's log summary. A job owns its MP4 while it runs
-(``engine.session.ownership.claim_output``): a ``generate``, ``resume`` or another batch writing the same
-file makes the job fail with the one-line error, and the job's files are left alone. A batch rewrites
-its own jobs' outputs without ``--overwrite``: the batch owns its ``--out-dir`` (locked by its
-manifest), and what it replaces is an earlier attempt of the same job.
+interrupted, and carries the figures of the job's log summary. The note that a job makes no save points
+is the batch's to give, once (``engine.batch.plan.no_savepoint_warnings``), not each job's.
 
 Errors never escape ``run``: a ``WorldPagerError`` is the job's failure as ``generate`` would print it,
 anything else a failure named ``internal error`` with its traceback on stderr, so one bad job never
@@ -20,7 +23,6 @@ stops the worker. ``request_stop`` (thread-safe) ends the job in hand after its 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 import time
@@ -29,21 +31,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from engine.batch.ownership import Made, SpillVouch, foreign_outputs, identities, remove_outputs, spill_key
 from engine.batch.plan import JobPlan
 from engine.config import SessionConfig
-from engine.errors import WorldPagerError
+from engine.errors import OutputError, WorldPagerError
 from engine.model.model_cache import ModelCache
-from engine.session.save import savepoint_dir
 from engine.telemetry import read_log
 
 
 @dataclass(frozen=True)
 class JobRun:
-    """A job handed to a worker: resume it from its save points, and/or clean up an earlier attempt."""
+    """A job handed to a worker: resume it from its save points or start it afresh, as attempt ``run``;
+    ``made`` and ``spill``: what the manifest says this batch made at its paths (``engine.batch.ownership``);
+    ``overwrite``: replace what it did not make."""
 
     plan: JobPlan
     resume: bool = False
-    clean: bool = False
+    run: str = ""
+    made: Made = Made()
+    spill: SpillVouch = SpillVouch()
+    overwrite: bool = False
 
 
 @dataclass
@@ -62,6 +69,8 @@ class JobResult:
     model_loads: int = 0               # weight loads this job caused (0: its worker had them)
     model_built: bool = False          # the session got as far as its model
     notes: list[str] = field(default_factory=list)
+    made: dict | None = None           # the manifest's record of what the job's attempts made
+    refused: bool = False              # its paths hold what the batch did not make: trying again is no use
 
     @property
     def fps(self) -> float:
@@ -72,7 +81,8 @@ class JobResult:
         return {"status": self.status, "error": self.error, "worker": self.worker, "chunks": self.chunks,
                 "frames": self.frames, "wall_s": round(self.wall_s, 3), "fps": round(self.fps, 3),
                 "stall_p99_ms": self.stall_p99_ms, "rss_max_mib": self.rss_max_mib,
-                "resumed_at": self.resumed_at, "model_reused": (self.model_loads == 0) if self.model_built else None, "notes": self.notes}
+                "resumed_at": self.resumed_at, "model_reused": (self.model_loads == 0) if self.model_built else None,
+                "notes": self.notes, **({} if self.made is None else {"made": self.made})}
 
 
 def node_config(cfg: SessionConfig, device: str | None) -> SessionConfig:
@@ -81,13 +91,6 @@ def node_config(cfg: SessionConfig, device: str | None) -> SessionConfig:
     if spill is not None:
         cfg = replace(cfg, memory=replace(cfg.memory, spill=Path(os.path.expandvars(str(spill)))))
     return cfg if device is None else replace(cfg, device=device)
-
-
-def remove_earlier_attempt(cfg: SessionConfig) -> None:
-    """What an earlier attempt of this job wrote (the job starts over and writes them anew)."""
-    for path in (cfg.out, cfg.log_path, cfg.config_path):
-        Path(path).unlink(missing_ok=True)
-    shutil.rmtree(savepoint_dir(cfg.out), ignore_errors=True)
 
 
 RETRIED_CLAIM_WAIT_S = 60.0   # see Worker._run: a killed worker's output lock is freed once its process is gone
@@ -110,7 +113,7 @@ class Worker:
                 self._session.request_stop()
 
     def run(self, job: JobRun, on_chunk: Callable[[dict], None] = lambda record: None) -> JobResult:
-        result = JobResult(job.plan.name, "failed", self.label)
+        result = JobResult(job.plan.name, "failed", self.label, made=job.made.as_json())   # nothing touched yet
         if self._stop.is_set():
             result.status = "interrupted"
             return result
@@ -143,15 +146,40 @@ class Worker:
             self._run_owned(job, cfg, on_chunk, result)
 
     def _run_owned(self, job: JobRun, cfg: SessionConfig, on_chunk, result: JobResult) -> None:
-        from engine.session.loop import Session   # the session pulls in torch and the models
-
+        resume = self._check_paths(job, cfg, result)
         savepoint = None
-        if job.resume:
+        if resume:
             cfg, savepoint = self._resume_point(cfg, result)
-        if savepoint is None and job.clean:
-            remove_earlier_attempt(cfg)
-        session = Session(cfg, on_chunk=on_chunk, resume_from=savepoint, models=self.models)
-        result.notes.extend(session.warnings())   # e.g. a trajectory the camera cannot follow closely
+        runs = (job.made.runs if savepoint is not None else ()) + (job.run,)
+        try:
+            if savepoint is None:
+                remove_outputs(cfg)   # this batch's own earlier attempt (checked above), or --overwrite
+            self._render(job, cfg, savepoint, on_chunk, result)
+        finally:   # what this attempt left, for the manifest
+            result.made = Made(runs, identities(cfg), spill_key(job.plan.cfg)).as_json()
+
+    @staticmethod
+    def _check_paths(job: JobRun, cfg: SessionConfig, result: JobResult) -> bool:
+        """Refuse what this batch did not make at the job's paths, or (``--overwrite``) note that it is
+        replaced; whether the job may be resumed."""
+        why = foreign_outputs(cfg, job.made, job.spill)
+        if why is None:
+            return job.resume
+        if not job.overwrite:
+            result.refused = True
+            raise OutputError(f"refused: {why}; nothing was changed: move them away, or give the batch "
+                              "--overwrite to replace them")
+        result.notes.append(f"--overwrite: replacing {why}")
+        return False
+
+    def _render(self, job: JobRun, cfg: SessionConfig, savepoint, on_chunk, result: JobResult) -> None:
+        from engine.session.loop import Session   # the session pulls in torch and the models
+        from engine.session.resume import unresumable_note
+
+        session = Session(cfg, on_chunk=on_chunk, resume_from=savepoint, models=self.models,
+                          batch={"run": job.run, "job": job.plan.name})
+        said_once = unresumable_note(cfg)   # the batch says it once for all its jobs
+        result.notes.extend(w for w in session.warnings() if w not in said_once)   # e.g. a lagging camera
         with self._lock:
             self._session = session
             if self._stop.is_set():

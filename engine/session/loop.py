@@ -124,16 +124,19 @@ class Session:
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None,
                  on_output: Callable[[int, torch.Tensor], None] | None = None,
                  resume_from: SavePoint | None = None, fork_of: Fork | None = None,
-                 models: ModelCache | None = None):
+                 models: ModelCache | None = None, batch: dict | None = None):
         """``resume_from``: continue the run that wrote this save point (``engine.session.resume``):
         its MP4 and log are continued, not created. With ``fork_of``, ``resume_from`` is the parent's
         save point and the MP4 and log are the branch's copies of the parent's (``engine.session.fork``).
         ``models``: networks loaded by earlier sessions of this process, reused when they are the ones
-        this session needs (a batch worker's; ``engine.model.model_cache``)."""
+        this session needs (a batch worker's; ``engine.model.model_cache``). ``batch``: a batch job's
+        mark (its attempt's run id), written as the ``batch`` field of the log's header, or of the
+        ``resume`` record of a resumed run: how a batch tells its own outputs (``engine.batch.ownership``)."""
         # First, before anything sizable is allocated: fixed malloc thresholds keep RSS flat (DESIGN §3).
         self.allocator = pin_allocator()
         self.cfg = cfg
         self.models = models
+        self._batch = {} if batch is None else {"batch": batch}
         self.spec: ModelSpec = model_spec(cfg)
         self.on_chunk = on_chunk or (lambda record: None)
         self.on_output = on_output or (lambda chunk, latents: None)   # the model's output, before decoding
@@ -251,7 +254,8 @@ class Session:
             else:
                 self._header_written = True
                 self.log.record("resume", chunk=self.resume_from.chunk,
-                                frames_total=self.resume_from.facts["frames_total"], started=time.time())
+                                frames_total=self.resume_from.facts["frames_total"], started=time.time(),
+                                **self._batch)
             chunks, frames = self._loop(ctx, memory)
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks else "done"
         except BaseException as exc:
@@ -288,7 +292,7 @@ class Session:
                         observed=None if self.observed is None else {"chunks": self.observed_chunks,
                                                                       "source": self.observed},
                         allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes,
-                        savepoints=savepoints)
+                        savepoints=savepoints, **self._batch)
         self._header_written = True
 
     def _close(self, memory: SessionMemory | None, status: str, abort: bool = False, **extra) -> None:

@@ -21,6 +21,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from engine.batch.manifest import MANIFEST_NAME, Manifest
+from engine.batch.ownership import Made, SpillVouch
 from engine.errors import WorldPagerError
 from engine.io.mp4_segments import read_groups
 from engine.io.trajectory import load_trajectory
@@ -192,7 +193,9 @@ def test_mutated_savepoints(data):
 BASE_MANIFEST = {"version": 1, "jobs": {
     "a": {"status": "done", "attempts": 1, "out": "a.mp4", "fingerprint": "f0", "worker": "local-0", "chunks": 4,
           "frames": 45, "fps": 3.5, "stall_p99_ms": 0.0, "rss_max_mib": 512.0, "wall_s": 12.9, "resumed_at": None,
-          "model_reused": False, "error": None, "started": 1.7e9, "finished": 1.7e9},
+          "model_reused": False, "error": None, "started": 1.7e9, "finished": 1.7e9,
+          "made": {"runs": ["0123abcd"], "files": {"out": [4096, 1700000000000000000], "log": [512, 7], "save": None},
+                   "spill": "/sp/a"}},
     "b": {"status": "running", "attempts": 2, "out": "b.mp4", "fingerprint": "f1", "error": None}}}
 
 
@@ -204,6 +207,8 @@ def check_manifest(data: bytes) -> None:
             counts = manifest.counts()
             for name, entry in manifest.jobs.items():
                 entry.get("attempts", 0) + 1      # what the driver does with an entry
+                Made.of(entry).as_json()
+                SpillVouch.of(manifest.jobs, "/sp/a")
                 manifest.update(name, status="pending")
     except WorldPagerError as exc:
         one_line_error(exc, root / MANIFEST_NAME)
@@ -217,6 +222,9 @@ def check_manifest(data: bytes) -> None:
 @example(json.dumps({"version": 1, "jobs": {"a": {"status": ["done"]}}}).encode())
 @example(json.dumps({"version": 1, "jobs": {"a": {"status": "done", "attempts": True}}}).encode())
 @example(b"[" * 5000)
+@example(json.dumps({"version": 1, "jobs": {"a": {"made": {"runs": [1], "files": None}}}}).encode())
+@example(json.dumps({"version": 1, "jobs": {"a": {"made": {"runs": [], "files": {"out": [1, -2]}}}}}).encode())
+@example(json.dumps({"version": 1, "jobs": {"a": {"made": {"runs": [], "files": {"mp4": None}}}}}).encode())
 def test_mutated_batch_manifests(data):
     check_manifest(data)
 
