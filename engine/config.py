@@ -222,7 +222,7 @@ class ModelConfig:
 
     def shape(self) -> ModelShape:
         """What the planner reads of this model (``engine.layout.ModelShape``)."""
-        return ModelShape(self.name, self.kv_layout(), self.video_grid())
+        return ModelShape(self.name, self.kv_layout(), self.video_grid(), DEVICE_PARAMS.get(self.name, 0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +274,12 @@ _MICRO = dataclasses.replace(_TINY, name="micro", vae=VAEConfig(dim=8), latent_h
 MODEL_CONFIGS: dict[str, ModelConfig] = {
     c.name: c for c in (_UNIVERSAL, _GTA, _TEMPLERUN, _TINY, _MICRO)
 }
+
+# Parameters a session keeps on the device (DiT with its action modules + VAE + CLIP vision tower), per
+# named configuration, for the torch-free planner; tests/unit/test_device_weights.py counts them again on
+# the meta device. The synthetic model has no weights.
+DEVICE_PARAMS = {"mg2-universal": 2_357_220_915, "mg2-gta": 2_357_217_075, "mg2-templerun": 2_246_694_195,
+                 "tiny": 4_712_963, "micro": 2_035_083}
 
 
 def synthetic_model_config(kv_scale: float = 1.0) -> ModelConfig:

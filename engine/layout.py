@@ -8,7 +8,8 @@ Owns two frozen value types that every layer may import without pulling in a mod
   the latent frames of a chunk and of the local window. Byte sizes of every storage format follow from
   it (``engine.kv_format``).
 * ``VideoGrid`` — how chunks map to video frames (MG2: 9 frames for chunk 0, then 12) and the frame rate.
-* ``ModelShape`` — a named model as the planner reads it: its ``KVLayout`` and its ``VideoGrid``. Every
+* ``ModelShape`` — a named model as the planner reads it: its ``KVLayout``, its ``VideoGrid`` and the
+  parameters it keeps on the device through a session (the weights the device must hold). Every
   model configuration (MG2's ``engine.config.ModelConfig``, LingBot's ``engine.lingbot_models``) gives
   one with ``shape()``, so the planner reads no model family.
 
@@ -80,6 +81,7 @@ class ModelShape:
     name: str
     layout: KVLayout
     grid: VideoGrid
+    device_params: int = 0          # parameters resident on the device while chunks are made (0: no weights)
 
     @property
     def fps(self) -> int:

@@ -50,6 +50,7 @@ class LingbotModelConfig:
     rope_table_frames: int = 1024     # Wan's rotary table (positions up to 1023): the native horizon
     text_tokens: int = 23             # rows of the seeded text stand-in (tiny configuration only)
     seeded: bool = False              # built-in seeded weights (no checkpoint needed)
+    device_params: int = 0            # DiT + VAE parameters on the device (the text encoder is freed first)
 
     def __post_init__(self) -> None:
         _, ph, pw = self.dit.patch_size
@@ -101,7 +102,7 @@ class LingbotModelConfig:
 
     def shape(self) -> ModelShape:
         """What the planner reads of this model (``engine.layout.ModelShape``)."""
-        return ModelShape(self.name, self.kv_layout(), self.video_grid())
+        return ModelShape(self.name, self.kv_layout(), self.video_grid(), self.device_params)
 
     def intrinsics(self) -> tuple[float, float, float, float]:
         """(fx, fy, cx, cy) on the model's pixel grid: square pixels, the retrieval's horizontal FOV."""
@@ -117,15 +118,17 @@ LINGBOT_TINY = LingbotModelConfig(
     name="lingbot-tiny",
     dit=FastDiTConfig(dim=128, ffn_dim=256, num_heads=2, num_layers=2, local_attn_size=8, sink_size=1),
     settings=_SETTINGS, vae=VAEConfig(dim=8), latent_height=12, latent_width=20,
-    rope_table_frames=15, seeded=True)
+    rope_table_frames=15, seeded=True, device_params=2_401_931)
 
 LINGBOT_TINY_ACT = dataclasses.replace(LINGBOT_TINY, name="lingbot-tiny-act",
-                                       dit=dataclasses.replace(LINGBOT_TINY.dit, control_type="act"))
+                                       dit=dataclasses.replace(LINGBOT_TINY.dit, control_type="act"),
+                                       device_params=2_434_699)
 
 LINGBOT_FAST = LingbotModelConfig(
     name="lingbot-fast",
     dit=dataclasses.replace(FULL_SIZE, local_attn_size=18, sink_size=3),
-    settings=_SETTINGS, vae=VAEConfig(), latent_height=480 // VAE_STRIDE[1], latent_width=832 // VAE_STRIDE[2])
+    settings=_SETTINGS, vae=VAEConfig(), latent_height=480 // VAE_STRIDE[1], latent_width=832 // VAE_STRIDE[2],
+    device_params=18_671_225_395)
 
 LINGBOT_CONFIGS = {c.name: c for c in (LINGBOT_TINY, LINGBOT_TINY_ACT, LINGBOT_FAST)}
 

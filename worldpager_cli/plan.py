@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -19,6 +19,7 @@ from engine.planner import model as planner
 from engine.config import ARENA_MODEL
 from engine.errors import ConfigError
 from engine.overlay import resolve_session_config, with_user_config
+from engine.planner.measured import measured_inputs
 from engine.planner.probe import DEFAULT_PROBE_BYTES, probe_drive
 from worldpager_cli.help import SectionedCommand
 from engine.planner.quota import quota_prediction
@@ -56,14 +57,19 @@ def _at(model, chunks: int | None) -> str:
     return f"chunk {chunks} ({int(s // 60)}:{s % 60:04.1f} of video)"
 
 
-def table_lines(p: planner.Plan, model, budgets: planner.Budgets, drive_source: str) -> list[str]:
-    """The human table; every figure is also in the JSON line."""
+def table_lines(p: planner.Plan, model, budgets: planner.Budgets, drive_source: str,
+                inputs: "PlanInputs | None" = None) -> list[str]:
+    """The human table; every figure is also in the JSON line. Assumed inputs are marked as such."""
+    mark = (lambda name: "") if inputs is None else (lambda name: inputs.mark(name, budgets))
+    weights = planner.device_weight_bytes(model)
     lines = [f"plan: {p.model}, store {p.store}, {p.format} KV, k={p.retrieve_k}, {p.chunks} chunks "
-             f"({p.video_s / 60:.1f} min of video), chunk {p.chunk_s * 1e3:.0f} ms",
-             _pool_line(p, budgets)
-             + ("" if budgets.device is None else
-                f"; device {budgets.device / GiB:.2f} GiB - baseline {budgets.device_baseline / GiB:.2f} GiB "
-                f"- window/current/staging bf16 buffers"),
+             f"({p.video_s / 60:.1f} min of video), chunk {p.chunk_s * 1e3:.0f} ms{mark('chunk_ms')}",
+             _pool_line(p, budgets) + mark("host_baseline"),
+             *([] if budgets.device is None else
+               [f"device {budgets.device / GiB:.2f} GiB - weights {weights / GiB:.2f} GiB (bf16, "
+                f"{model.device_params / 1e9:.2f} G parameters) - runtime "
+                f"{(budgets.device_baseline - weights) / GiB:.2f} GiB{mark('device_runtime')} - "
+                f"window/current/staging bf16 buffers"]),
              "",
              f"{'format':<8}{'bytes/chunk':>14}{'slot bytes':>14}",]
     lines += [f"{f:<8}{b:>14,}{-(-b // 4096) * 4096:>14,}" for f, b in p.bytes_by_format.items()]
@@ -167,9 +173,12 @@ def plan_config(opts: dict):
     return cfg, m
 
 
-def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float) -> planner.Budgets:
-    """The budgets as the session would size them (its pool, its CPU staging slots)."""
+def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float | None) -> planner.Budgets:
+    """The budgets as the session would size them (its pool, its CPU staging slots); the device baseline
+    is ``--device-baseline-gib``, else the model's bf16 weights and the assumed runtime."""
     host = cfg.memory.host_mem_gib
+    if device_baseline_gib is None:
+        device_baseline_gib = planner.device_baseline_bytes(model) / GiB
     base = planner.Budgets.from_gib(_host_gib(cfg), cfg.memory.device_mem_gib, 0.0, device_baseline_gib)
     staging = (planner.cpu_staging_bytes(model, cfg.memory.store, cfg.memory.retrieve_k)
                if planned_device(cfg) == "cpu" else 0)
@@ -177,7 +186,7 @@ def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float) -> 
                    host_staging=staging, host_given=host is not None)
 
 
-PLAN_SECTIONS = {**dict.fromkeys(("wall_ms", "stage_ms", "probe_mib", "baseline_gib", "baseline_from",
+PLAN_SECTIONS = {**dict.fromkeys(("wall_ms", "timing_from", "stage_ms", "probe_mib", "baseline_gib", "baseline_from",
                                   "device_baseline_gib", "disk_reads_per_chunk", "reads_from"), "Planning"),
                  "quiet": "Output"}
 
@@ -201,35 +210,94 @@ PLAN_SECTIONS = {**dict.fromkeys(("wall_ms", "stage_ms", "probe_mib", "baseline_
               help=f"Host memory of the process before the pool, GiB. Default: {planner.HOST_BASELINE_GIB} (MG2 on CUDA).")
 @click.option("--baseline-from", type=click.Path(path_type=Path),
               help="Take the process baseline a session measured from its log's header (host_baseline_bytes).")
-@click.option("--device-baseline-gib", type=float, default=planner.DEVICE_BASELINE_GIB, show_default=True,
-              help="Device memory of model + runtime, GiB (MG2 on a 24 GiB RTX 4090).")
+@click.option("--device-baseline-gib", type=float,
+              help=f"Device memory of weights + runtime, GiB. Default: the model's bf16 weights + "
+                   f"{planner.DEVICE_RUNTIME_GIB} GiB of runtime (assumed: MG2 on an RTX 4090).")
 @click.option("--disk-reads-per-chunk", type=float, default=planner.DISK_READS_PER_CHUNK, show_default=True,
               help="Retrieved chunks per chunk that must come from the drive.")
 @click.option("--reads-from", type=int, help="First chunk whose retrieval comes back to a chunk the pool has "
               "evicted (the trajectory's first revisit). Default: the chunk after the spill, the earliest.")
+@click.option("--timing-from", type=click.Path(path_type=Path),
+              help="Take the chunk time (median wall_ms - stall_ms - paused_ms after chunk 0) and the process "
+                   "baseline from a session's log, instead of the assumed ones.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the JSON line.")
 def plan(wall_ms, stage_ms, probe_mib, baseline_gib, baseline_from, device_baseline_gib, disk_reads_per_chunk,
-         reads_from, quiet, **opts) -> None:
+         reads_from, timing_from, quiet, **opts) -> None:
     """Predict spill points, storage, bandwidth needs and stalls of the session `generate` would run
-    with the same flags; the last line is JSON."""
+    with the same flags; the last line is JSON. Inputs nobody measured (the chunk time, the process and
+    device baselines) are the paper's MG2-on-an-RTX-4090 figures, marked "assumed" in the table and
+    listed under "assumed" in the JSON."""
     if wall_ms is not None and not (math.isfinite(wall_ms) and wall_ms > 0):
         raise ConfigError(f"--wall-ms must be a positive number of ms, got {wall_ms}")
+    if wall_ms is not None and timing_from is not None:
+        raise ConfigError("give only one of --wall-ms, --timing-from (both set the chunk time)")
     cfg, m = plan_config(opts)
-    budgets = plan_budgets(cfg, m, _baseline_bytes(baseline_gib, baseline_from), device_baseline_gib)
+    say = (lambda text: None) if quiet else click.echo
+    measured = None if timing_from is None else measured_inputs(timing_from)
+    if measured is not None:
+        wall_ms = measured.chunk_s * 1e3
+        say(f"measured: {timing_from}: chunk {wall_ms:.0f} ms (median of {measured.chunks} chunks, "
+            f"{measured.model or 'model unknown'})"
+            + ("" if measured.host_baseline is None else
+               f"; process baseline {measured.host_baseline / GiB:.2f} GiB"))
+        if measured.model is not None and measured.model != cfg.model:
+            click.echo(f"worldpager: warning: --timing-from {timing_from} measured {measured.model}, "
+                       f"this plan is for {cfg.model}", err=True)
+    inputs = PlanInputs.of(cfg, opts, wall_ms, baseline_gib, baseline_from, device_baseline_gib, measured)
+    budgets = plan_budgets(cfg, m, _baseline_bytes(baseline_gib, baseline_from, measured), device_baseline_gib)
     if probe_mib < 1:
         raise ConfigError(f"--probe-mib must be at least 1, got {probe_mib}")
-    say = (lambda text: None) if quiet else click.echo
     drive, free, source = resolve_drive(cfg, probe_mib * MiB, say)
     p = planner.plan_session(cfg, budgets, drive=drive, disk_free_bytes=free,
                              chunk_s=None if wall_ms is None else wall_ms / 1e3,
                              disk_reads_per_chunk=disk_reads_per_chunk, stage_s=stage_ms / 1e3,
                              reads_from=reads_from, raw_dtype="float32" if planned_device(cfg) == "cpu" else "bfloat16")
     quota = quota_prediction(cfg, p, planner.window_chunks(m))
-    for line in table_lines(p, m, budgets, source) + _quota_lines(quota, m):
+    for line in table_lines(p, m, budgets, source, inputs) + _quota_lines(quota, m) + inputs.footnote(budgets):
         say(line)
     click.echo(json.dumps({**p.summary(), "drive_source": source, "host_baseline_bytes": budgets.host_baseline,
-                           "device": planned_device(cfg), **({"quota": quota} if quota else {})},
+                           "device_weights_bytes": planner.device_weight_bytes(m),
+                           "device_baseline_bytes": budgets.device_baseline if budgets.device is not None else None,
+                           "device": planned_device(cfg), "assumed": inputs.assumed(budgets),
+                           **({"quota": quota} if quota else {})},
                           separators=(",", ":")))
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Which of the plan's inputs were given or measured, and which are assumed (the paper's MG2 on an
+    RTX 4090): the chunk time, the host process baseline, the device runtime beside the weights."""
+
+    chunk_given: bool
+    host_baseline_given: bool
+    device_runtime_given: bool
+
+    @classmethod
+    def of(cls, cfg, opts, wall_ms, baseline_gib, baseline_from, device_baseline_gib, measured) -> "PlanInputs":
+        chunk = wall_ms is not None or opts.get("chunk_ms") is not None
+        host = baseline_gib is not None or baseline_from is not None or (
+            measured is not None and measured.host_baseline is not None)
+        return cls(chunk, host, device_baseline_gib is not None)
+
+    def assumed(self, budgets: planner.Budgets) -> list[str]:
+        names = [("chunk_ms", self.chunk_given), ("host_baseline", self.host_baseline_given),
+                 ("device_runtime", self.device_runtime_given or budgets.device is None)]
+        return [name for name, known in names if not known]
+
+    def mark(self, name: str, budgets: planner.Budgets) -> str:
+        return " (assumed*)" if name in self.assumed(budgets) else ""
+
+    def footnote(self, budgets: planner.Budgets) -> list[str]:
+        assumed = self.assumed(budgets)
+        if not assumed:
+            return []
+        how = ", ".join(ASSUMED[name] for name in assumed)
+        return ["", f"* assumed: the paper's MG2 on an RTX 4090, not measured here; replace with {how}"]
+
+
+ASSUMED = {"chunk_ms": "--wall-ms or --timing-from LOG (the chunk time)",
+           "host_baseline": "--baseline-from or --timing-from LOG (the process baseline)",
+           "device_runtime": "--device-baseline-gib (weights + runtime)"}
 
 
 def _quota_lines(quota: dict | None, model) -> list[str]:
@@ -244,11 +312,13 @@ def _quota_lines(quota: dict | None, model) -> list[str]:
             "nothing dropped (the session fits)"]
 
 
-def _baseline_bytes(baseline_gib: float | None, baseline_from: Path | None) -> int:
+def _baseline_bytes(baseline_gib: float | None, baseline_from: Path | None, measured=None) -> int:
     if baseline_gib is not None and baseline_from is not None:
         raise ConfigError("give only one of --baseline-gib, --baseline-from")
     if baseline_from is not None:
         return log_baseline(baseline_from)
+    if baseline_gib is None and measured is not None and measured.host_baseline is not None:
+        return measured.host_baseline
     gib = planner.HOST_BASELINE_GIB if baseline_gib is None else baseline_gib
     if not (math.isfinite(gib) and gib >= 0):
         raise ConfigError(f"--baseline-gib must be a non-negative number of GiB, got {gib}")

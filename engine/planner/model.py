@@ -114,6 +114,8 @@ MARGIN_BYTES = DEFAULT_MARGIN
 MIN_POOL_SLOTS = MIN_SLOTS
 HOST_BASELINE_GIB = 2.66        # MG2 on CUDA; derivation in the module docstring
 DEVICE_BASELINE_GIB = 12.0      # MG2 on a 24 GiB RTX 4090; derivation in the module docstring
+DEVICE_RUNTIME_GIB = 7.6        # of it, what is not MG2's bf16 weights (assumed for every model; docstring)
+WEIGHT_BYTES = 2                # bf16 weights on the device
 CHUNK_S = 1.2                   # MG2 chunk compute time on an RTX 4090 (paper §II-B)
 DISK_READS_PER_CHUNK = 1.0      # chunks per chunk read from the drive; see "prefetch threshold"
 # Mirrors engine.memory.transfer.TokenBucket's default burst (that module imports torch; a unit test keeps
@@ -308,6 +310,38 @@ def spill_chunks(model: ModelShape, budgets: Budgets, retrieve_k: int = 3,
     return out
 
 
+def device_weight_bytes(model: ModelShape) -> int:
+    """The bf16 weights the device holds through the session (``ModelShape.device_params``)."""
+    return model.device_params * WEIGHT_BYTES
+
+
+def device_baseline_bytes(model: ModelShape, runtime_gib: float = DEVICE_RUNTIME_GIB) -> int:
+    """The device baseline of ``model``: its bf16 weights plus ``runtime_gib`` (activations, decode
+    workspace, CUDA context, allocator reserve: MG2's figure, assumed for every model)."""
+    return device_weight_bytes(model) + int(runtime_gib * GiB)
+
+
+def check_device_fits(model: ModelShape, budgets: Budgets, retrieve_k: int, sink: bool) -> None:
+    """One ``ConfigError`` line when the device budget cannot hold the model's weights, or the weights,
+    the runtime and the bf16 KV buffers every store mode keeps (``device_buffer_bytes``) together."""
+    if budgets.device is None:
+        return
+    weights, buffers = device_weight_bytes(model), device_buffer_bytes(model, retrieve_k, sink)
+    baseline = max(budgets.device_baseline, weights)
+    need = baseline + buffers
+    device = f"the {budgets.device / GiB:.1f} GiB device budget (--device-mem)"
+    if weights > budgets.device:
+        raise ConfigError(f"{model.name}'s weights need {weights / GiB:.1f} GiB of device memory in bf16 "
+                          f"({model.device_params / 1e9:.2f} G parameters), more than {device}; with its "
+                          f"runtime and KV buffers the session needs a GPU with at least {need / GiB:.1f} GiB")
+    if need > budgets.device:
+        raise ConfigError(f"{model.name} needs {need / GiB:.1f} GiB of device memory (weights "
+                          f"{weights / GiB:.1f} + runtime {(baseline - weights) / GiB:.1f} + "
+                          f"bf16 KV buffers {buffers / GiB:.1f} GiB for window, current chunk, k={retrieve_k}"
+                          f"{' and the sink' if sink else ''}), more than {device}; lower --retrieve-k or "
+                          f"use a larger GPU")
+
+
 def cpu_staging_bytes(model: ModelShape, store: str, retrieve_k: int) -> int:
     """The float32 staging slots a tiered store allocates on a CPU (``engine.session.preflight.staging_chunks``)."""
     return max(retrieve_k, 1) * model.kv_bytes_per_chunk(4.0) if store in TIERED_STORES else 0
@@ -455,6 +489,7 @@ def plan(model: ModelShape, chunks: int, budgets: Budgets, *, bits: int = 4, ret
     ``raw_dtype`` is what ``--kv-bits 16`` stores (the model's dtype: float32 on a CPU).
     """
     _check_inputs(chunks, chunk_s, disk_reads_per_chunk, retrieve_k, stage_s)
+    check_device_fits(model, budgets, retrieve_k, sink)
     if reads_from is not None and reads_from < 0:
         raise ConfigError(f"--reads-from must be a chunk >= 0, got {reads_from}")
     fmt = format_name(bits)

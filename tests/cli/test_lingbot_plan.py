@@ -30,18 +30,35 @@ def test_full_size_kv_bytes():
     assert facts["kv_bytes_per_chunk_int4"] == INT4 and facts["horizon_chunk"] == 341
 
 
-@pytest.mark.parametrize("args", [
-    ("--model", "lingbot-fast", "--host-mem", 32, "--device", "cuda"),
-    ("--preset", "lingbot-fast-4090-32g"),
-])
-def test_a_37_minute_session_at_32_gib(args):
-    summary = last_json("plan", *args, "--minutes", 37.5, "--drive-bw", 1.0, "--quiet")
+def test_a_37_minute_session_at_32_gib():
+    summary = last_json("plan", "--model", "lingbot-fast", "--host-mem", 32, "--device", "cuda",
+                        "--minutes", 37.5, "--drive-bw", 1.0, "--quiet")
     assert summary["model"] == "lingbot-fast" and summary["chunks"] == 3001
     assert summary["bytes_per_chunk"] == INT4
     pool = summary["pool_bytes"]
     assert summary["spill_chunk"]["host-int4"] == pool // summary["slot_bytes"] == 28
     assert summary["storage_bytes"] == 3001 * INT4
     assert summary["writeback_gbps"] == pytest.approx(INT4 / 1.2 / 1e9, abs=1e-3)     # default 1.2 s chunks
+
+
+def test_the_preset_names_a_gpu_its_weights_fit():
+    summary = last_json("plan", "--preset", "lingbot-fast-h100-64g", "--minutes", 37.5, "--drive-bw", 1.0, "--quiet")
+    weights = LINGBOT_FAST.shape().device_params * 2
+    assert summary["device_weights_bytes"] == weights == 37_342_450_790
+    buffers = 9 * LINGBOT_FAST.kv_layout().bytes_per_chunk(2.0)     # window 4, current, k 3, sink
+    assert summary["device_baseline_bytes"] + buffers <= 79 * 2**30
+    assert summary["spill_chunk"]["host-int4"] == 62 and "device_runtime" in summary["assumed"]
+
+
+@pytest.mark.parametrize("device_gib", ["24", "48"])
+def test_weights_that_do_not_fit_the_device_are_one_line(device_gib):
+    result = CliRunner().invoke(cli, ["plan", "--model", "lingbot-fast", "--device", "cuda", "--device-mem",
+                                      device_gib, "--minutes", "1"])
+    line = one_line_error(result, "lingbot-fast")
+    if device_gib == "24":    # the weights alone
+        assert "weights need 34.8 GiB of device memory in bf16 (18.67 G parameters)" in line and "70.9 GiB" in line
+    else:                     # the weights fit, not with the runtime and the KV buffers
+        assert "needs 70.9 GiB of device memory (weights 34.8 + runtime 7.6 + bf16 KV buffers 28.6 GiB" in line
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -116,3 +116,53 @@ def test_the_baseline_comes_from_a_session_logs_header(tmp_path):
     (tmp_path / "no-pool.log.jsonl").write_text('{"type": "header", "host_baseline_bytes": null}\n')
     one_line_error(run(*args, "--baseline-from", tmp_path / "no-pool.log.jsonl"), "host_baseline_bytes")
     one_line_error(run(*args, "--baseline-from", log, "--baseline-gib", 1), "only one of")
+
+
+# ---- assumed inputs, and a log that measures them --------------------------------------------------
+
+def _measured_log(path, walls, model="mg2-universal", baseline=3 << 30):
+    records = [{"type": "header", "config": {"model": model}, "host_baseline_bytes": baseline}]
+    records += [{"type": "chunk", "chunk": i, "wall_ms": w, "stall_ms": 100.0 if i == 2 else 0.0,
+                 "paused_ms": 0.0} for i, w in enumerate(walls)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_every_assumed_input_is_marked_and_listed():
+    result = run("--preset", "mg2-4090-32g", "--minutes", 1)
+    summary = last_json(result)
+    assert summary["assumed"] == ["chunk_ms", "host_baseline", "device_runtime"]
+    assert result.output.count("(assumed*)") == 3 and "* assumed: the paper's MG2 on an RTX 4090" in result.output
+    assert summary["device_weights_bytes"] == 2 * 2_357_220_915
+    assert summary["device_baseline_bytes"] == summary["device_weights_bytes"] + int(7.6 * 2**30)
+    given = last_json(run("--preset", "mg2-4090-32g", "--minutes", 1, "--wall-ms", 900, "--baseline-gib", 3,
+                          "--device-baseline-gib", 12))
+    assert given["assumed"] == [] and given["chunk_ms"] == 900.0
+
+
+def test_timing_from_a_log_replaces_the_chunk_time_and_the_baseline(tmp_path):
+    log = _measured_log(tmp_path / "run.log.jsonl", [9000.0, 1000.0, 1500.0, 1400.0])   # chunk 0 left out
+    summary = last_json(run("--preset", "mg2-4090-32g", "--minutes", 1, "--timing-from", log))
+    assert summary["chunk_ms"] == 1400.0 and summary["host_baseline_bytes"] == 3 << 30
+    assert summary["assumed"] == ["device_runtime"]
+
+
+def test_timing_from_another_model_warns(tmp_path):
+    log = _measured_log(tmp_path / "run.log.jsonl", [9000.0, 800.0, 800.0], model="micro")
+    result = CliRunner().invoke(cli, ["plan", "--minutes", "1", "--timing-from", str(log)])
+    assert result.exit_code == 0 and "measured micro, this plan is for mg2-universal" in result.stderr
+
+
+@pytest.mark.parametrize("walls, extra, needle", [
+    ([9000.0], (), "no chunk after the first was logged"),
+    ([9000.0, 800.0], ("--wall-ms", "900"), "give only one of --wall-ms, --timing-from"),
+])
+def test_timing_from_that_cannot_say_is_one_line(tmp_path, walls, extra, needle):
+    log = _measured_log(tmp_path / "run.log.jsonl", walls)
+    one_line_error(CliRunner().invoke(cli, ["plan", "--timing-from", str(log), *extra]), needle)
+
+
+def test_timing_from_a_file_that_is_not_a_log_is_one_line(tmp_path):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"type": "chunk"}\n')
+    one_line_error(CliRunner().invoke(cli, ["plan", "--timing-from", str(bad)]), "not a session log")
