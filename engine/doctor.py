@@ -50,7 +50,7 @@ def check_torch() -> list[Check]:
     rows = [Check("torch", "ok", f"{torch.__version__}, {build}, {torch.get_num_threads()} intra-op threads")]
     if not torch.cuda.is_available():
         advice = ("a CPU-only build: install torch's CUDA build to use a GPU" if not torch.version.cuda
-                  else "a CUDA build, but no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES?)")
+                  else _cuda_build_without_device())
         rows.append(Check("cuda", "warn", "no CUDA device: sessions run on the CPU in float32", advice))
         return rows
     for i in range(torch.cuda.device_count()):
@@ -120,3 +120,19 @@ def run_checks(spill: Path | None) -> list[Check]:
     rows = [check_python(), *check_torch(), check_triton(), check_video(), check_host()]
     rows.append(check_drive(Path(spill) if spill is not None else Path.cwd()))
     return rows
+
+
+CPU_TORCH = ("pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cpu "
+             "(the same version, without the CUDA libraries)")
+
+
+def _cuda_build_without_device() -> str:
+    """What to do with a CUDA build of torch that sees no device: on a machine with no NVIDIA device at
+    all, take the CPU-only build; where one is present, the driver or ``CUDA_VISIBLE_DEVICES`` hides it."""
+    import shutil
+
+    if Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi"):
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f"CUDA_VISIBLE_DEVICES={hidden!r} hides it" if hidden is not None else "check the driver (nvidia-smi)"
+        return f"a CUDA build and an NVIDIA device, but torch cannot use it: {why}"
+    return f"a CUDA build on a machine with no NVIDIA device: it only costs disk and memory here; {CPU_TORCH}"

@@ -40,3 +40,22 @@ def test_a_missing_spill_directory_and_pyav_are_reported_and_exit_1(tmp_path):
     assert checks["pyav"]["status"] == "missing" and "pip install av" in checks["pyav"]["advice"]
     assert checks[f"drive {tmp_path / 'nowhere'}"]["status"] == "missing"
     assert checks["torch"]["status"] == "ok"
+
+
+def test_a_cuda_build_without_a_device_names_the_cpu_build(monkeypatch):
+    """A CUDA build of torch on a machine with no NVIDIA device: the advice is the exact install line of
+    the CPU-only build (``check_torch`` reads torch's build and devices; both faked, the machine's own)."""
+    import torch
+
+    from engine import doctor
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(doctor.Path, "exists", lambda self: False if str(self) == "/dev/nvidia0" else os.path.exists(self))
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    cuda = [c for c in doctor.check_torch() if c.name == "cuda"][0]
+    assert cuda.status == "warn" and "no NVIDIA device" in cuda.advice
+    assert "--index-url https://download.pytorch.org/whl/cpu" in cuda.advice
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert "CUDA_VISIBLE_DEVICES='' hides it" in [c for c in doctor.check_torch() if c.name == "cuda"][0].advice
