@@ -10,10 +10,15 @@ line. Exit codes: 0 fetched and checked, 1 no network, a hub error or a file tha
 LingBot-World-Fast (``engine.model.lingbot.download``) always goes into a directory (default
 ``./lingbot-world-fast``): its release folder joins two hub repositories. ``--dry-run`` prints what
 would be fetched (repositories, folders, allow-patterns) and touches no network.
+
+``--dry-run`` (either kind) fetches nothing: it lists every file with its size (the hub's metadata, one
+request per repository; unknown, and said why, when the hub cannot be reached), where it would land,
+whether it is already there, the total to fetch and the destination's free space, then one JSON line.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -36,8 +41,8 @@ LINGBOT_DOWNLOADS = ("lingbot-fast",)
 @click.option("--model", "model", type=click.Choice(LINGBOT_DOWNLOADS), default=None,
               help="Fetch LingBot-World-Fast's release folder (DiT, VAE, UMT5 encoder and tokenizer) instead "
                    "of MG2's weights.")
-@click.option("--dry-run", is_flag=True, help="Print what would be fetched (repositories and allow-patterns) "
-                                             "as one JSON line; no network.")
+@click.option("--dry-run", is_flag=True, help="List what would be fetched: every file "
+                                             "with sizes and destination, then one JSON line; nothing is downloaded.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def download(mode: str, local_dir: Path | None, check_as: str | None, model: str | None, dry_run: bool,
              quiet: bool) -> None:
@@ -47,9 +52,9 @@ def download(mode: str, local_dir: Path | None, check_as: str | None, model: str
         return _download_lingbot(model, local_dir, dry_run, quiet)
     if dry_run:
         modes = list(MODE_MODELS) if mode == "all" else [mode]
-        click.echo(json.dumps({"repo": REPO_ID, "modes": modes, "allow_patterns": files_for(modes)},
-                              separators=(",", ":")))
-        return
+        into = local_dir if local_dir is not None else _cache_destination()
+        return _print_listing([(REPO_ID, into, files_for(modes))], into,
+                              {"repo": REPO_ID, "modes": modes, "allow_patterns": files_for(modes)})
     modes = list(MODE_MODELS) if mode == "all" else [mode]
     root = fetch(modes, local_dir, progress=not quiet)
     checked = list(dict.fromkeys(check_as or MODE_MODELS[m] for m in modes))
@@ -71,9 +76,8 @@ def _download_lingbot(model: str, local_dir: Path | None, dry_run: bool, quiet: 
 
     root = local_dir if local_dir is not None else lingbot_download.DEFAULT_DIR
     if dry_run:
-        click.echo(json.dumps({"model": model, "dir": str(root), "parts": lingbot_download.plan()},
-                              separators=(",", ":")))
-        return
+        parts = [(part["repo"], Path(root) / part["into"], part["allow_patterns"]) for part in lingbot_download.plan()]
+        return _print_listing(parts, Path(root), {"model": model, "parts": lingbot_download.plan()})
     root = lingbot_download.fetch(root, progress=not quiet)
     from engine.model.lingbot.checkpoint import check_release   # imports torch: not at start-up
     from engine.lingbot_models import lingbot_config
@@ -84,4 +88,39 @@ def _download_lingbot(model: str, local_dir: Path | None, dry_run: bool, quiet: 
         click.echo(f"  {size / 2**30:8.3f} GiB  {name}")
     click.echo(f"checked as {model}: every file, key and shape; use --checkpoint {root}")
     click.echo(json.dumps({"model": model, "dir": str(root), "files": files, "checked_as": [model]},
+                          separators=(",", ":")))
+
+
+def _cache_destination() -> Path:
+    """Where a download into the hub's cache lands: its snapshot of the repository, when there is one."""
+    from engine.model.hub import _cache_dir
+
+    try:
+        from engine.model.hub import cached_snapshot
+        return cached_snapshot(REPO_ID)
+    except Exception:   # not cached yet (a CheckpointError) or no hub client: name the cache itself
+        cache = _cache_dir() or os.path.join(os.environ.get("HF_HOME", "~/.cache/huggingface"), "hub")
+        return Path(cache).expanduser() / ("models--" + REPO_ID.replace("/", "--"))
+
+
+def _print_listing(parts, destination: Path, facts: dict) -> None:
+    """``--dry-run``: each file, its size and destination; the total; the free space; one JSON line."""
+    from engine.model.hub_listing import download_listing, free_bytes
+
+    listed, unknown = download_listing(parts)
+    click.echo(f"would fetch into {destination} (nothing is downloaded with --dry-run):")
+    for f in listed:
+        size = "       ? GiB" if f.size is None else f"{f.size / 2**30:8.3f} GiB"
+        click.echo(f"  {size}  {f.repo}: {f.name}" + ("  (already there)" if f.present else ""))
+    todo = sum(f.size for f in listed if f.size is not None and not f.present)
+    free = free_bytes(destination)
+    known = any(f.size is not None for f in listed)
+    amount = f"{todo / 2**30:.2f} GiB" if known else "unknown"
+    click.echo(f"to fetch: {amount}" + (" (at least: some sizes are unknown)" if unknown and known else "")
+               + ("" if free is None else f"; {free / 2**30:.1f} GiB free at the destination"
+                  + (" - NOT ENOUGH" if todo > free else "")))
+    for reason in unknown:
+        click.echo(f"sizes unknown for {reason}")
+    click.echo(json.dumps({**facts, "dir": str(destination), "files": [f.as_json() for f in listed],
+                           "bytes_to_fetch": todo, "sizes_unknown": unknown, "free_bytes": free},
                           separators=(",", ":")))

@@ -118,3 +118,65 @@ def test_generate_with_an_uncached_repo_id_is_one_line(offline_env, tmp_path):
     lines = [line for line in result.output.splitlines() if line.startswith("worldpager: error:")]
     assert len(lines) == 1 and "worldpager download" in lines[0]
     assert not out.exists()
+
+
+# ---- --dry-run: files, sizes, destination ---------------------------------------------------------
+
+class _Sibling:
+    def __init__(self, name, size):
+        self.rfilename, self.size = name, size
+
+
+def _fake_hub(monkeypatch, files: dict[str, dict[str, int]], asked: list):
+    """The hub's metadata (``model_info(files_metadata=True)``) for ``files`` {repo: {path: size}}."""
+    import huggingface_hub
+
+    def model_info(self, repo, files_metadata=False, timeout=None, **kw):
+        asked.append((repo, files_metadata))
+        return type("Info", (), {"siblings": [_Sibling(n, s) for n, s in files[repo].items()]})()
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+
+
+def test_dry_run_lists_files_sizes_and_destination_and_fetches_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    names = mode_files("universal")
+    asked = []
+    _fake_hub(monkeypatch, {REPO_ID: {**{n: (i + 1) << 30 for i, n in enumerate(names)}, "README.md": 10,
+                                      "gta_distilled_model/gta_keyboard2dim.safetensors": 5 << 30}}, asked)
+    dest = tmp_path / "mg2"
+    (dest / names[0]).parent.mkdir(parents=True, exist_ok=True)
+    (dest / names[0]).write_bytes(b"\0" * 4096)          # a partial file: still to fetch
+    result = CliRunner().invoke(cli, ["download", "--dry-run", "--dir", str(dest)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    assert [f["file"] for f in doc["files"]] == sorted(names)          # only what the mode reads
+    assert doc["bytes_to_fetch"] == (1 + 2 + 3) << 30 and doc["dir"] == str(dest)
+    assert all(f["dest"].startswith(str(dest)) for f in doc["files"]) and doc["free_bytes"] > 0
+    assert "would fetch into" in result.output and "GiB free at the destination" in result.output
+    assert asked == [(REPO_ID, True)] and [p.name for p in dest.rglob("*") if p.is_file()] == [Path(names[0]).name]
+
+
+def test_dry_run_says_which_files_are_already_there(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    asked = []
+    _fake_hub(monkeypatch, {"robbyant/lingbot-world-base-cam": {"Wan2.1_VAE.pth": 100, "google/umt5-xxl/tokenizer.json": 7,
+                                                                "high_noise_model/x.safetensors": 1 << 40},
+                            "robbyant/lingbot-world-fast": {"config.json": 3, "a.safetensors": 1 << 30}}, asked)
+    (tmp_path / "Wan2.1_VAE.pth").write_bytes(b"\0" * 100)
+    result = CliRunner().invoke(cli, ["download", "--model", "lingbot-fast", "--dry-run", "--dir", str(tmp_path)])
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    files = {f["file"]: f for f in doc["files"]}
+    assert set(files) == {"Wan2.1_VAE.pth", "google/umt5-xxl/tokenizer.json", "config.json", "a.safetensors"}
+    assert files["Wan2.1_VAE.pth"]["present"] and "(already there)" in result.output
+    assert files["a.safetensors"]["dest"] == str(tmp_path / "lingbot_world_fast" / "a.safetensors")
+    assert doc["bytes_to_fetch"] == 7 + 3 + (1 << 30)
+
+
+def test_dry_run_without_the_hub_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = CliRunner().invoke(cli, ["download", "--dry-run", "--dir", str(tmp_path / "x")])
+    assert result.exit_code == 0
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    assert doc["sizes_unknown"] == [f"{REPO_ID}: HF_HUB_OFFLINE is set"] and "to fetch: unknown" in result.output
+    assert not (tmp_path / "x").exists()

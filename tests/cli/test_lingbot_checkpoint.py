@@ -110,9 +110,10 @@ def test_a_release_folder_means_lingbot_fast_and_text_is_lingbots_alone(release,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_download_fetches_only_what_a_session_reads(release):
+def test_download_fetches_only_what_a_session_reads(release, monkeypatch):
     from huggingface_hub.utils import filter_repo_objects
 
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # the dry run's sizes: not asked of the hub here
     result = CliRunner().invoke(cli, ["download", "--model", "lingbot-fast", "--dry-run"])
     assert result.exit_code == 0, result.output
     parts = {p["repo"]: p for p in json.loads(result.output.splitlines()[-1])["parts"]}
