@@ -16,9 +16,13 @@ from pathlib import Path
 
 import click
 
+from engine.bench.bench_dir import bench_directory
 from engine.config import MODEL_CONFIGS, model_config
 from engine.errors import ConfigError
 from worldpager_cli.errors import WorldPagerGroup
+
+STORE_KV_SCALE = 0.25     # bench store's default: a quarter of MG2's KV (and chunk time): a minute, not seven
+MG2_CHUNK_MS = 1200.0     # MG2's chunk on an RTX 4090 (the paper)
 
 CPU_TOKENS = 256   # the reference (de)quantiser on a CPU takes seconds per full 2640-token chunk
 MiB, GiB = 1 << 20, 1 << 30
@@ -281,7 +285,8 @@ def _bw(value: str) -> str | None:
 
 @bench.command("store")
 @click.option("--spill", type=click.Path(path_type=Path), required=True,
-              help="Directory on the drive to test; each run uses (and removes) a sub-directory.")
+              help="Directory on the drive to test (created if missing, and then removed); each run uses "
+                   "(and removes) a sub-directory.")
 @click.option("--modes", default="prefetch,on-demand", show_default=True,
               help="Store modes, comma-separated (prefetch, on-demand, sync, dram-only, device-only, window).")
 @click.option("--drive-bw", "drive_bws", default=None,
@@ -290,13 +295,14 @@ def _bw(value: str) -> str | None:
 @click.option("--writeback", "writebacks", default="background", show_default=True,
               help="When stored chunks go to the drive: background (write-back when the pool runs low), "
                    "through (each at once), sync (the loop waits), or several (comma-separated).")
-@click.option("--chunks", type=click.IntRange(min=2), default=48, show_default=True)
+@click.option("--chunks", type=click.IntRange(min=2), default=28, show_default=True)
 @click.option("--pool-slots", type=click.IntRange(min=8), default=8, show_default=True,
               help="Host pool in chunks: small, so the pool spills within the first chunks.")
-@click.option("--kv-scale", type=float, default=1.0, show_default=True,
-              help="KV bytes relative to MG2 (1 = 129.4 MB per int4 chunk).")
-@click.option("--chunk-ms", type=float, default=1200.0, show_default=True,
-              help="Device time per chunk (MG2 on an RTX 4090: 1200).")
+@click.option("--kv-scale", type=float, default=STORE_KV_SCALE, show_default=True,
+              help="KV bytes relative to MG2 (1 = 129.4 MB per int4 chunk, 12 GiB of memory on a CPU).")
+@click.option("--chunk-ms", type=float, default=None,
+              help="Device time per chunk. Default: MG2's 1200 on an RTX 4090 times --kv-scale, so a chunk "
+                   "needs MG2's GB/s of the drive (lingbot-fast: 1200).")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--trajectory", type=click.Path(path_type=Path), help="Default: yaw.yaml (revisits every 20 chunks).")
 @click.option("--figures", type=click.Path(path_type=Path), default=None,
@@ -312,11 +318,13 @@ def _bw(value: str) -> str | None:
 def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunks: int, pool_slots: int,
           kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None,
           model: str, size_scale: float, dry_run: bool, spill_max: str | None) -> None:
-    """Stalls and per-chunk cost of store modes side by side (synthetic model, real store and disk)."""
-    from engine.bench.experiments import run_synthetic
+    """Stalls and per-chunk cost of store modes side by side (synthetic model, real store and disk).
+    The default run (4 runs of 28 chunks at a quarter of MG2's KV and chunk time) takes about a minute."""
     from engine.bench.lingbot_store import LINGBOT_DRIVE_BWS, scaled_store
 
     scaled = scaled_store(size_scale) if model == "lingbot-fast" else None
+    if chunk_ms is None:
+        chunk_ms = MG2_CHUNK_MS * (1.0 if scaled is not None else kv_scale)
     if scaled is not None:
         kv_scale = scaled.kv_scale
     drive_bws = drive_bws or (LINGBOT_DRIVE_BWS if scaled is not None else "unlimited,0.25")
@@ -324,16 +332,27 @@ def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunk
     if dry_run:
         _store_plan(modes, emulated, writebacks, chunks, pool_slots, kv_scale, chunk_ms, scaled)
         return
-    if not spill.is_dir():
-        raise ConfigError(f"--spill directory not found: {spill}")
-    if figures is not None:
-        from engine.report.write import prepare_out
-
-        prepare_out(figures / "logs")   # before the runs: an unwritable --figures fails at once
     grid = [(m, b, w) for m in _split(modes, "--modes") for b in _split(drive_bws, "--drive-bw")
             for w in _split(writebacks, "--writeback")]
+    with bench_directory(spill, "--spill") as spill:
+        if figures is not None:
+            from engine.report.write import prepare_out
+
+            prepare_out(figures / "logs")   # before the runs: an unwritable --figures fails at once
+        rows, results = _store_runs(grid, spill, emulated, chunks, kv_scale, chunk_ms, pool_slots, spill_max,
+                                    trajectory, figures, warmup)
+    _store_report(rows, results, grid, spill, modes, drive_bws, writebacks, chunks, pool_slots, kv_scale,
+                  chunk_ms, warmup, model, size_scale, spill_max, scaled, figures)
+
+
+def _store_runs(grid, spill, emulated, chunks, kv_scale, chunk_ms, pool_slots, spill_max, trajectory, figures,
+                warmup):
+    from engine.bench.experiments import run_synthetic
+
     rows, results = [], []
-    for mode, bw, wb in grid:
+    for i, (mode, bw, wb) in enumerate(grid):
+        click.echo(f"bench store: run {i + 1}/{len(grid)}: {mode}, drive {bw}, write-back {wb}, {chunks} chunks",
+                   err=True)
         overlay = {"chunks": chunks, "kv_scale": kv_scale, "chunk_ms": chunk_ms,
                    "memory": {"store": mode, "pool_slots": pool_slots, "drive_bw": _bw(emulated[bw]),
                               "writeback": wb}}
@@ -342,7 +361,7 @@ def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunk
         if trajectory is not None:
             overlay["trajectory"] = str(trajectory)
         keep = figures / "logs" / f"{mode}-{bw}-{wb}.log.jsonl" if figures is not None else None
-        r = run_synthetic(overlay, spill, warmup=warmup, name=f"{mode}-{bw}-{wb}", keep_log=keep)
+        r = run_synthetic(overlay, spill, warmup=warmup, name=f"{mode}-{bw}-{wb}", keep_log=keep, progress=True)
         results.append({"store": mode, "drive_bw": bw, "drive_bw_emulated": emulated[bw], "writeback": wb, **r})
         rows.append((mode, bw if emulated[bw] == bw else f"{bw} ({emulated[bw]})", wb, num(r["stall_p50_ms"]), num(r["stall_p99_ms"]), num(r["stall_max_ms"]),
                      str(r["stalled_chunks"]), num(r["chunk_ms_p50"]), num(r["store_ms_p50"]),
@@ -355,6 +374,11 @@ def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunk
                        f"{size(r['spill_max_bytes'])}), {r['dropped']} chunks dropped, first choice kept "
                        f"{(r['first_choice_rate'] or 0) * 100:.1f} %; allocated at each tenth: "
                        + ", ".join(f"{c}:{size(b)}" for c, b in r["disk_alloc_series"]), err=True)
+    return rows, results
+
+
+def _store_report(rows, results, grid, spill, modes, drive_bws, writebacks, chunks, pool_slots, kv_scale, chunk_ms,
+                  warmup, model, size_scale, spill_max, scaled, figures) -> None:
     if scaled is not None:
         click.echo(f"bench store: lingbot-fast KV x{size_scale:g} = {size(scaled.chunk_bytes)} int4 a chunk "
                    f"(full size {size(scaled.lingbot_chunk_bytes)}); drives are full-size GB/s (emulated GB/s)")
@@ -415,16 +439,15 @@ def memory(spill: Path, chunks: int, kv_scale: float, pool_slots: int | None, ho
     """Host RSS over a long session: medians of blocks of chunks (synthetic model, real store and disk)."""
     from engine.bench.memory import bench_memory
 
-    if not spill.is_dir():
-        raise ConfigError(f"--spill directory not found: {spill}")
     if host_mem is not None and not 0 < host_mem < float("inf"):
         raise ConfigError(f"--host-mem must be a positive number of GiB, got {host_mem}")
     if chunks <= warmup:
         raise ConfigError(f"--chunks {chunks} leaves nothing after --warmup {warmup}")
     if pool_slots is None and host_mem is None:
         pool_slots = 16
-    r = bench_memory(chunks, kv_scale, spill, pool_slots=pool_slots, host_mem_gib=host_mem, chunk_ms=chunk_ms,
-                     warmup=warmup, block=block, trajectory=trajectory)
+    with bench_directory(spill, "--spill"):
+        r = bench_memory(chunks, kv_scale, spill, pool_slots=pool_slots, host_mem_gib=host_mem, chunk_ms=chunk_ms,
+                         warmup=warmup, block=block, trajectory=trajectory)
     alloc = r["allocator"] or {}
     pinned = (f"malloc thresholds pinned at {size(alloc['mmap_threshold'])}" if alloc.get("applied")
               else f"malloc thresholds not pinned ({alloc.get('reason', 'unknown')})")

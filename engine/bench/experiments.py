@@ -77,14 +77,17 @@ def _disk_use(chunks: list[dict], summary: dict) -> dict:
 
 
 def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name: str = "run",
-                  reduce: Callable[[list[dict], int], dict] = reduce_log, keep_log: Path | None = None) -> dict:
+                  reduce: Callable[[list[dict], int], dict] = reduce_log, keep_log: Path | None = None,
+                  progress: bool = False) -> dict:
     """One synthetic session with ``overlay`` (SessionConfig keys) in a fresh process; its log reduced by
     ``reduce(records, warmup)``.
 
     A fresh process per run keeps runs independent (no allocator or page-cache state carried over, RSS
     measured from the same start). Outputs go to a temporary directory; the disk tier (when the
     overlay's store has one) goes under ``spill_root``; both are removed afterwards (the log is first
-    copied to ``keep_log`` when given, for the figures).
+    copied to ``keep_log`` when given, for the figures). ``progress``: the run prints a line to stderr
+    every few chunks. A run that dies (a signal: the out-of-memory killer at full MG2 size on a small
+    machine) is one ``WorldPagerError`` line naming the run and how it ended.
     """
     work = Path(tempfile.mkdtemp(prefix="wp-exp-"))
     spill = None
@@ -96,7 +99,12 @@ def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name:
         full = {"model": "synthetic", "trajectory": str(YAW), **overlay, "memory": memory,
                 "out": str(work / f"{name}.mp4")}
         cfg = resolve_session_config(None, full)   # validate here, before a process is started
-        subprocess.run([sys.executable, "-m", "engine.bench.experiments", json.dumps(full)], check=True)
+        child = subprocess.run([sys.executable, "-m", "engine.bench.experiments", json.dumps(full),
+                                *(["--progress"] if progress else [])])
+        if child.returncode != 0:
+            raise WorldPagerError(f"bench run {name} ended with {_how(child.returncode)} after "
+                                  f"{_chunks_logged(cfg.log_path)} chunks" + (
+                                      "; out of memory? lower --kv-scale" if child.returncode == -9 else ""))
         if keep_log is not None:
             shutil.copyfile(cfg.log_path, keep_log)
         return reduce(read_log(cfg.log_path), warmup)
@@ -106,12 +114,43 @@ def run_synthetic(overlay: dict, spill_root: Path | None, warmup: int = 3, name:
             shutil.rmtree(spill, ignore_errors=True)
 
 
-def _run_in_this_process(overlay: dict) -> None:
+def _how(returncode: int) -> str:
+    import signal
+
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def _chunks_logged(log: Path) -> int:
     try:
-        Session(resolve_session_config(None, overlay)).run()
+        return sum(1 for r in read_log(log) if r.get("type") == "chunk")
+    except (OSError, ValueError):
+        return 0
+
+
+def _progress_printer(cfg):
+    """Every few chunks, one line on stderr (a run takes minutes at full size)."""
+    every = max(1, cfg.chunks // 6)
+    name = Path(cfg.out).stem
+
+    def on_chunk(record: dict) -> None:
+        done = record.get("chunk", 0) + 1
+        if done % every == 0 or done == cfg.chunks:
+            print(f"  {name}: chunk {done}/{cfg.chunks}", file=sys.stderr, flush=True)
+    return on_chunk
+
+
+def _run_in_this_process(overlay: dict, progress: bool = False) -> None:
+    cfg = resolve_session_config(None, overlay)
+    try:
+        Session(cfg, on_chunk=_progress_printer(cfg) if progress else None).run()
     except WorldPagerError:
         pass   # e.g. dram-only's capacity stop: a result of the experiment, kept in the log
 
 
 if __name__ == "__main__":
-    _run_in_this_process(json.loads(sys.argv[1]))
+    _run_in_this_process(json.loads(sys.argv[1]), progress="--progress" in sys.argv[2:])
