@@ -32,6 +32,7 @@ from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given,  # noqa: F401
                                     parse_arena_seed, session_options, session_overlay)
 from worldpager_cli.plan import plan
+from worldpager_cli.play import play
 from worldpager_cli.quality import bench_quality
 from worldpager_cli.report import report
 from worldpager_cli.run_summary import run_summary, summary_text
@@ -69,6 +70,7 @@ cli.add_command(download)
 cli.add_command(batch)
 cli.add_command(doctor)
 cli.add_command(trajectory)
+cli.add_command(play)
 bench.add_command(bench_arena)
 bench.add_command(bench_quality)
 bench.add_command(bench_keys)

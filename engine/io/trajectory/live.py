@@ -25,7 +25,6 @@ from engine.io.actions import KEYBOARD_KEYS, ActionTrack
 from engine.io.poses import ORIGIN, Calibration, CameraState, states_to_poses
 from engine.io.trajectory.build import Trajectory, TrackingError
 from engine.io.trajectory.kinematics import _integrate_actions
-from engine.io.trajectory.splice import actions_yaml
 
 RECORDING_MARK = "# worldpager play: recorded live"
 
@@ -84,10 +83,26 @@ class LiveTrack:
 
 
 def recording_yaml(track: LiveTrack, comment: str = "") -> str:
-    """The trajectory YAML of the frames given so far, marked as a recording (see the module docstring)."""
+    """The trajectory YAML of the frames given so far, marked as a recording (see the module docstring).
+
+    Written without a YAML library (a long session rewrites it every chunk): runs of equal actions are
+    one segment each, every value the float it is (``repr``)."""
     keyboard, mouse = track.given()
-    head = f"{RECORDING_MARK}: {track.known} video frames\n" + "".join(f"# {line}\n" for line in comment.splitlines())
-    return head + actions_yaml(track.mode, keyboard, mouse, track.start)
+    rows = keyboard if mouse is None else np.concatenate([keyboard, mouse], axis=1)
+    names = KEYBOARD_KEYS[track.mode]
+    s = track.start
+    lines = [f"{RECORDING_MARK}: {track.known} video frames", *(f"# {line}" for line in comment.splitlines()),
+             f"start: {{position: [{s.x!r}, {s.y!r}, {s.z!r}], yaw: {s.yaw!r}, pitch: {s.pitch!r}, roll: {s.roll!r}}}",
+             "segments:" if len(rows) else "segments: []"]
+    edges = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1 if len(rows) > 1 else np.zeros(0, int)
+    starts = [0, *edges.tolist()] if len(rows) else []
+    for begin, end in zip(starts, [*starts[1:], len(rows)]):
+        held = ", ".join(names[i] for i in np.flatnonzero(keyboard[begin] > 0.5))
+        lines.append(f"- keys: [{held}]")
+        if mouse is not None:
+            lines.append(f"  mouse: [{float(mouse[begin, 0])!r}, {float(mouse[begin, 1])!r}]")
+        lines.append(f"  frames: {end - begin}")
+    return "\n".join(lines) + "\n"
 
 
 def recorded_frames(path: Path | str | None, trajectory: Trajectory) -> int | None:
