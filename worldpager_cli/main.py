@@ -25,6 +25,7 @@ from worldpager_cli.arena import arena, bench_arena, train
 from worldpager_cli.batch import batch
 from worldpager_cli.bench import bench
 from worldpager_cli.bench_keys import bench_keys
+from worldpager_cli.bench_play import bench_play
 from worldpager_cli.doctor import doctor
 from worldpager_cli.download import download
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
@@ -74,6 +75,7 @@ cli.add_command(play)
 bench.add_command(bench_arena)
 bench.add_command(bench_quality)
 bench.add_command(bench_keys)
+bench.add_command(bench_play)
 
 
 def default_output_path() -> Path:

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import signal
 import webbrowser
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -23,6 +24,7 @@ from engine.errors import ConfigError, InputError
 from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import LENGTH_KEYS, chunks_for_length, session_options, session_overlay
 from worldpager_cli.run_summary import run_summary, summary_text
+from worldpager_cli.streams import keep_going_without_stdout
 
 PLAY_SECTIONS = {"host": "Serve", "port": "Serve", "open_browser": "Serve", "parent": "Inputs",
                  "overwrite": "Output", "quiet": "Output", "as_json": "Output"}
@@ -49,9 +51,7 @@ PLAY_SECTIONS = {"host": "Serve", "port": "Serve", "open_browser": "Serve", "par
 @click.option("--json", "as_json", is_flag=True, help="At the end, print the run's summary as one JSON object on stdout.")
 def play(host, port, open_browser, parent, overwrite, quiet, as_json, **opts) -> None:
     """Walk the world live from a browser: keys and mouse steer; recorded, resumable, forkable."""
-    from worldpager_cli.main import keep_going_without_stdout
-
-    keep_going_without_stdout()
+    keep_going_without_stdout()   # the product is the MP4, not what is printed
     _check_host(host)
     if parent is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in opts.items() if v not in (None, ())]
@@ -84,10 +84,9 @@ def _play(opts, host, port, open_browser, overwrite, quiet, as_json) -> None:
     from engine.session.ownership import check_video_path, claim_output, refuse_existing
     from engine.session.preflight import check_output_paths
     from engine.session.resume import with_absolute_paths
-    from worldpager_cli.main import default_output_path
 
     preset, chunks, seconds, minutes = (opts[k] for k in ("preset", *LENGTH_KEYS))
-    flags = session_overlay({**opts, "out": opts["out"] or default_output_path()})
+    flags = session_overlay({**opts, "out": opts["out"] or Path.cwd() / datetime.now().strftime("worldpager-%Y%m%d-%H%M%S.mp4")})
     base = with_user_config()
     spec = model_spec(resolve_session_config(preset, flags, base))
     grid = spec.grid
@@ -134,11 +133,14 @@ def _continue(parent: Path, host, port, open_browser, quiet, as_json) -> None:
 
 
 def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None) -> None:
-    from engine.play.run import prepare_play
-    from worldpager_cli.main import _abort_on_signals, _say, _warn
+    try:
+        from engine.play.run import prepare_play
+    except ImportError as exc:
+        raise ConfigError(f"worldpager play needs its web server ({exc.name} is not installed): "
+                          "pip install 'worldpager[play]'") from None
     from worldpager_cli.progress import make_progress
 
-    say = _say(quiet)
+    say = (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
     grid = spec.grid
     frames_before = 0 if resume_from is None else resume_from.facts["frames_total"]
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=True)
@@ -149,8 +151,9 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
         where = "" if resume_from is None else f" from chunk {resume_from.chunk}"
         say(f"worldpager: live{where}, at most {cfg.chunks} chunks ({grid.frames_total(cfg.chunks) / grid.fps:.0f} s "
             f"of video); video {cfg.out}, log {cfg.log_path}, inputs recorded to {cfg.trajectory}; Ctrl-C or Stop ends it")
-        _warn(run.session.warnings())
-        with _abort_on_signals():
+        for line in run.session.warnings():
+            click.echo(f"worldpager: warning: {line}", err=True)
+        with _interrupt_on_signals():   # nothing made yet: SIGTERM and SIGHUP stop the load at once
             run.session.load()
         if open_browser:
             webbrowser.open(run.url)
@@ -166,6 +169,18 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
         "with the same settings makes this video again (--late-prefetch wait on both: bit for bit)")
     if result.status == "interrupted":
         raise SystemExit(130)
+
+
+class _interrupt_on_signals:
+    """SIGTERM and SIGHUP interrupt like Ctrl-C (a KeyboardInterrupt: exit 130)."""
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
 
 
 class _end_on_signals:

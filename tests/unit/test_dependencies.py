@@ -36,6 +36,8 @@ FORBIDDEN = {   # package -> what no module inside it may import
     # The arena model is a model: it never touches the store. (Its training data uses the session's
     # retrieval policy, and its evaluation runs whole sessions: engine.arena.evaluate.)
     "engine.arena": ("engine.memory", "engine.session.memory", "engine.session.positions"),
+    # Live play drives a session through its public API; the session knows nothing of it (DESIGN §2b).
+    "engine.session": ("engine.play",),
 }
 SESSION_MAY_USE = {"engine.model.interface", "engine.model.kv_context", "engine.model.registry"}
 TORCH_FREE = ("engine.memory.manager", "engine.retrieval.select", "engine.planner.model", "engine.geometry",
