@@ -165,8 +165,9 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
         summary = run_summary(result, cfg, grid.fps, frames_before)
         click.echo(json.dumps({**summary, "recording": str(cfg.trajectory)}, separators=(",", ":")))
     say(f"wrote {summary_text(result, grid.fps)}")
-    say(f"worldpager: inputs recorded to {cfg.trajectory}: `worldpager generate --trajectory {cfg.trajectory}` "
-        "with the same settings makes this video again (--late-prefetch wait on both: bit for bit)")
+    say(f"worldpager: inputs recorded to {cfg.trajectory}: `worldpager generate --trajectory {cfg.trajectory} "
+        f"--chunks {result.chunks}` with the same settings makes this video again (--late-prefetch wait on both: "
+        "bit for bit)")
     if result.status == "interrupted":
         raise SystemExit(130)
 
