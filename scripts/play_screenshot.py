@@ -32,16 +32,16 @@ def main() -> None:
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={work / 'profile'}",
-                "--window-size=1100,640", "--hide-scrollbars"):
+                "--window-size=1280,720", "--hide-scrollbars"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     try:
         driver.get(url)
         time.sleep(2)
-        ActionChains(driver).key_down("w").perform()
-        time.sleep(8)
         ActionChains(driver).key_down("l").perform()
-        time.sleep(4)
+        time.sleep(6)
+        ActionChains(driver).key_down("w").perform()
+        time.sleep(3)
         driver.save_screenshot(str(work / "play_page.png"))
         ActionChains(driver).key_up("l").key_up("w").perform()
         driver.find_element("id", "stop").click()
