@@ -113,9 +113,13 @@ def normalize(q: np.ndarray) -> np.ndarray:
     return q / np.linalg.norm(q, axis=-1, keepdims=True)
 
 
-def align_signs(q: np.ndarray) -> np.ndarray:
-    """A [T, 4] sequence with each quaternion's sign flipped so that consecutive dots are >= 0."""
+def align_signs(q: np.ndarray, previous: np.ndarray | None = None) -> np.ndarray:
+    """A [T, 4] sequence with each quaternion's sign flipped so that consecutive dots are >= 0;
+    ``previous``: the aligned quaternion before the first (a sequence made piece by piece is then
+    aligned exactly as if made whole)."""
     q = np.array(q, dtype=np.float64)
+    if previous is not None and len(q) and np.dot(previous, q[0]) < 0:
+        q[0] = -q[0]
     for i in range(1, len(q)):
         if np.dot(q[i - 1], q[i]) < 0:
             q[i] = -q[i]
@@ -151,10 +155,11 @@ def slerp(q0: np.ndarray, q1: np.ndarray, u) -> np.ndarray:
 
 # ---------------------------------------------------------------- poses and resampling
 
-def make_poses(positions: np.ndarray, quats: np.ndarray) -> np.ndarray:
-    """[T, 7] poses from positions [T, 3] and quaternions [T, 4] (normalised and sign-aligned)."""
+def make_poses(positions: np.ndarray, quats: np.ndarray, previous: np.ndarray | None = None) -> np.ndarray:
+    """[T, 7] poses from positions [T, 3] and quaternions [T, 4] (normalised and sign-aligned; after the
+    pose ``previous`` [7], when the poses continue a sequence)."""
     return np.concatenate([np.asarray(positions, dtype=np.float64),
-                           align_signs(normalize(quats))], axis=-1)
+                           align_signs(normalize(quats), None if previous is None else previous[3:7])], axis=-1)
 
 
 def poses_euler(poses: np.ndarray) -> np.ndarray:

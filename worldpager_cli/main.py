@@ -25,6 +25,7 @@ from worldpager_cli.arena import arena, bench_arena, train
 from worldpager_cli.batch import batch
 from worldpager_cli.bench import bench
 from worldpager_cli.bench_keys import bench_keys
+from worldpager_cli.bench_play import bench_play
 from worldpager_cli.doctor import doctor
 from worldpager_cli.download import download
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
@@ -32,6 +33,7 @@ from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given,  # noqa: F401
                                     parse_arena_seed, session_options, session_overlay)
 from worldpager_cli.plan import plan
+from worldpager_cli.play import play
 from worldpager_cli.quality import bench_quality
 from worldpager_cli.report import report
 from worldpager_cli.run_summary import run_summary, summary_text
@@ -69,9 +71,11 @@ cli.add_command(download)
 cli.add_command(batch)
 cli.add_command(doctor)
 cli.add_command(trajectory)
+cli.add_command(play)
 bench.add_command(bench_arena)
 bench.add_command(bench_quality)
 bench.add_command(bench_keys)
+bench.add_command(bench_play)
 
 
 def default_output_path() -> Path:

@@ -42,22 +42,24 @@ class EpisodeTensors:
         return EpisodeTensors(*(getattr(self, f).to(device) for f in FIELDS))
 
 
-def latent_camera(poses: np.ndarray, cfg: ArenaModelConfig, frames: int) -> np.ndarray:
-    """Camera states ``[frames, 4]`` (x, z, yaw, pitch) of the first ``frames`` latent frames, from
+def latent_camera(poses: np.ndarray, cfg: ArenaModelConfig, frames: int, first: int = 0) -> np.ndarray:
+    """Camera states ``[frames - first, 4]`` (x, z, yaw, pitch) of latent frames [first, frames), from
     per-video-frame poses ``[T, 7]`` (latent frame f is video frame ``temporal * f``)."""
-    picked = poses[np.arange(frames) * cfg.temporal]
+    picked = poses[np.arange(first, frames) * cfg.temporal]
     yaw, pitch, _ = euler_from_quat(picked[:, 3:])
     return np.stack([picked[:, 0], picked[:, 2], yaw, pitch], axis=1)
 
 
-def latent_actions(keyboard: np.ndarray, mouse: np.ndarray, cfg: ArenaModelConfig, frames: int) -> np.ndarray:
-    """Per latent frame f: the mean action of video frames [t(f-1), t f) that moved the camera to it."""
+def latent_actions(keyboard: np.ndarray, mouse: np.ndarray, cfg: ArenaModelConfig, frames: int,
+                   first: int = 0) -> np.ndarray:
+    """Per latent frame f in [first, frames): the mean action of video frames [t(f-1), t f) that moved the
+    camera to it (``[frames - first, A]``; latent frame 0 has none)."""
     t = cfg.temporal
-    out = np.zeros((frames, ACTION_DIM), dtype=np.float32)
-    for f in range(1, frames):
+    out = np.zeros((frames - first, ACTION_DIM), dtype=np.float32)
+    for f in range(max(first, 1), frames):
         rows = slice(t * (f - 1), t * f)
-        out[f, :4] = keyboard[rows].mean(0)
-        out[f, 4:] = mouse[rows].mean(0) * MOUSE_SCALE
+        out[f - first, :4] = keyboard[rows].mean(0)
+        out[f - first, 4:] = mouse[rows].mean(0) * MOUSE_SCALE
     return out
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.arena.config import ArenaModelConfig
+from engine.arena.config import ACTION_DIM, ArenaModelConfig
 from engine.arena.data import latent_actions, latent_camera, render_latents
 from engine.arena.model import ArenaDiT
 from engine.arena.world import Arena
@@ -45,20 +45,45 @@ class ArenaPipeline:
         self.layout, self.grid = cfg.kv_layout(), cfg.video_grid()
         self.frame_size = cfg.video_size
         self.horizon_chunk = cfg.horizon_chunk
-        poses = np.asarray(trajectory.poses, dtype=np.float64)
-        x, z, clamped = arena.clamp_path(poses[:, 0], poses[:, 2])
-        self.poses = make_poses(np.stack([x, poses[:, 1], z], 1), poses[:, 3:])
-        self.clamped_frames = int(clamped.sum())
-        latent_frames = (len(self.poses) - 1) // cfg.temporal + 1
-        self.cam = latent_camera(self.poses, cfg, latent_frames)                  # [F, 4]
-        keyboard = trajectory.actions.keyboard.numpy()
-        mouse = trajectory.actions.mouse.numpy() if trajectory.actions.mouse is not None else np.zeros((len(keyboard), 2))
-        self.actions = latent_actions(keyboard, mouse, cfg, latent_frames)        # [F, A]
+        self.trajectory = trajectory
+        frames = trajectory.frames
+        self.poses = np.zeros((frames, 7))                                        # [T, 7] clamped at walls
+        self._walked = np.zeros((frames, 4))          # per frame: grid x, z given, then as clamped
+        self._clamped = np.zeros(frames, dtype=bool)
+        latent_frames = (frames - 1) // cfg.temporal + 1
+        self.cam = np.zeros((latent_frames, 4))                                   # [F, 4]
+        self.actions = np.zeros((latent_frames, ACTION_DIM), dtype=np.float32)    # [F, A]
+        self.inputs_extended(0, frames)
+        self.clamped_frames = int(self._clamped.sum())
         self.rng = torch.Generator().manual_seed(seed)
         self._last_frame: torch.Tensor | None = None
         self.notes = [f"arena seed {arena.seed}"] + (
             [f"trajectory clamped at walls on {self.clamped_frames} of {len(self.poses)} frames"]
             if self.clamped_frames else [])
+
+    def inputs_extended(self, start: int, stop: int) -> None:
+        """Derive the camera and the latent frames' inputs of video frames [start, stop) (all of them at
+        set-up; live play: the frames just given): the path is walked on from where frame ``start - 1``
+        stood, so a path derived in pieces is bit for bit the path derived whole."""
+        cfg, t = self.cfg, self.cfg.temporal
+        poses = np.asarray(self.trajectory.poses[start:stop], dtype=np.float64)
+        gx, gz = self.arena.to_grid(poses[:, 0], poses[:, 2])
+        after = None if start == 0 else tuple(self._walked[start - 1])
+        out_x, out_z, clamped = self.arena.walk(gx, gz, after)
+        self._walked[start:stop] = np.stack([gx, gz, out_x, out_z], 1)
+        self._clamped[start:stop] = clamped
+        x, z = self.arena.to_world(out_x, out_z)
+        self.poses[start:stop] = make_poses(np.stack([x, poses[:, 1], z], 1), poses[:, 3:],
+                                            None if start == 0 else self.poses[start - 1])
+        latent = len(self.cam)
+        first, end = -(-start // t), min(latent, -(-stop // t))          # latent f sits at video frame t f
+        self.cam[first:end] = latent_camera(self.poses, cfg, end, first)
+        first, end = start // t + 1, min(latent, -(-stop // t) + 1)      # f's action: frames [t(f-1), t f)
+        if first < end:
+            keyboard = self.trajectory.actions.keyboard.numpy()
+            mouse = self.trajectory.actions.mouse
+            mouse = mouse.numpy() if mouse is not None else np.zeros((len(keyboard), 2))
+            self.actions[first:end] = latent_actions(keyboard, mouse, cfg, end, first)
 
     # ---- WorldModel ---------------------------------------------------------------------------------
 

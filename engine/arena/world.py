@@ -107,18 +107,32 @@ class Arena:
     def clamp_path(self, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """World positions ``[T]`` walked step by step with collisions: a step into a wall keeps the
         previous coordinate on the blocked axis. Returns clamped x, z and a bool mask of clamped frames."""
+        if len(np.asarray(x)) == 0:
+            return x, z, np.zeros(0, dtype=bool)
         gx, gz = self.to_grid(np.asarray(x, np.float64), np.asarray(z, np.float64))
-        out_x, out_z = gx.copy(), gz.copy()
-        clamped = np.zeros(len(gx), dtype=bool)
-        if len(gx) == 0:
-            return x, z, clamped
-        cx, cz = out_x[0], out_z[0]
-        if self.blocked(cx, cz):
-            cx, cz = self.spawn
-            clamped[0] = True
-        out_x[0], out_z[0] = cx, cz
-        for t in range(1, len(gx)):
-            nx, nz = cx + (gx[t] - gx[t - 1]), cz + (gz[t] - gz[t - 1])
+        out_x, out_z, clamped = self.walk(gx, gz)
+        wx, wz = self.to_world(out_x, out_z)
+        return wx, wz, clamped
+
+    def walk(self, gx: np.ndarray, gz: np.ndarray, after: tuple[float, float, float, float] | None = None):
+        """``clamp_path`` in grid coordinates (gx, gz ``[T]``), returning the clamped grid x, z and the
+        mask. ``after`` = (gx, gz, clamped gx, clamped gz) of the frame before the first: a path walked in
+        pieces then ends exactly where the whole path walked at once would."""
+        out_x, out_z = np.array(gx, dtype=np.float64), np.array(gz, dtype=np.float64)
+        clamped = np.zeros(len(out_x), dtype=bool)
+        if len(out_x) == 0:
+            return out_x, out_z, clamped
+        if after is None:
+            cx, cz = out_x[0], out_z[0]
+            if self.blocked(cx, cz):
+                cx, cz = self.spawn
+                clamped[0] = True
+            out_x[0], out_z[0] = cx, cz
+            first, prev_x, prev_z = 1, gx[0], gz[0]
+        else:
+            first, (prev_x, prev_z, cx, cz) = 0, after
+        for t in range(first, len(out_x)):
+            nx, nz = cx + (gx[t] - prev_x), cz + (gz[t] - prev_z)
             if self.blocked(nx, nz):
                 clamped[t] = True
                 if not self.blocked(nx, cz):
@@ -129,5 +143,5 @@ class Arena:
                     nx, nz = cx, cz
             cx, cz = nx, nz
             out_x[t], out_z[t] = cx, cz
-        wx, wz = self.to_world(out_x, out_z)
-        return wx, wz, clamped
+            prev_x, prev_z = gx[t], gz[t]
+        return out_x, out_z, clamped

@@ -103,7 +103,8 @@ def integrate(forward: np.ndarray, right: np.ndarray, dyaw: np.ndarray, dpitch: 
     return states
 
 
-def states_to_poses(states: list[CameraState]) -> np.ndarray:
-    """[T, 7] poses of a list of states."""
+def states_to_poses(states: list[CameraState], previous: np.ndarray | None = None) -> np.ndarray:
+    """[T, 7] poses of a list of states (``previous``: the pose before the first, when they continue a
+    sequence: the quaternions' signs are aligned to it)."""
     a = np.asarray(states, dtype=np.float64).reshape(-1, 6)
-    return make_poses(a[:, :3], quat_from_euler(a[:, 3], a[:, 4], a[:, 5]))
+    return make_poses(a[:, :3], quat_from_euler(a[:, 3], a[:, 4], a[:, 5]), previous)

@@ -25,6 +25,13 @@ Owns what the session, the memory and the retrieval may know about a model, and 
   rotate them when it stages them. MG2's and LingBot's models are; a model that is not refuses
   pre-rope storage.
 
+* ``LiveInputModel`` — a model that derives per-frame inputs from the trajectory when it is built (the
+  arena model: the path clamped at walls, the latent frames' camera and actions; LingBot: the relative
+  camera poses) re-derives those of the video frames an input source wrote during the session (live
+  play, ``engine.session.inputs``): ``inputs_extended(start, stop)``. A model that reads the trajectory
+  when a chunk runs (MG2, the synthetic model) needs nothing. Derivations are causal (frame t from
+  frames up to t), so a session given its frames live equals one given the same frames from a file.
+
 Nothing in ``memory/``, ``retrieval/`` or the session names a particular model: they take a
 ``KVLayout``, a ``VideoGrid`` and a ``WorldModel``.
 """
@@ -39,7 +46,7 @@ import torch
 # the planner can use them without importing the model package; they are part of this interface.
 from engine.layout import KVLayout, VideoGrid
 
-__all__ = ["KVLayout", "VideoGrid", "WorldModel", "ObservingModel", "KeyPlacingModel"]
+__all__ = ["KVLayout", "VideoGrid", "WorldModel", "ObservingModel", "KeyPlacingModel", "LiveInputModel"]
 
 
 @runtime_checkable
@@ -94,3 +101,13 @@ class KeyPlacingModel(WorldModel, Protocol):
     def place_keys(self, layer: int, keys: torch.Tensor, start_frame: float) -> torch.Tensor:
         """Keys ``[B, T, H, D]`` of one chunk of ``layer``, given before the rotation, rotated as if the
         chunk's first latent frame sat at ``start_frame``."""
+
+
+@runtime_checkable
+class LiveInputModel(WorldModel, Protocol):
+    """A ``WorldModel`` whose per-frame inputs, derived at set-up, follow a trajectory written during the
+    session (see the module docstring)."""
+
+    def inputs_extended(self, start: int, stop: int) -> None:
+        """The trajectory's video frames [start, stop) were written (actions and poses; every frame
+        before ``start`` is unchanged): re-derive what was derived from them."""

@@ -1,7 +1,9 @@
 """The chunk loop: owns the order of the steps of a generation session, not their policies.
 
 For chunk c (DESIGN §2):
-  1. inputs   — the trajectory gives c's actions (model input) and poses (retrieval key);
+  1. inputs   — the input source (``engine.session.inputs``: a trajectory file, or live play) makes c's
+     actions (model input) and poses (retrieval key) known; a live source may block for them (a pause,
+     not a stall) or end the session;
   2–4. memory — select c's retrieval set, take what was staged, start staging c+1 (``SessionMemory``);
   5. denoise  — the model's steps (MG2: plus the clean pass), which write c's KV into the context;
   6. store    — c's clean KV enters the retrieval memory; the context's window rolls (``commit``);
@@ -21,7 +23,7 @@ written; a fork's outputs keep their staging names until its model is loaded (``
 set-up or loading fails, only the files this session created are removed. The MP4 and the log are closed on every exit
 path (the log with its summary line), so a failed or interrupted run leaves a playable file and a
 complete log. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
-hand.
+hand; a source whose inputs end (``take`` returns None) ends it too, as done.
 """
 from __future__ import annotations
 
@@ -41,9 +43,10 @@ from engine.pause_clock import PauseClock
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory
+from engine.io.trajectory.live import recorded_frames
 from engine.io.video import VideoWriter
 from engine.memory.allocator import pin_allocator
-from engine.model.interface import KeyPlacingModel, WorldModel
+from engine.model.interface import KeyPlacingModel, LiveInputModel, WorldModel
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.overlay import config_to_json, write_resolved_config
@@ -57,6 +60,7 @@ from engine.session.fork import Fork, base_layers
 from engine.session.memory import SessionMemory
 from engine.session.observe import mark_observed, session_path
 from engine.session.decode import DecodeStage, Decoded
+from engine.session.inputs import FileSource, InputSource
 from engine.session.save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.session.resume import unresumable_note
 from engine.telemetry import SessionLog, available_memory, process_rss
@@ -124,14 +128,19 @@ class Session:
     def __init__(self, cfg: SessionConfig, on_chunk: Callable[[dict], None] | None = None,
                  on_output: Callable[[int, torch.Tensor], None] | None = None,
                  resume_from: SavePoint | None = None, fork_of: Fork | None = None,
-                 models: ModelCache | None = None, batch: dict | None = None):
+                 models: ModelCache | None = None, batch: dict | None = None,
+                 source: InputSource | None = None,
+                 on_frames: Callable[[int, torch.Tensor], None] | None = None):
         """``resume_from``: continue the run that wrote this save point (``engine.session.resume``):
         its MP4 and log are continued, not created. With ``fork_of``, ``resume_from`` is the parent's
         save point and the MP4 and log are the branch's copies of the parent's (``engine.session.fork``).
         ``models``: networks loaded by earlier sessions of this process, reused when they are the ones
         this session needs (a batch worker's; ``engine.model.model_cache``). ``batch``: a batch job's
         mark (its attempt's run id), written as the ``batch`` field of the log's header, or of the
-        ``resume`` record of a resumed run: how a batch tells its own outputs (``engine.batch.ownership``)."""
+        ``resume`` record of a resumed run: how a batch tells its own outputs (``engine.batch.ownership``).
+        ``source``: where the chunks' inputs come from (``engine.session.inputs``; default: the config's
+        trajectory file, or the model's default path). ``on_frames(chunk, frames)``: each chunk's video
+        frames as decoded (``WorldModel.decode``'s tensor), before they are muxed."""
         # First, before anything sizable is allocated: fixed malloc thresholds keep RSS flat (DESIGN §3).
         self.allocator = pin_allocator()
         self.cfg = cfg
@@ -140,6 +149,7 @@ class Session:
         self.spec: ModelSpec = model_spec(cfg)
         self.on_chunk = on_chunk or (lambda record: None)
         self.on_output = on_output or (lambda chunk, latents: None)   # the model's output, before decoding
+        self.on_frames = on_frames or (lambda chunk, frames: None)    # decoded frames, before the mux
         self.device, self.dtype = resolve_device(cfg.device)
         self._stop = threading.Event()
         self._created: list[Path] = []     # outputs this session made: the only ones it may remove
@@ -154,10 +164,18 @@ class Session:
                      host=host_budget(cfg, process_rss(), available_memory()),
                      device=device_memory_budget(cfg, self.device))
         self.image = load_image(cfg.image or default_start_image_path(), *spec.image_size) if spec.uses_image else None
-        # --observe: the observed clip's chunks come first; a fork's trajectory is still staged
-        path = session_path(cfg if fork_of is None else fork_of.staged_config(), spec)
-        self.trajectory: Trajectory = path.trajectory
-        self.observed_chunks, self.observed = path.observed_chunks, path.observed
+        if source is None:
+            # --observe: the observed clip's chunks come first; a fork's trajectory is still staged
+            path = session_path(cfg if fork_of is None else fork_of.staged_config(), spec)
+            ends = None if cfg.observe is not None or fork_of is not None else \
+                recorded_frames(cfg.trajectory, path.trajectory)
+            source = FileSource(path.trajectory, ends)
+            self.observed_chunks, self.observed = path.observed_chunks, path.observed
+        else:
+            self.observed_chunks, self.observed = 0, None
+        self.source = source
+        self.trajectory: Trajectory = source.trajectory
+        self._inputs_ended = False   # the source's inputs ended: the run is done where it stopped
         height, width = spec.frame_size
         # Opened now, before the (slow) load, so a bad output path fails first; the factory checks
         # that the built model's frame size and grid are the ones promised here.
@@ -257,7 +275,8 @@ class Session:
                                 frames_total=self.resume_from.facts["frames_total"], started=time.time(),
                                 **self._batch)
             chunks, frames = self._loop(ctx, memory)
-            status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks else "done"
+            status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks and not self._inputs_ended \
+                else "done"
         except BaseException as exc:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             self._close(memory, status, abort=isinstance(exc, KeyboardInterrupt),
@@ -287,7 +306,8 @@ class Session:
         model = self.model
         self.log.header(config_to_json(self.cfg), model_header_facts(self.cfg), device=str(self.device),
                         dtype=str(self.dtype).removeprefix("torch."), weights=model.weights,
-                        trajectory=self.trajectory.describe(), notes=list(getattr(model, "notes", [])),
+                        trajectory=self.trajectory.describe(), inputs=self.source.description,
+                        notes=list(getattr(model, "notes", [])),
                         tracking=self.trajectory.tracking.as_record(), warnings=self.warnings(),
                         observed=None if self.observed is None else {"chunks": self.observed_chunks,
                                                                       "source": self.observed},
@@ -368,7 +388,9 @@ class Session:
     def _decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:
         """The model's frames of ``chunk``; an observed chunk's carry the observed mark."""
         frames = self.model.decode(latents, chunk)
-        return mark_observed(frames) if chunk < self.observed_chunks else frames
+        frames = mark_observed(frames) if chunk < self.observed_chunks else frames
+        self.on_frames(chunk, frames)
+        return frames
 
     @torch.no_grad()
     def _loop(self, ctx: AttentionContext, memory: SessionMemory) -> tuple[int, int]:
@@ -396,6 +418,19 @@ class Session:
             if saver is not None:
                 self._log_savepoints(saver.close(abort=aborted))
 
+    def _take_inputs(self, chunk: int):
+        """Step 1: the source makes the chunk's inputs known (None: they ended, or a stop was asked for);
+        a model that derived per-frame inputs at set-up re-derives the frames the source wrote."""
+        grid = self.model.grid
+        frames = range(grid.frames_total(chunk), grid.frames_total(chunk + 1))
+        inputs = self.source.take(chunk, frames, self._stop)
+        if inputs is None:
+            self._inputs_ended = not self._stop.is_set()
+            return None
+        if inputs.changed is not None and isinstance(self.model, LiveInputModel):
+            self.model.inputs_extended(*inputs.changed)
+        return inputs
+
     def _chunks(self, ctx, memory, start, frames_total, saver, schedule) -> tuple[int, int]:
         model = self.model
         stage = DecodeStage(self._decode, self.writer, overlap=self.cfg.decode_overlap, frames_total=frames_total)
@@ -404,7 +439,9 @@ class Session:
         self._wall_from, self._paused_before = time.perf_counter(), self._pauses.paused_s()
         try:
             for chunk in range(start, self.cfg.chunks):
-                stopping = self._stop.is_set()
+                # 1. the chunk's inputs (a live source may wait for its player: a pause, not a stall)
+                inputs = self._take_inputs(chunk)
+                stopping = self._stop.is_set() or inputs is None
                 if saver is not None:
                     self._log_savepoints(saver.finished())
                     # Stopped on request (Ctrl-C, SIGTERM): a save point here loses nothing on resume,
@@ -424,7 +461,7 @@ class Session:
                     self._log_decoded(stage.close())
                     return chunk, stage.frames_total
                 t0, p0 = time.perf_counter(), self._pauses.paused_s()
-                # 1–4. inputs and memory (select, take staged, stage the next chunk's set)
+                # 2–4. memory (select, take staged, stage the next chunk's set)
                 mem = memory.prepare(chunk)
                 t1, p1 = time.perf_counter(), self._pauses.paused_s()
                 # 5. denoise (the chunk's clean K/V end up in the context's current region); an
@@ -448,11 +485,14 @@ class Session:
                           "compute_ms": _ms(t2 - t1, p2 - p1), "memory_ms": _ms(t1 - t0, p1 - p0),
                           "store_ms": _ms(t3 - t2, p3 - p2), "decode_ms": 0.0, **mem, **tiers,
                           "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device),
-                          **({"observed": True} if observed else {})}
+                          **({"observed": True} if observed else {}), **inputs.facts}
+                if inputs.waited_ms:
+                    record["input_wait_ms"] = inputs.waited_ms
                 done = stage.submit(chunk, latents, record)
                 now, paused = time.perf_counter(), self._pauses.paused_s()
                 record["wall_ms"] = (now - self._wall_from) * 1e3
-                record["paused_ms"] = (paused - self._paused_before) * 1e3   # a stopped process, in wall_ms
+                # a stopped process and (live play) the wait for the player's inputs, in wall_ms
+                record["paused_ms"] = (paused - self._paused_before) * 1e3 + inputs.waited_ms
                 self._wall_from, self._paused_before = now, paused
                 record["decode_wait_ms"] = stage.wait_ms   # waiting for the chunk before to be in the file
                 # 8. log the chunks now in the file (this one, or with decode_overlap the one before)

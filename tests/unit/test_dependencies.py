@@ -40,6 +40,8 @@ FORBIDDEN = {   # package -> what no module inside it may import
     # the store or the loop: a model family's code may import torch at any time.
     "engine.planner": ("engine.model", "engine.arena", "engine.memory.store", "engine.memory.host_pool",
                        *SESSION_SIDE),
+    # Live play drives a session through its public API; the session knows nothing of it (DESIGN §2b).
+    "engine.session": ("engine.play",),
 }
 SESSION_MAY_USE = {"engine.model.interface", "engine.model.kv_context", "engine.model.registry"}
 TORCH_FREE = ("engine.memory.manager", "engine.retrieval.select", "engine.planner.model", "engine.geometry",

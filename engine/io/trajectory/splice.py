@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from engine.io.actions import KEYBOARD_KEYS
-from engine.io.poses import state_from_pose
+from engine.io.poses import CameraState, state_from_pose
 from engine.io.trajectory.build import Trajectory
 
 
@@ -27,12 +27,16 @@ def splice_yaml(first: Trajectory, frames: int, second: Trajectory, comment: str
     mouse = None
     if first.actions.mouse is not None:
         mouse = np.concatenate([first.actions.mouse.numpy()[:frames], second.actions.mouse.numpy()])
-    start = state_from_pose(first.poses[0])
+    head = "".join(f"# {line}\n" for line in comment.splitlines())
+    return head + actions_yaml(first.mode, keyboard, mouse, state_from_pose(first.poses[0]))
+
+
+def actions_yaml(mode: str, keyboard: np.ndarray, mouse: np.ndarray | None, start: CameraState) -> str:
+    """The YAML (``start:`` and ``segments:``) of per-frame actions [T, k] / [T, 2] from ``start``."""
     doc = {"start": {"position": [start.x, start.y, start.z], "yaw": start.yaw, "pitch": start.pitch,
                      "roll": start.roll},
-           "segments": _segments(first.mode, keyboard, mouse)}
-    head = "".join(f"# {line}\n" for line in comment.splitlines())
-    return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
+           "segments": _segments(mode, keyboard, mouse)}
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
 
 
 def _segments(mode: str, keyboard: np.ndarray, mouse: np.ndarray | None) -> list[dict]:

@@ -19,6 +19,7 @@ import torch
 from engine.errors import ConfigError
 from engine.kv_format import ChunkFormat, byte_figures
 from engine.layout import KVLayout
+from engine.lingbot_config import VAE_STRIDE
 from engine.lingbot_models import LingbotModelConfig, lingbot_config
 from engine.model.lingbot.release_session import build_from_release, release_spec
 from engine.model.lingbot.pipeline import LingbotPipeline
@@ -72,7 +73,8 @@ def build(cfg, image, trajectory, device, dtype, cache: ModelCache):
     dit, vae = cache.get(("lingbot", m, str(device), dtype), lambda: _seeded(m, device, dtype))
     return LingbotPipeline(dit, vae, m, image, trajectory, text_stand_in(m), cfg.seed, cfg.positions,
                            device, dtype, weights="built-in seeded weights",
-                           official_sink=cfg.memory.official_sink)
+                           official_sink=cfg.memory.official_sink,
+                           live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
 
 
 @functools.lru_cache(maxsize=4)

@@ -11,7 +11,9 @@ Owns what one chunk of LingBot needs around the DiT, streamed chunk by chunk for
   poses are made relative frame to frame and translations normalised by the largest one over the
   session's whole trajectory (the official rule, over the official whole run); rays are computed per
   chunk with a pose folder's intrinsics, else the retrieval's field of view, on the model's pixel grid;
-  ``act`` control adds the W, A, S, D keys (``engine.model.lingbot.session_control``).
+  ``act`` control adds the W, A, S, D keys (``engine.model.lingbot.session_control``). In live play
+  (``inputs_extended``) the whole run is not known when a chunk starts: translations are divided by
+  the calibration's walk over one latent frame instead.
 * **Text**: the text encoder's output rows ``[1, n, text_dim]`` given by the family (for the tiny
   model a seeded random stand-in); its cross-attention K/V are put into the context by
   ``prepare_context``.
@@ -68,7 +70,10 @@ class LingbotPipeline:
 
     def __init__(self, dit: WanModelFast, vae: WanVAE, m: LingbotModelConfig, image: torch.Tensor,
                  trajectory: Trajectory, text: torch.Tensor, seed: int, positions: str,
-                 device: torch.device, dtype: torch.dtype, weights: str, official_sink: bool = False):
+                 device: torch.device, dtype: torch.dtype, weights: str, official_sink: bool = False,
+                 live_step: float = VAE_STRIDE[0] * 0.1235):
+        """``live_step``: the translation a latent frame's relative pose is divided by in live play (the
+        calibration's walk over one latent frame; ``inputs_extended``)."""
         self.dit, self.vae, self.cfg, self.trajectory = dit, vae, m, trajectory
         self.name, self.weights = m.name, weights
         self.layout, self.grid = m.kv_layout(), m.video_grid()
@@ -82,6 +87,7 @@ class LingbotPipeline:
         # every latent frame's frame-to-frame pose, translations normalised over the whole trajectory
         self.relative = camera.relative_poses(latent_frame_poses(trajectory.poses))     # [N, 4, 4]
         self.ray_ks, self.keys = ray_intrinsics(m, trajectory), latent_keys(m, trajectory)
+        self.live_step = live_step
         self.sink_tokens = max(m.dit.sink_size, 0) * m.tokens_per_frame if official_sink else 0
         self.shape = RunShape(frame_num=trajectory.frames, lat_f=len(self.relative), lat_h=m.latent_height,
                               lat_w=m.latent_width, chunk_frames=m.frames_per_chunk,
@@ -96,6 +102,18 @@ class LingbotPipeline:
     def camera_poses(self) -> np.ndarray:
         """The trajectory's per-video-frame poses [T, 7] (LingBot goes wherever the camera says)."""
         return self.trajectory.poses
+
+    def inputs_extended(self, start: int, stop: int) -> None:
+        """Live play: video frames [start, stop) were given. The relative camera of every latent frame
+        known so far, its translations divided by ``live_step`` (the official rule divides by the largest
+        over the whole run, which a live session cannot know yet), and the act keys of those frames."""
+        poses = self.trajectory.poses[:stop]
+        relative = camera.relative_poses(latent_frame_poses(poses), normalize=False)
+        relative[:, :3, 3] /= self.live_step
+        self.relative[:len(relative)] = relative
+        keys = latent_keys(self.cfg, self.trajectory)
+        if keys is not None:
+            self.keys.copy_(keys)
 
     def prepare_context(self, ctx) -> None:
         """The text's cross-attention K/V on every layer of the context."""

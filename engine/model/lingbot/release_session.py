@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.errors import ConfigError
 from engine.model.lingbot.checkpoint import LingbotRelease, load_release, release_files, release_model
+from engine.lingbot_config import VAE_STRIDE
 from engine.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.model_cache import ModelCache
@@ -42,4 +43,5 @@ def build_from_release(cfg, m: LingbotModelConfig, image, trajectory, device, dt
     release: LingbotRelease = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype),
                                         lambda: load_release(root, m, prompt, device, dtype))
     return LingbotPipeline(release.dit, release.vae, release.model, image, trajectory, release.text, cfg.seed,
-                           cfg.positions, device, dtype, weights=f"checkpoint {release.root}")
+                           cfg.positions, device, dtype, weights=f"checkpoint {release.root}",
+                           live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)

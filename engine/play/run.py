@@ -1,0 +1,119 @@
+"""One played session, wired: the live trajectory, its source, the session, the server.
+
+Contract. ``prepare_play(cfg, spec, host, port)`` binds the server first (a port in use fails before any
+output exists), then builds the ``Session`` on a ``LiveSource`` — so the session validates its inputs and
+creates its MP4, log and config as ``generate`` does — and hooks the session's frames and chunk records
+to the server: each chunk's frames are JPEG-encoded on one worker thread (in order) and sent as they are
+decoded; each chunk record goes out as the page's figures. ``PlayRun.run()`` loads the model if needed,
+runs the session on the calling thread (signals behave as in ``generate``), then sends the summary and
+closes the server. The session is an ordinary one: ``cfg.trajectory`` is the recording
+(``recording_path``), which the source writes as the session goes.
+
+``continue_track`` (``play --from``): the recording of the run being continued, up to its save point,
+given to the new ``LiveTrack`` before the model is built, so that the model derives the same inputs as
+the first run did for those frames.
+"""
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from engine.config import SessionConfig
+from engine.io.trajectory import load_trajectory
+from engine.io.trajectory.live import LiveTrack
+from engine.play.controls import HELP
+from engine.play.frames import frame_messages, to_uint8
+from engine.play.server import PlayServer
+from engine.play.source import LiveSource
+from engine.session.loop import Session, SessionResult
+
+DEFAULT_MINUTES = 60.0       # a played session's length cap without --chunks/--seconds/--minutes
+CHUNK_FIELDS = ("chunk", "frames_total", "wall_ms", "compute_ms", "memory_ms", "stall_ms", "hits", "misses",
+                "stale", "pool_used_bytes", "pool_free_bytes", "disk_bytes_read", "disk_bytes_written",
+                "rss_bytes", "device_bytes", "input_wait_ms", "input_seq", "decode_ms", "paused_ms")
+
+
+def recording_path(out: Path) -> Path:
+    """Where a played session's inputs are recorded: beside its MP4."""
+    return Path(out).absolute().with_suffix(".trajectory.yaml")
+
+
+def play_config(cfg: SessionConfig) -> SessionConfig:
+    """``cfg`` as a played session runs it: its trajectory is its own recording."""
+    return dataclasses.replace(cfg, trajectory=recording_path(cfg.out))
+
+
+def continue_track(track: LiveTrack, cfg: SessionConfig, mode: str, frames: int) -> None:
+    """Give ``track`` the first ``frames`` frames of the recording ``cfg.trajectory``."""
+    recorded = load_trajectory(cfg.trajectory, mode, frames=frames, repeat=cfg.repeat, calibration=cfg.calibration)
+    mouse = None if recorded.actions.mouse is None else recorded.actions.mouse.numpy()
+    track.extend(recorded.actions.keyboard.numpy(), mouse)
+
+
+@dataclasses.dataclass
+class PlayRun:
+    cfg: SessionConfig
+    source: LiveSource
+    server: PlayServer
+    session: Session
+    url: str
+    encoder: ThreadPoolExecutor
+
+    def run(self) -> SessionResult:
+        try:
+            result = self.session.run()
+        finally:
+            self.encoder.shutdown(wait=True)      # every frame made is sent before the summary
+        self.server.publish({"type": "end", "status": result.status, "chunks": result.chunks,
+                             "frames": result.frames, "out": str(result.out), "log": str(result.log),
+                             "recording": str(self.cfg.trajectory)})
+        return result
+
+    def close(self) -> None:
+        self.encoder.shutdown(wait=True)
+        self.server.close()
+
+
+def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | None = None,
+                 resume_from=None, on_chunk: Callable[[dict], None] | None = None) -> PlayRun:
+    """Bind the server, then set up the session (see the module docstring); ``cfg`` is ``play_config``'s."""
+    grid = spec.grid
+    track = LiveTrack(spec.action_mode, grid.frames_total(cfg.chunks), cfg.calibration,
+                      source=f"live input, recorded to {cfg.trajectory}")
+    frames_before = 0
+    if resume_from is not None:
+        frames_before = resume_from.facts["frames_total"]
+        continue_track(track, cfg, spec.action_mode, frames_before)
+    source = LiveSource(track, grid.fps, cfg.trajectory,
+                        comment=f"The inputs of {Path(cfg.out).name}, played live ({spec.name}, {spec.action_mode}).")
+    info = {"model": spec.name, "mode": spec.action_mode, "fps": grid.fps, "frame_size": list(spec.frame_size),
+            "chunk_frames": grid.frames_per_chunk, "keys": HELP[spec.action_mode], "out": str(cfg.out),
+            "log": str(cfg.log_path), "recording": str(cfg.trajectory), "chunks_cap": cfg.chunks,
+            "spill": None if cfg.memory.spill is None else str(cfg.memory.spill), "store": cfg.memory.store}
+    server = PlayServer(source, info, host, port, token or secrets.token_urlsafe(16))
+    url = server.start()
+    encoder = ThreadPoolExecutor(1, thread_name_prefix="wp-play-jpeg")
+    sent = [frames_before]
+    user_hook = on_chunk or (lambda record: None)
+
+    def on_frames(chunk: int, frames) -> None:
+        video = to_uint8(frames)
+        first, sent[0] = sent[0], sent[0] + len(video)
+        seq = source.seq_of(chunk)
+        encoder.submit(lambda: server.publish_frames(chunk, frame_messages(video, chunk, first, seq)))
+
+    def chunk_record(record: dict) -> None:
+        server.publish({"type": "chunk", **{k: record[k] for k in CHUNK_FIELDS if k in record},
+                        "dropped": server.dropped})
+        user_hook(record)
+
+    try:
+        session = Session(cfg, on_chunk=chunk_record, resume_from=resume_from, source=source, on_frames=on_frames)
+    except BaseException:
+        encoder.shutdown(wait=False)
+        server.close()
+        raise
+    return PlayRun(cfg, source, server, session, url, encoder)

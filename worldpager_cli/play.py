@@ -1,0 +1,218 @@
+"""``worldpager play``: walk the world live from a browser (``engine.play``).
+
+The same option table as ``generate`` (``engine.options``: model, checkpoint, memory, spill, quota,
+positions, save points, presets, environment variables, the config file), plus where to serve
+(``--host``, ``--port``, ``--open``) and ``--from`` (continue a played session live from its last save
+point). The length flags are a cap (default ``DEFAULT_MINUTES``); the session runs until the page's Stop,
+Ctrl-C or the cap. Human text on stderr (the URL among it), ``--json``'s summary on stdout.
+
+Exit codes: 0 when the session ends (Stop, Ctrl-C, the cap), 1 bad input (one line), 130 a second
+Ctrl-C (aborted at once) or SIGTERM / SIGHUP (stopped after the chunk in hand, as ``generate``).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import signal
+import webbrowser
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from engine.errors import ConfigError, InputError
+from worldpager_cli.help import SectionedCommand
+from worldpager_cli.options import LENGTH_KEYS, chunks_for_length, session_options, session_overlay
+from worldpager_cli.run_summary import run_summary, summary_text
+from worldpager_cli.streams import keep_going_without_stdout
+
+PLAY_SECTIONS = {"host": "Serve", "port": "Serve", "open_browser": "Serve", "parent": "Inputs",
+                 "overwrite": "Output", "quiet": "Output", "as_json": "Output"}
+
+
+@click.command(cls=SectionedCommand, sections=PLAY_SECTIONS, examples=(
+    "# the arena model, live in the browser (open the printed URL)",
+    "worldpager play --out walk.mp4",
+    "# MG2 from its weights, memory spilled to a drive, the browser opened for you",
+    "worldpager play --checkpoint ~/mg2 --spill /mnt/nvme/wp --out walk.mp4 --open",
+    "# go on playing a session that ended (or was killed) from its last save point",
+    "worldpager play --from walk.mp4",
+))
+@session_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to serve on. Anything but loopback lets other machines reach the page (a warning).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port to serve on (0: any free one).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
+@click.option("--from", "parent", type=click.Path(path_type=Path),
+              help="A played session's MP4: continue it live from its last save point (same files).")
+@click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run at --out (default: refuse).")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but the URL, errors and warnings (stderr).")
+@click.option("--json", "as_json", is_flag=True, help="At the end, print the run's summary as one JSON object on stdout.")
+def play(host, port, open_browser, parent, overwrite, quiet, as_json, **opts) -> None:
+    """Walk the world live from a browser: keys and mouse steer; recorded, resumable, forkable."""
+    keep_going_without_stdout()   # the product is the MP4, not what is printed
+    _check_host(host)
+    if parent is not None:
+        given = [f"--{k.replace('_', '-')}" for k, v in opts.items() if v not in (None, ())]
+        if given:
+            raise ConfigError(f"--from {parent} continues that session with its own settings; {given[0]} "
+                              "cannot change them (fork it to go on with others)")
+        _continue(parent, host, port, open_browser, quiet, as_json)
+        return
+    for flag in ("trajectory", "observe"):
+        if opts.get(flag) is not None:
+            raise ConfigError(f"--{flag} {opts[flag]}: play takes its inputs live and records them beside the "
+                              "MP4; to run a trajectory file, use worldpager generate --trajectory")
+    _play(opts, host, port, open_browser, overwrite, quiet, as_json)
+
+
+def _check_host(host: str) -> None:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        click.echo(f"worldpager: warning: --host {host} serves the page beyond this machine: anyone who can "
+                   "reach it and has the URL's token can watch, and steer while nobody else does", err=True)
+
+
+def _play(opts, host, port, open_browser, overwrite, quiet, as_json) -> None:
+    from engine.model.registry import model_spec
+    from engine.overlay import resolve_session_config, with_user_config
+    from engine.play.run import DEFAULT_MINUTES, play_config
+    from engine.session.ownership import check_video_path, claim_output, refuse_existing
+    from engine.session.preflight import check_output_paths
+    from engine.session.resume import with_absolute_paths
+
+    preset, chunks, seconds, minutes = (opts[k] for k in ("preset", *LENGTH_KEYS))
+    flags = session_overlay({**opts, "out": opts["out"] or Path.cwd() / datetime.now().strftime("worldpager-%Y%m%d-%H%M%S.mp4")})
+    base = with_user_config()
+    spec = model_spec(resolve_session_config(preset, flags, base))
+    grid = spec.grid
+    if chunks is None and seconds is None and minutes is None:
+        minutes = DEFAULT_MINUTES
+    n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
+    cfg = with_absolute_paths(resolve_session_config(preset, {**flags, "chunks": n}, base))
+    cfg = play_config(cfg)
+    spec = model_spec(cfg)   # its banner says what this run does: inputs live, no default path
+    check_video_path(cfg.out)
+    check_output_paths(cfg)
+    with claim_output(cfg.out):
+        refuse_existing(cfg, overwrite)
+        _refuse_recording(cfg.trajectory, overwrite)
+        _serve(cfg, spec, host, port, open_browser, quiet, as_json)
+
+
+def _refuse_recording(path: Path, overwrite: bool) -> None:
+    if path.is_dir():
+        raise InputError(f"{path} (where the inputs are recorded, beside --out) is a directory; choose another --out")
+    if path.exists() and not overwrite:
+        raise InputError(f"--out: would overwrite the recording {path}; give --overwrite to replace it, or "
+                         "choose another --out")
+
+
+def _continue(parent: Path, host, port, open_browser, quiet, as_json) -> None:
+    from engine.model.registry import model_spec
+    from engine.play.run import recording_path
+    from engine.session.ownership import claim_output
+    from engine.session.resume import check_present, check_spill, fitting_savepoint, run_config
+
+    with claim_output(parent, "play --from"):
+        cfg = run_config(parent, doing="continue")
+        if cfg.trajectory is None or Path(cfg.trajectory) != recording_path(cfg.out):
+            raise InputError(f"cannot continue {parent} live: it was not played live (its inputs are "
+                             f"{cfg.trajectory or 'the model default'}); `worldpager fork {parent} --trajectory "
+                             "FILE` goes another way from a save point")
+        check_present(parent, cfg, "continue")
+        sp, notes = fitting_savepoint(parent, cfg, "continue")
+        check_spill(parent, cfg, sp, "continue")
+        for note in notes:
+            click.echo(f"worldpager: {note}", err=True)
+        _serve(cfg, model_spec(cfg), host, port, open_browser, quiet, as_json, resume_from=sp)
+
+
+def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None) -> None:
+    try:
+        from engine.play.run import prepare_play
+    except ImportError as exc:
+        raise ConfigError(f"worldpager play needs its web server ({exc.name} is not installed): "
+                          "pip install 'worldpager[play]'") from None
+    from worldpager_cli.progress import make_progress
+
+    say = (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
+    grid = spec.grid
+    frames_before = 0 if resume_from is None else resume_from.facts["frames_total"]
+    progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=True)
+    run = prepare_play(cfg, spec, host, port, resume_from=resume_from, on_chunk=progress.update)
+    try:
+        say(spec.banner)
+        click.echo(f"worldpager: play at {run.url}", err=True)
+        where = "" if resume_from is None else f" from chunk {resume_from.chunk}"
+        say(f"worldpager: live{where}, at most {cfg.chunks} chunks ({grid.frames_total(cfg.chunks) / grid.fps:.0f} s "
+            f"of video); video {cfg.out}, log {cfg.log_path}, inputs recorded to {cfg.trajectory}; Ctrl-C or Stop ends it")
+        for line in run.session.warnings():
+            click.echo(f"worldpager: warning: {line}", err=True)
+        with _interrupt_on_signals():   # nothing made yet: SIGTERM and SIGHUP stop the load at once
+            run.session.load()
+        if open_browser:
+            webbrowser.open(run.url)
+        with _end_on_signals(run):
+            result = run.run()
+    finally:
+        run.close()
+    if as_json:
+        summary = run_summary(result, cfg, grid.fps, frames_before)
+        click.echo(json.dumps({**summary, "recording": str(cfg.trajectory)}, separators=(",", ":")))
+    say(f"wrote {summary_text(result, grid.fps)}")
+    say(f"worldpager: inputs recorded to {cfg.trajectory}: `worldpager generate --trajectory {cfg.trajectory} "
+        f"--chunks {result.chunks}` with the same settings makes this video again (--late-prefetch wait on both: "
+        "bit for bit)")
+    if result.status == "interrupted":
+        raise SystemExit(130)
+
+
+class _interrupt_on_signals:
+    """SIGTERM and SIGHUP interrupt like Ctrl-C (a KeyboardInterrupt: exit 130)."""
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
+
+
+class _end_on_signals:
+    """Ctrl-C ends the session like the page's Stop (done, exit 0); SIGTERM and SIGHUP stop it after the
+    chunk in hand (interrupted, 130); a second signal of any of them aborts at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, run):
+        self.run, self.previous, self.count = run, {}, 0
+
+    def _handler(self, signum, frame) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        if signum == signal.SIGINT:
+            self.run.source.finish()
+        else:
+            self.run.session.request_stop()
+        try:
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            click.echo(f"\nworldpager: {name}: ending after the chunk in hand ({name} again to abort)", err=True)
+        except OSError:
+            pass
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, self._handler) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
+        if exc_type is KeyboardInterrupt:
+            click.echo("worldpager: interrupted", err=True)
