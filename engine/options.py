@@ -43,6 +43,9 @@ class Option:
     target: str | None = None
     choices: tuple[str, ...] = ()
     group: str = "Options"          # the section of the help that lists it (one of ``SECTIONS``)
+    low: float | None = None        # int/float: the least value a flag may give (None: any finite number)
+    low_open: bool = False          # the least value itself is refused (a positive number: low 0, open)
+    unit: str = ""                  # what the number counts, for the refusal: "minutes", "GiB"
 
     @property
     def flag(self) -> str:
@@ -80,7 +83,18 @@ SECTION_OF = {
 
 
 def _opt(name, kind, help, target=None, choices=()) -> Option:
-    return Option(name, kind, help, target, tuple(choices), SECTION_OF[name])
+    low, low_open, unit = RANGES.get(name, (None, False, ""))
+    return Option(name, kind, help, target, tuple(choices), SECTION_OF[name], low, low_open, unit)
+
+
+# The numbers a flag may give, and their unit (a flag out of range is a usage error, exit 2, in the
+# user's unit: "--minutes -3: not a positive number of minutes"); the config's own checks stay for
+# presets, config files and job lines.
+RANGES = {"chunks": (1, False, "chunks"), "seconds": (0, True, "seconds"), "minutes": (0, True, "minutes"),
+          "save_every": (0, False, "chunks"), "keep_savepoints": (1, False, "save points"),
+          "chunk_ms": (0, False, "ms"), "kv_scale": (0, True, "times MG2's KV"), "host_mem": (0, True, "GiB"),
+          "pool_slots": (1, False, "chunk slots"), "device_mem": (0, True, "GiB"), "retrieve_k": (0, False, "chunks"),
+          "io_deadline": (0, True, "seconds")}
 
 
 SESSION_OPTIONS: tuple[Option, ...] = (

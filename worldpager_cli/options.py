@@ -43,9 +43,33 @@ def chunks_for_length(chunks: int | None, seconds: float | None, minutes: float 
         return None
     total_s = seconds if seconds is not None else minutes * 60
     if not math.isfinite(total_s) or total_s <= 0:
-        raise ConfigError(f"length must be a positive number of seconds, got {total_s}")
+        flag, value, unit = ("--seconds", seconds, "seconds") if seconds is not None else ("--minutes", minutes, "minutes")
+        raise ConfigError(f"{flag} must be a positive number of {unit}, got {value:g}")
     frames = math.ceil(total_s * fps)
     return 1 + max(0, math.ceil((frames - first_chunk_frames) / chunk_frames))
+
+
+class CheckedNumber(click.ParamType):
+    """An int or a finite float, at least ``low`` (above it when ``low_open``): anything else is click's
+    usage error (exit 2) in the flag's own unit — ``--minutes -3`` is "-3 is not a positive number of
+    minutes", not a number of seconds."""
+
+    def __init__(self, integer: bool, low: float | None = None, low_open: bool = False, unit: str = ""):
+        self.integer, self.low, self.low_open, self.unit = integer, low, low_open, unit
+        self.name = "integer" if integer else "float"
+
+    def convert(self, value, param, ctx):
+        number = (click.INT if self.integer else click.FLOAT).convert(value, param, ctx)
+        unit = f" of {self.unit}" if self.unit else ""
+        if not self.integer and not math.isfinite(number):
+            self.fail(f"{value} is not a finite number{unit}", param, ctx)
+        if self.low is not None and (number < self.low or (self.low_open and number == self.low)):
+            if self.low_open and self.low == 0:
+                wanted = f"a positive number{unit}"
+            else:
+                wanted = f"at least {self.low:g}" + (f" ({self.unit})" if self.unit else "")
+            self.fail(f"{value} is not {wanted}", param, ctx)
+        return number
 
 
 def click_option(option: Option, help: str | None = None):
@@ -57,6 +81,8 @@ def click_option(option: Option, help: str | None = None):
     if option.kind == "settings":
         return click.option(option.flag, option.name, multiple=True, metavar="KEY=VALUE", help=text, **env)
     kind = {"path": click.Path(path_type=Path), "int": int, "float": float, "text": str}.get(option.kind)
+    if option.kind in ("int", "float"):
+        kind = CheckedNumber(option.kind == "int", option.low, option.low_open, option.unit)
     if option.kind == "choice":
         kind = click.Choice(option.choices)
     return click.option(option.flag, option.name, type=kind, help=text, **env)

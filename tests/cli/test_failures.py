@@ -99,7 +99,8 @@ def test_an_output_on_an_input_is_refused(tmp_path):
     ("--pool-slots", "0"), ("--pool-slots", "-3"), ("--device-mem", "nan"), ("--chunk-ms", "inf"),
 ])
 def test_bad_memory_numbers_are_one_line_before_any_output(tmp_path, flag, value):
-    line = one_line(run("generate", *SYNTHETIC, "--chunks", "2", "--out", tmp_path / "o.mp4", flag, value), 1, flag)
+    """A flag's number out of its range is a usage error (exit 2), said in the flag's unit."""
+    line = one_line(run("generate", *SYNTHETIC, "--chunks", "2", "--out", tmp_path / "o.mp4", flag, value), 2, flag)
     assert value.lstrip("-") in line
     no_outputs(tmp_path)
 

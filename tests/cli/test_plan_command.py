@@ -65,13 +65,13 @@ def test_spill_dir_is_probed_and_left_clean(tmp_path):
 
 
 @pytest.mark.parametrize("args, needles, code", [
-    (("--host-mem=-1",), ("--host-mem", "positive"), 1),
-    (("--host-mem", "-4"), ("--host-mem",), 1),
-    (("--device-mem", "0"), ("--device-mem",), 1),
+    (("--host-mem=-1",), ("--host-mem", "positive number of GiB"), 2),   # a bad flag value: usage, exit 2
+    (("--host-mem", "-4"), ("--host-mem",), 2),
+    (("--device-mem", "0"), ("--device-mem",), 2),
     (("--preset", "no-such-preset"), ("unknown preset", "no-such-preset"), 1),
     (("--kv-bits", "3"), ("--kv-bits",), 2),   # not one of the choices: click's usage error
     (("--drive-bw", "fast"), ("--drive-bw",), 1),
-    (("--minutes", "-5"), ("length",), 1),
+    (("--minutes", "-5"), ("--minutes", "-5 is not a positive number of minutes"), 2),
     (("--chunk-ms", "0"), ("--chunk-ms",), 1),
     (("--host-mem", "5"), ("--host-mem 5.00 GiB leaves room",), 1),
 ])

@@ -20,6 +20,7 @@ import click
 import pytest
 
 from worldpager_cli.main import cli
+from worldpager_cli.options import CheckedNumber
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONT_PAGE_MAX_LINES = 250
@@ -157,6 +158,8 @@ def sample_value(param: click.Parameter | None) -> str:
     if isinstance(kind, (click.IntRange, click.FloatRange)):
         return str(kind.min if kind.min is not None else 1)
     if kind in (click.INT, click.FLOAT) or isinstance(kind, (click.types.IntParamType, click.types.FloatParamType)):
+        return "1"
+    if isinstance(kind, CheckedNumber):   # the session options' numbers: 1 is in every one's range
         return "1"
     return "placeholder"
 
