@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from worldpager_cli.json_output import emit_json, json_result
 from tqdm import tqdm
 
 from engine.errors import ConfigError
@@ -94,6 +96,7 @@ BATCH_SECTIONS = {**dict.fromkeys(("out_dir", "overwrite", "quiet"), "Output"),
               "(default: such a job is refused, the others run).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors, the summary and the JSON line.")
 @shared_options
+@json_result
 def batch(jobs, out_dir, workers, devices, ray_address, retries, host_mem, overwrite, quiet, **shared) -> None:
     """Render many jobs: JOBS is a JSONL, CSV or YAML job list (each job: generate options), or a quoted
     glob of trajectory files. Re-running skips what is done, resumes what was interrupted and retries
@@ -259,4 +262,4 @@ def _report(result, manifest, backend, out_dir: Path) -> None:
            "ran": ran, "model_loads": result.model_loads, "wall_s": round(result.wall_s, 3),
            "jobs_per_hour": round(3600 * ran / result.wall_s, 1) if result.wall_s > 0 and ran else 0.0,
            "manifest": str(manifest.path), "results": rows}
-    click.echo(json.dumps(doc, separators=(",", ":")))
+    emit_json(json.dumps(doc, separators=(",", ":")))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from worldpager_cli.json_output import emit_json, json_result
+
 from engine.bench.bench_dir import bench_directory
 from engine.config import MODEL_CONFIGS, model_config
 from engine.errors import ConfigError
@@ -91,7 +93,7 @@ def size(nbytes: int) -> str:
 def echo_json(kind: str, result: dict, machine_info: dict, params: dict) -> None:
     """The last line: everything, compact, floats cut to six significant digits."""
     doc = {"bench": kind, **result, "machine": machine_info, "params": params}
-    click.echo(json.dumps(_round(doc), separators=(",", ":")))
+    emit_json(json.dumps(_round(doc), separators=(",", ":")))
 
 
 def _round(value):
@@ -138,6 +140,7 @@ def resolve_device(name: str) -> str:
               help="torch intra-op threads on a CPU (1: as the store's worker threads run). Default: torch's.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
               help="Timed calls per operation (the median is reported).")
+@json_result
 def quant(name: str, bits: str, tokens: int | None, device: str, backends: str, threads: int | None,
           repeats: int) -> None:
     """Quantise / dequantise one chunk's KV against a plain copy of it."""
@@ -235,6 +238,7 @@ def _mib(value: float | None, flag: str) -> int | None:
 @click.option("--raw", "raw_method", type=click.Choice(["auto", "dd", "python"]), default="auto",
               show_default=True, help="How the raw drive is measured (auto: dd when present).")
 @click.option("--piece-mib", type=float, help="The tier's largest single I/O call. Default: the tier's.")
+@json_result
 def disk(spill: Path, total_gib: float, block_mib: float | None, rounds: int, raw_method: str,
          piece_mib: float | None) -> None:
     """The disk tier's write and read throughput against the raw drive, in the same directory."""
@@ -315,6 +319,7 @@ def _bw(value: str) -> str | None:
                    "stalls keep the full size's read and write times).")
 @click.option("--spill-max", "spill_max", help="Disk quota of each run's spill directory (as generate's --spill-max).")
 @click.option("--dry-run", is_flag=True, help="Print the runs that would be made (sizes, bandwidths) and stop.")
+@json_result
 def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunks: int, pool_slots: int,
           kv_scale: float, chunk_ms: float, warmup: int, trajectory: Path | None, figures: Path | None,
           model: str, size_scale: float, dry_run: bool, spill_max: str | None) -> None:
@@ -434,6 +439,7 @@ def _store_plan(modes, emulated, writebacks, chunks, pool_slots, kv_scale, chunk
 @click.option("--block", type=click.IntRange(min=1), default=100, show_default=True,
               help="Chunks per block; each block is reduced to its median RSS.")
 @click.option("--trajectory", type=click.Path(path_type=Path), help="Default: yaw.yaml (revisits every 20 chunks).")
+@json_result
 def memory(spill: Path, chunks: int, kv_scale: float, pool_slots: int | None, host_mem: float | None,
            chunk_ms: float, warmup: int, block: int, trajectory: Path | None) -> None:
     """Host RSS over a long session: medians of blocks of chunks (synthetic model, real store and disk)."""
@@ -475,6 +481,7 @@ def memory(spill: Path, chunks: int, kv_scale: float, pool_slots: int | None, ho
 @click.option("--k", "retrieve_k", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--lookahead", type=click.IntRange(min=1), default=1, show_default=True,
               help="Chunks ahead the prediction is made.")
+@json_result
 def predict(trajectories: str, chunks: int, retrieve_k: int, lookahead: int) -> None:
     """How often the set selected from the predicted pose equals the set from the real pose."""
     from engine.config import model_config as named_model
@@ -538,6 +545,7 @@ def _step_budgets(values: tuple[str, ...]) -> dict[str, float]:
               help="Override one step's budget (repeatable).")
 @click.option("--spill", type=click.Path(path_type=Path),
               help="Directory for the synthetic sessions' disk tier. Default: a temporary directory.")
+@json_result
 def device(dry_run: bool, out: Path, steps_spec: str | None, budget_s: float | None, step_budget: tuple[str, ...],
            spill: Path | None) -> None:
     """Everything that needs a GPU, in one run of a few minutes: one JSON document and a Markdown table."""
@@ -571,6 +579,7 @@ def device(dry_run: bool, out: Path, steps_spec: str | None, budget_s: float | N
 @click.option("--shares", default="1,0.25,0.1,0.05", show_default=True,
               help="Quotas as shares of the unbounded session's disk, comma-separated.")
 @click.option("--workdir", type=click.Path(path_type=Path), help="Temporary session folders. Default: the system temp.")
+@json_result
 def quota(seeds: int, kinds: str, chunks: int, observed: int, shares: str, workdir: Path | None) -> None:
     """Disk, first-choice retrieval rate, revisit PSNR and stalls under --spill-max quotas (arena model)."""
     import dataclasses

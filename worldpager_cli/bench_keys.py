@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import click
 
+from worldpager_cli.json_output import json_result
+
 from engine.config import LINGBOT_MODELS, MODEL_CONFIGS
 from worldpager_cli.bench import echo_json, echo_table, machine, num
 
@@ -33,6 +35,7 @@ CONVENTIONS = ("post-rope", "pre-rope")
                    "report frame PSNR against kv16 (0: none).")
 @click.option("--positions", type=click.Choice(["extend", "rerotate"]), default="rerotate", show_default=True,
               help="Position mode of the --frames sessions.")
+@json_result
 def bench_keys(model: str, chunks: int, bits: str, synthetic_shape: str | None, frame_chunks: int,
                positions: str) -> None:
     """int4 error of memory keys stored pre-rope and post-rope, staged natively and re-placed."""

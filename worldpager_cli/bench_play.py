@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from worldpager_cli.json_output import json_result
+
 from engine.errors import ConfigError
 from worldpager_cli.bench import echo_json, echo_table, machine, num, ratio
 
@@ -28,6 +30,7 @@ from worldpager_cli.bench import echo_json, echo_table, machine, num, ratio
 @click.option("--seed", type=int, default=0, show_default=True, help="The scripted player's seed.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
               help="Chunks left out of the stall and hit-rate figures.")
+@json_result
 def bench_play(spill: Path, chunks: int, synthetic_chunks: int, drive_bw: str, pool_slots: int, seed: int,
                warmup: int) -> None:
     """Live play: fps, key-to-frame latency, stalls, hit rate live vs replayed (scripted player)."""

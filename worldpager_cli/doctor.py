@@ -9,12 +9,15 @@ from pathlib import Path
 
 import click
 
+from worldpager_cli.json_output import emit_json, json_result
+
 from worldpager_cli.errors import EXIT_BAD_INPUT
 
 
 @click.command()
 @click.option("--spill", type=click.Path(path_type=Path), help="The directory to probe for the disk tier "
               "(a 16 MiB O_DIRECT write and read, removed after). Default: the current directory.")
+@json_result
 def doctor(spill) -> None:
     """Check this machine: torch build, CUDA devices, Triton, PyAV/x264, memory, and a spill drive."""
     from engine.doctor import run_checks
@@ -29,6 +32,6 @@ def doctor(spill) -> None:
     click.echo(f"worldpager: {'ready' if ready else 'not ready'}: "
                f"{sum(r.status == 'ok' for r in rows)} ok, {sum(r.status == 'warn' for r in rows)} warnings, "
                f"{sum(r.status == 'missing' for r in rows)} missing", err=True)
-    click.echo(json.dumps({"ready": ready, "checks": [r.as_json() for r in rows]}, separators=(",", ":")))
+    emit_json(json.dumps({"ready": ready, "checks": [r.as_json() for r in rows]}, separators=(",", ":")))
     if not ready:
         raise SystemExit(EXIT_BAD_INPUT)

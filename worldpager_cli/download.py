@@ -23,6 +23,8 @@ from pathlib import Path
 
 import click
 
+from worldpager_cli.json_output import emit_json, json_result
+
 from engine.config import MODEL_CONFIGS, model_config
 from engine.model.hub import MODE_MODELS, REPO_ID, fetch, files_for
 
@@ -44,6 +46,7 @@ LINGBOT_DOWNLOADS = ("lingbot-fast",)
 @click.option("--dry-run", is_flag=True, help="List what would be fetched: every file "
                                              "with sizes and destination, then one JSON line; nothing is downloaded.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@json_result
 def download(mode: str, local_dir: Path | None, check_as: str | None, model: str | None, dry_run: bool,
              quiet: bool) -> None:
     """Fetch the MG2 weights a mode needs from Skywork/Matrix-Game-2.0 (or, with --model lingbot-fast,
@@ -67,7 +70,7 @@ def download(mode: str, local_dir: Path | None, check_as: str | None, model: str
         click.echo(f"  {size / 2**30:8.3f} GiB  {name}")
     click.echo(f"checked as {', '.join(checked)}: every key and shape; use --checkpoint "
                + (str(root) if local_dir is not None else REPO_ID))
-    click.echo(json.dumps({"repo": REPO_ID, "modes": modes, "dir": str(root), "files": files,
+    emit_json(json.dumps({"repo": REPO_ID, "modes": modes, "dir": str(root), "files": files,
                            "checked_as": checked}, separators=(",", ":")))
 
 
@@ -87,7 +90,7 @@ def _download_lingbot(model: str, local_dir: Path | None, dry_run: bool, quiet: 
     for name, size in files.items():
         click.echo(f"  {size / 2**30:8.3f} GiB  {name}")
     click.echo(f"checked as {model}: every file, key and shape; use --checkpoint {root}")
-    click.echo(json.dumps({"model": model, "dir": str(root), "files": files, "checked_as": [model]},
+    emit_json(json.dumps({"model": model, "dir": str(root), "files": files, "checked_as": [model]},
                           separators=(",", ":")))
 
 
@@ -121,6 +124,6 @@ def _print_listing(parts, destination: Path, facts: dict) -> None:
                   + (" - NOT ENOUGH" if todo > free else "")))
     for reason in unknown:
         click.echo(f"sizes unknown for {reason}")
-    click.echo(json.dumps({**facts, "dir": str(destination), "files": [f.as_json() for f in listed],
+    emit_json(json.dumps({**facts, "dir": str(destination), "files": [f.as_json() for f in listed],
                            "bytes_to_fetch": todo, "sizes_unknown": unknown, "free_bytes": free},
                           separators=(",", ":")))

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import click
 
+from worldpager_cli.json_output import emit_json, json_result
+
 from engine.config import LINGBOT_MODELS, MODEL_CONFIGS, SessionConfig
 from engine.errors import ConfigError, OutputError
 from engine.overlay import resolve_session_config, with_user_config
@@ -351,6 +353,7 @@ class _stop_on_signals:
 @click.option("--model", "model", type=click.Choice(sorted(MODEL_CONFIGS) + list(LINGBOT_MODELS)),
               help="Model configuration. Default: the preset's model, else mg2-universal.")
 @click.option("--preset", help="A preset (presets/NAME.yaml or a YAML file), as generate takes it: its model.")
+@json_result
 def inspect(model: str | None, preset: str | None) -> None:
     """Print a model's shape facts (no weights are read); the last line is JSON."""
     from engine.model.registry import model_header_facts
@@ -365,7 +368,7 @@ def inspect(model: str | None, preset: str | None) -> None:
     width = max(len(k) for k in facts)
     for key, value in facts.items():
         click.echo(f"{key:<{width}}  {value:,}" if isinstance(value, int) else f"{key:<{width}}  {value}")
-    click.echo(json.dumps(facts, separators=(",", ":")))
+    emit_json(json.dumps(facts, separators=(",", ":")))
 
 
 HELP_OPTION_NAMES = ["-h", "--help"]

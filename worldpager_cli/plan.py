@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from worldpager_cli.json_output import emit_json, json_result
+
 from engine.planner import model as planner
 from engine.config import ARENA_MODEL
 from engine.errors import ConfigError
@@ -221,6 +223,7 @@ PLAN_SECTIONS = {**dict.fromkeys(("wall_ms", "timing_from", "stage_ms", "probe_m
               help="Take the chunk time (median wall_ms - stall_ms - paused_ms after chunk 0) and the process "
                    "baseline from a session's log, instead of the assumed ones.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the JSON line.")
+@json_result
 def plan(wall_ms, stage_ms, probe_mib, baseline_gib, baseline_from, device_baseline_gib, disk_reads_per_chunk,
          reads_from, timing_from, quiet, **opts) -> None:
     """Predict spill points, storage, bandwidth needs and stalls of the session `generate` would run
@@ -255,7 +258,7 @@ def plan(wall_ms, stage_ms, probe_mib, baseline_gib, baseline_from, device_basel
     quota = quota_prediction(cfg, p, planner.window_chunks(m))
     for line in table_lines(p, m, budgets, source, inputs) + _quota_lines(quota, m) + inputs.footnote(budgets):
         say(line)
-    click.echo(json.dumps({**p.summary(), "drive_source": source, "host_baseline_bytes": budgets.host_baseline,
+    emit_json(json.dumps({**p.summary(), "drive_source": source, "host_baseline_bytes": budgets.host_baseline,
                            "device_weights_bytes": planner.device_weight_bytes(m),
                            "device_baseline_bytes": budgets.device_baseline if budgets.device is not None else None,
                            "device": planned_device(cfg), "assumed": inputs.assumed(budgets),

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from worldpager_cli.json_output import emit_json, json_result
+
 from engine.errors import ConfigError
 from engine.report.live import LiveReport
 from engine.report.views import VIEWS
@@ -27,7 +29,7 @@ def echo_report(report: Report) -> None:
     click.echo(f"page: {report.page}")
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
-    click.echo(json.dumps({"report": str(report.page), "figures": {k: str(v) for k, v in report.figures.items()},
+    emit_json(json.dumps({"report": str(report.page), "figures": {k: str(v) for k, v in report.figures.items()},
                            "labels": report.labels, "chunks": report.chunks, "notes": report.notes},
                           separators=(",", ":")))
 
@@ -52,6 +54,7 @@ def follow_report(log: Path, out: Path, every: int, idle_timeout: float | None) 
 @click.option("--title", default=None, help="The page's title. Default: names the sessions.")
 @click.option("--view", "views", multiple=True, type=click.Choice(list(VIEWS)),
               help="Draw only this view (repeatable). Default: all.")
+@json_result
 def report(logs: tuple[Path, ...], out: Path, follow: bool, every: int, idle_timeout: float | None,
            title: str | None, views: tuple[str, ...]) -> None:
     """Plot session logs (overlaid): stalls, chunk time, RSS, pool, drive, retrieval, and a summary page."""

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from worldpager_cli.json_output import emit_json, json_result
+
 from engine.errors import ConfigError, OutputError
 from worldpager_cli.errors import WorldPagerGroup
 
@@ -32,6 +34,7 @@ def trajectory() -> None:
 @click.option("--repeat", type=click.Choice(["loop", "pingpong"]), default="loop", show_default=True,
               help="How a file shorter than --frames is extended.")
 @click.option("--overwrite", is_flag=True, help="Replace pose-folder files already in OUT.")
+@json_result
 def export(out: Path, source: Path, to: str, frames: int | None, repeat: str, overwrite: bool) -> None:
     """Write TRAJECTORY as a LingBot pose folder OUT (OpenCV camera-to-world poses, 480x832 intrinsics,
     W A S D key states)."""
@@ -51,5 +54,5 @@ def export(out: Path, source: Path, to: str, frames: int | None, repeat: str, ov
     written = export_pose_folder(out, loaded.poses, loaded.actions.keyboard.numpy(), loaded.intrinsics)
     for path in written:
         click.echo(f"wrote {path}")
-    click.echo(json.dumps({"out": str(out), "format": to, "frames": loaded.frames, "source": str(source),
+    emit_json(json.dumps({"out": str(out), "format": to, "frames": loaded.frames, "source": str(source),
                            "files": [p.name for p in written]}))
