@@ -32,7 +32,7 @@ from worldpager_cli.doctor import doctor
 from worldpager_cli.download import download
 from worldpager_cli.errors import EXIT_INTERRUPTED, WorldPagerGroup
 from worldpager_cli.help import SectionedCommand
-from worldpager_cli.options import (LENGTH_KEYS, chunks_for_length, given,  # noqa: F401
+from worldpager_cli.options import (LENGTH_KEYS, CheckedNumber, chunks_for_length, given,  # noqa: F401
                                     parse_arena_seed, session_options, session_overlay)
 from worldpager_cli.plan import plan
 from worldpager_cli.play import play
@@ -211,7 +211,9 @@ def _resume(out: Path, quiet: bool, as_json: bool) -> None:
 @click.option("--at", "at", type=int, help="The parent's save point (a chunk) to start from. Default: its newest.")
 @click.option("--trajectory", type=click.Path(path_type=Path), required=True, help="Where the branch goes from there (any trajectory file).")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="The branch's MP4.")
-@click.option("--chunks", type=int, help="The branch's length in chunks. Default: the parent's.")
+@click.option("--chunks", type=CheckedNumber(True, 1, False, "chunks"),
+              help="The branch's length in chunks, those before the save point included. Default: 30 s of new "
+                   "video after the save point (the arena and MG2: its chunk + 40), as generate's default length.")
 @click.option("--spill", type=click.Path(path_type=Path), help="The branch's own spill directory. Default: OUT.mp4.spill beside it.")
 @OVERWRITE
 @QUIET
@@ -221,8 +223,6 @@ def fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json) 
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import check_video_path, claim_output
 
-    if chunks is not None and chunks < 1:
-        raise ConfigError(f"--chunks must be at least 1, got {chunks}")
     check_video_path(out)
     with claim_output(out):   # held until the branch's run ends: one writer per output
         _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json)

@@ -13,7 +13,7 @@ from engine.io.video_clip import ClipReader, is_video, model_frames
 from engine.layout import KVLayout
 from engine.model.facts import horizon_chunk, model_facts
 from engine.model.interface import WorldModel
-from engine.model.load import load_models
+from engine.model.load import checkpoint_files, load_models
 from engine.model.model_cache import ModelCache
 from engine.model.pipeline import MG2Pipeline
 from engine.model.spec import Family, ModelSpec, weights_stamp
@@ -29,7 +29,8 @@ def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
     if cfg.checkpoint is None:
         banner = (f"worldpager: using the built-in {cfg.model} model (seeded random weights, no checkpoint): "
                   "the video shows the pipeline, not a trained world model")
-    else:
+    else:   # the files are there before anything is said or written (their weights are read at load)
+        checkpoint_files(m, cfg.checkpoint)
         banner = f"worldpager: loading {cfg.model} from {cfg.checkpoint}"
     return ModelSpec(m.name, size, m.mode, m.video_grid(), size, horizon_chunk(m),
                      DEFAULT_TRAJECTORIES[m.mode], True, banner, observes=("video",))

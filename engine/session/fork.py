@@ -30,6 +30,7 @@ whose frames the parent's video holds whole) and the spill chunks it needs (``en
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -119,6 +120,9 @@ def fork_savepoint(parent: Path, at: int | None) -> tuple[SessionConfig, SavePoi
     return cfg, sp
 
 
+BRANCH_SECONDS = 30.0   # fork's default: this much new video after the save point (generate's default length)
+
+
 def branch_config(parent_cfg: SessionConfig, out: Path, trajectory: Path, chunks: int | None,
                   spill: Path | None) -> SessionConfig:
     memory = parent_cfg.memory
@@ -144,6 +148,9 @@ def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: i
         raise InputError(f"cannot fork {parent}: it started from the observed video {parent_cfg.observe}, "
                          "whose frame 0 is its start image; forking such a run is not supported yet "
                          f"(`worldpager resume {parent}` continues it)")
+    spec = model_spec(parent_cfg)
+    if chunks is None:   # a branch of generate's default length after the fork: 30 s of new video
+        chunks = sp.chunk + math.ceil(BRANCH_SECONDS * spec.grid.fps / spec.grid.frames_per_chunk)
     # absolute: the branch may be resumed (and its trajectory read) from another directory
     cfg = branch_config(parent_cfg, out, out.absolute().with_suffix(".trajectory.yaml"), chunks, spill)
     if cfg.chunks <= sp.chunk:
@@ -154,7 +161,6 @@ def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: i
         layers = layers + [(str(Path(parent_cfg.memory.spill).resolve()), sp.chunk)]
     _check_branch_paths(parent, parent_cfg, cfg, layers)
     refuse_existing(cfg, overwrite)
-    spec = model_spec(parent_cfg)
     frames = sp.facts["frames_total"]
     first = session_path(parent_cfg, spec).trajectory
     second = load_trajectory(other, spec.action_mode, frames=spec.grid.frames_total(cfg.chunks) - frames,

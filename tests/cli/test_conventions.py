@@ -18,7 +18,7 @@ from engine.options import SECTIONS, SESSION_OPTIONS
 from engine.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.telemetry import read_log
-from tests_support import PATIENCE_S, WORLDPAGER
+from tests_support import PATIENCE_S, WORLDPAGER, one_line_error
 from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNFINISHED, EXIT_USAGE
 from worldpager_cli.main import cli
 from worldpager_cli.run_summary import RUN_SUMMARY_KEYS
@@ -122,7 +122,7 @@ def test_resume_json_counts_the_chunks_it_made(tmp_path):
 
 def test_fork_json(tmp_path, finished):
     result = shell("fork", finished, "--at", 2, "--trajectory", packaged_trajectory("yaw.yaml"),
-                   "--out", "b.mp4", "--json", cwd=tmp_path)
+                   "--out", "b.mp4", "--chunks", 3, "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     summary = _one_json_object(result.stdout)
     assert summary["chunks"] == 3 and summary["chunks_made"] == 1 and summary["out"] == "b.mp4"
@@ -193,3 +193,13 @@ def test_h_still_works_after_a_command_ran_on_its_own():
             "assert r.exit_code == 0 and 'Inputs:' in r.output, r.output")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_checkpoint_is_the_only_line(tmp_path):
+    """The checkpoint's files are checked before the banner and the set-up notes: the error is all that is
+    said, and nothing is written."""
+    (tmp_path / "ckpt").mkdir()
+    result = CliRunner().invoke(cli, ["generate", "--checkpoint", str(tmp_path / "ckpt"), "--chunks", "2",
+                                      "--out", str(tmp_path / "x.mp4")])
+    one_line_error(result, "checkpoint file missing", "base_distill.safetensors")
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]

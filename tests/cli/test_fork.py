@@ -105,7 +105,7 @@ def test_fork(runs):
     # another way from chunk 6: the parent's frames before the fork, others after it
     branch = tmp / "branch.mp4"
     done = _worldpager(tmp, "fork", parent, "--at", 6, "--trajectory", packaged_trajectory("yaw.yaml"),
-                       "--out", branch, "--quiet")
+                       "--out", branch, "--chunks", CHUNKS, "--quiet")
     assert done.returncode == 0, done.stderr
     fork_frames = _fork_record(tmp / "branch.log.jsonl")["frames_total"]
     frames = _frames(branch)
@@ -163,3 +163,17 @@ def test_fork_without_a_save_point_there_is_a_one_line_error(runs):
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "chunk 5" in lines[0] and "2, 4, 6, 8, 10" in lines[0], lines[0]
     assert sorted(p.name for p in tmp.iterdir()) == before
+
+
+def test_the_default_branch_is_30_s_of_new_video(runs):
+    """Without --chunks the branch goes on for generate's default length after its save point (40 micro
+    chunks of 12 frames at 16 fps), not to the parent's length (which left 6 chunks here)."""
+    from engine.session.fork import prepare_fork
+
+    tmp, _ = runs
+    branch = prepare_fork(tmp / "parent.mp4", 6, packaged_trajectory("yaw.yaml"), tmp / "default.mp4")
+    try:
+        assert branch.cfg.chunks == 6 + 40
+    finally:
+        branch.discard()
+    assert not any(p.name.startswith((".default", "default")) for p in tmp.iterdir())

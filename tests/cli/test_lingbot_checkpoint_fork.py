@@ -30,7 +30,8 @@ def test_a_fork_reuses_the_parents_prompt(tmp_path):
                                     "--spill", str(tmp_path / "parent.spill"), "--out", str(parent)])
     assert done.exit_code == 0, done.output
     done = CliRunner().invoke(cli, ["fork", str(parent), "--at", "2", "--trajectory",
-                                    str(packaged_trajectory("yaw.yaml")), "--out", str(branch), "--quiet"])
+                                    str(packaged_trajectory("yaw.yaml")), "--out", str(branch), "--chunks", "4",
+                                    "--quiet"])
     assert done.exit_code == 0, done.output
     config = json.loads(branch.with_suffix(".config.json").read_text())
     assert config["prompt"] == "a snow road" and config["checkpoint"] == str(release)
