@@ -46,7 +46,11 @@ class NewOutputs:
     def __init__(self, cfg: SessionConfig, width: int, height: int, fps: int, preset: str):
         self.cfg = cfg
         finals = (Path(cfg.out), Path(cfg.log_path), Path(cfg.config_path))
-        self.staged = any(p.exists() for p in finals)   # an earlier run's files: replaced at the first chunk
+        self.staged = any(p.is_file() for p in finals)   # an earlier run's files: replaced at the first chunk
+        for path in finals if self.staged else ():
+            if path.exists() and not path.is_file():   # found now, not when the first chunk is made
+                raise OutputError(f"cannot replace {path}: it is not a regular file; move it away or choose "
+                                  "another --out")
         video, log, config = (staging(p) for p in finals) if self.staged else finals
         self.created: list[Path] = []
         self.log: SessionLog | None = None
