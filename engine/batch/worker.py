@@ -32,6 +32,7 @@ from typing import Callable
 from engine.batch.plan import JobPlan
 from engine.config import SessionConfig
 from engine.errors import WorldPagerError
+from engine.limits import limit_error
 from engine.model.model_cache import ModelCache
 from engine.session.save import savepoint_dir
 from engine.telemetry import read_log
@@ -123,8 +124,11 @@ class Worker:
         except KeyboardInterrupt:
             result.status, result.error = "interrupted", None
         except Exception as exc:   # one job's bug must not stop the others: reported, with its traceback
-            traceback.print_exc(file=sys.stderr)
-            result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {_one_line(exc)}"
+            limit = limit_error(exc)   # out of memory or descriptors: the environment, one line
+            if limit is None:
+                traceback.print_exc(file=sys.stderr)
+            result.status = "failed"
+            result.error = _one_line(limit) if limit else f"internal error: {type(exc).__name__}: {_one_line(exc)}"
         finally:
             with self._lock:
                 self._session = None

@@ -39,7 +39,8 @@ from typing import Callable
 import torch
 
 from engine.config import SessionConfig
-from engine.errors import ConfigError, OutputError
+from engine.errors import ConfigError, OutputError, WorldPagerError
+from engine.limits import limit_error
 from engine.pause_clock import PauseClock
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
@@ -348,8 +349,12 @@ class Session:
         mem = self.cfg.memory
         return 0 if mem.store == "window" else mem.retrieve_k + (1 if mem.sink else 0)
 
-    def _drive_stopped(self, failure: BaseException, done: int, memory: SessionMemory) -> OutputError:
-        """The one-line error of a drive that stopped taking the memory's chunks after ``done`` chunks."""
+    def _drive_stopped(self, failure: BaseException, done: int, memory: SessionMemory) -> WorldPagerError:
+        """The one-line error of a drive that stopped taking the memory's chunks after ``done`` chunks
+        (a write that ran out of memory or descriptors is that, not the drive's fault)."""
+        limit = limit_error(failure)
+        if limit is not None:
+            return limit
         spill = self.cfg.memory.spill
         left = self.cfg.chunks - done
         need = left * memory.chunk_bytes()
