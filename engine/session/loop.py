@@ -23,8 +23,8 @@ If a new run fails before its first chunk is in the file (the checks, the model'
 set-up: its pool, its spill directory, its threads), only the files this session created are removed
 (the spill directory's too). After that the MP4 and the log are closed on every exit path (the log with
 its summary line), so a failed or interrupted run leaves a playable file and a complete log; closing
-one part never stops the others from closing, and never replaces the error that ended the run. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
-hand.
+one part never stops the others from closing, and never replaces the error that ended the run.
+``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in hand.
 """
 from __future__ import annotations
 
