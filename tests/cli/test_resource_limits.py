@@ -59,7 +59,10 @@ def fault():
         bytearray(2 ** 30)
     else:
         threading.stack_size(256 * 2 ** 20)
-        threading.Thread(target=lambda: None).start()
+        try:
+            threading.Thread(target=lambda: None).start()
+        finally:
+            threading.stack_size(0)
 
 if where == "setup":
     header = loop.Session._header
