@@ -39,3 +39,8 @@ class SavePointError(InputError):
 
     def __reduce__(self):   # pickles (a background worker's failure) rebuild from path and reason
         return type(self), (self.path, self.reason)
+
+
+class ResourceLimitError(WorldPagerError):
+    """The process ran out of memory, threads or file descriptors: the message names the limit (``ulimit -v``,
+    ``ulimit -n``, the memory available) and the fix (``engine.limits``)."""

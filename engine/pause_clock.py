@@ -2,13 +2,17 @@
 time a chunk's step took.
 
 Contract. ``PauseClock.start()`` (on the main thread) makes SIGCONT wake a daemon thread through a
-wakeup pipe (``signal.set_wakeup_fd``); the thread ticks every ``TICK_S`` and, woken by a SIGCONT, counts
-the time since its last tick as paused — every thread of a stopped process stops, so that gap is the
-stop. ``paused_s()`` is the total so far (monotonic; also checks the pipe itself, so a step measured
-right after a continue already sees the pause). ``stop()`` restores the previous handler and wakeup fd.
-Where it cannot be installed (not the main thread, a wakeup fd in use, no SIGCONT) ``paused_s()`` stays
-0. A suspended machine needs no counting: the monotonic clock the steps are timed with does not advance
-while suspended.
+wakeup pipe (``signal.set_wakeup_fd``); the thread ticks every ``TICK_S``. Every thread of a stopped
+process stops, so the stop shows as a gap between two looks at the clock (the thread's ticks and every
+``paused_s()`` call are such looks); a SIGCONT says the latest gap was a stop, and it is counted as paused.
+The gap and the SIGCONT are seen in either order: after a continue, the first look may come before the
+signal's byte is in the pipe (the look then only remembers the gap) or after it. The byte is read under
+the lock the count is kept under, so a ``paused_s()`` after a continue never returns the count without
+the stop the byte announced (the kernel hands SIGCONT to the main thread, whose C-level handler writes
+the byte before that thread runs on). ``paused_s()`` is the total so far (monotonic). ``stop()`` restores
+the previous handler and wakeup fd. Where it cannot be installed (not the main thread, a wakeup fd in
+use, no SIGCONT, a thread that cannot start) ``paused_s()`` stays 0. A suspended machine needs no
+counting: the monotonic clock the steps are timed with does not advance while suspended.
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ class PauseClock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._paused = 0.0
-        self._last_tick = time.monotonic()
+        self._last_tick = time.perf_counter()   # the clock the loop times its steps with
+        self._gap = 0.0   # the latest gap between two looks not yet explained by a SIGCONT
         self._pipe: tuple[int, int] | None = None
         self._previous = None
         self._closed = threading.Event()
@@ -52,7 +57,11 @@ class PauseClock:
         self._previous = signal.signal(sigcont, lambda signum, frame: None)   # a handler: the pipe gets it
         self._pipe = (r, w)
         self._thread = threading.Thread(target=self._run, name="wp-pause-clock", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:   # no thread can start (a memory limit): no counting, nothing left installed
+            self._thread = None
+            self.stop()
         return self
 
     def paused_s(self) -> float:
@@ -70,19 +79,22 @@ class PauseClock:
         if pipe is None:
             return
         try:
-            ready = select.select([pipe[0]], [], [], wait)[0]
+            select.select([pipe[0]], [], [], wait)
         except (OSError, ValueError):   # closed under us by stop()
             return
         with self._lock:
-            now = time.monotonic()
-            if ready:
-                try:
-                    got = os.read(pipe[0], 512)
-                except OSError:
-                    got = b""
-                if signal.SIGCONT in got:
-                    self._paused += max(0.0, now - self._last_tick - TICK_S)
+            try:
+                got = os.read(pipe[0], 512)   # under the lock: whoever reads the byte counts its stop
+            except (OSError, ValueError):     # nothing there (EAGAIN), or closed by stop()
+                got = b""
+            now = time.perf_counter()
+            gap = max(0.0, now - self._last_tick - TICK_S)
             self._last_tick = now
+            if gap > TICK_S:   # a whole tick missed: the latest such gap is a stop's, if a SIGCONT follows
+                self._gap = gap
+            if signal.SIGCONT in got:
+                self._paused += self._gap
+                self._gap = 0.0
 
     def stop(self) -> None:
         """Put back what ``start()`` changed (idempotent)."""
@@ -98,9 +110,10 @@ class PauseClock:
             os.write(self._pipe[1], b"\0")   # wake the thread now
         except OSError:
             pass
-        self._thread.join(timeout=1.0)
-        if self._thread.is_alive():
-            return   # never close a descriptor a running thread may still read (its number may be reused)
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            if self._thread.is_alive():
+                return   # never close a descriptor a running thread may still read (its number may be reused)
         pipe, self._pipe = self._pipe, None
         for fd in pipe:
             os.close(fd)

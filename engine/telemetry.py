@@ -254,11 +254,13 @@ def _show(value: Any) -> str:
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
-    """All complete records of a log (a trailing partial line is ignored)."""
+    """All complete records of a log: a trailing partial line (cut mid-line) is ignored, and the NUL
+    bytes of a log truncated while written are skipped; a damaged whole line is a ``ValueError``."""
     records = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         for line in f:
-            if line.endswith("\n"):
+            line = line.lstrip(b"\0")
+            if line.endswith(b"\n") and line.strip():
                 records.append(json.loads(line))
     return records
 
@@ -268,7 +270,8 @@ class LogFollower:
     ``summary`` (the session finished, whatever its status), ``eof`` (not following), ``idle`` (no new
     byte for the idle timeout) or ``writer-gone`` (the writing process has exited without a summary).
 
-    A partial last line is held back until its newline arrives (and dropped at the end).
+    A partial last line is held back until its newline arrives; at the end it is dropped and
+    ``cut_at`` names its line (a log cut mid-line: read up to the last whole record).
     """
 
     def __init__(self, path: Path):
@@ -276,6 +279,7 @@ class LogFollower:
         self.ended: str | None = None
         self.lines = 0
         self.writer: dict | None = None     # the header's pid, host and start time
+        self.cut_at: int | None = None      # the line the log ends inside (cut mid-line), once ended
         _check_log_file(self.path)
 
     def records(self, follow: bool = True, poll_s: float = 0.2,
@@ -319,6 +323,8 @@ class LogFollower:
         """A file that ends before its first line does is no session log unless that line could be
         one still being written (JSON text)."""
         line = pending.lstrip(b"\0")
+        if line and self.lines:
+            self.cut_at = self.lines + 1
         if self.lines or not line:
             return
         try:

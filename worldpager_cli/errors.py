@@ -5,7 +5,9 @@ Exit codes (the table is also in docs/conventions.md):
 ====  ==========================================================================================
 0     done
 1     bad input: any ``WorldPagerError`` (a file that is missing or not ours, a value a command
-      refuses, an output that cannot be written, a batch job line that is wrong)
+      refuses, an output that cannot be written, a batch job line that is wrong); also a resource
+      limit of the user's environment: out of memory, threads or file descriptors, wherever it
+      surfaced (``engine.limits``: one line naming the limit, ``ulimit -v`` / ``ulimit -n``, and the fix)
 2     usage error, as click and argparse use it: an unknown option or command, an option value of
       the wrong type or not among its choices, a missing argument
 3     ``tail``: the session ended without its summary line
@@ -23,6 +25,7 @@ import traceback
 import click
 
 from engine.errors import WorldPagerError
+from engine.limits import limit_error
 from worldpager_cli.help import ExamplesGroup
 from worldpager_cli.streams import guard_streams
 
@@ -77,7 +80,7 @@ class WorldPagerGroup(ExamplesGroup):
         except click.UsageError as exc:   # an unknown command, or a command's options and arguments
             raise one_line(exc) from None
         except WorldPagerError as exc:
-            click.echo(f"worldpager: error: {exc}", err=True)
+            click.echo(f"worldpager: error: {_resource_limit(exc) or exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
             click.echo("worldpager: interrupted", err=True)
@@ -88,6 +91,19 @@ class WorldPagerGroup(ExamplesGroup):
             silence_stdout()
             ctx.exit(EXIT_BROKEN_PIPE)
         except Exception as exc:  # an internal bug: keep the traceback for the report
+            limit = _resource_limit(exc)
+            if limit is not None:   # the user's environment, not a bug: one line, as bad input
+                click.echo(f"worldpager: error: {limit}", err=True)
+                ctx.exit(EXIT_BAD_INPUT)
             traceback.print_exc(file=sys.stderr)
             click.echo(f"worldpager: internal error: {type(exc).__name__}: {exc}", err=True)
             ctx.exit(EXIT_INTERNAL)
+
+
+def _resource_limit(exc: BaseException) -> str | None:
+    """The one line for memory, threads or file descriptors that ran out (``engine.limits``), or None."""
+    try:
+        error = limit_error(exc)
+    except MemoryError:   # too little memory even to word it
+        return "out of memory (see ulimit -v and the memory available); raise the limit or free memory"
+    return None if error is None else str(error)

@@ -2,8 +2,9 @@
 
 Several logs are overlaid on the same axes, each labelled by what its config changes. ``--follow``
 (one log) redraws every few chunks while the session runs and once more at its summary. Prints the
-files written, the notes of cut logs, then one JSON line. Exit codes: 0 written (a cut log too, with
-its note), 1 a log that is not ours or an output that cannot be written.
+files written, then one JSON line (stdout); a cut log's note is one warning line on stderr. Exit codes:
+0 written (a log cut mid-line too: plotted up to its last whole record), 1 a log that is not ours, a
+log with a damaged line before its end, or an output that cannot be written.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def echo_report(report: Report) -> None:
         click.echo(f"  {name:<11} {path}")
     click.echo(f"page: {report.page}")
     for note in report.notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"worldpager: warning: {note}", err=True)   # a cut log: plotted up to the cut
     emit_json(json.dumps({"report": str(report.page), "figures": {k: str(v) for k, v in report.figures.items()},
                            "labels": report.labels, "chunks": report.chunks, "notes": report.notes},
                           separators=(",", ":")))

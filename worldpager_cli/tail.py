@@ -147,6 +147,9 @@ def tail(log: Path, follow: bool, idle_timeout: float | None, as_json: bool, plo
                        + (f"{record['bytes'] / 2**20:.1f} MiB" if "path" in record else f"failed: {record.get('error')}"))
         elif kind == "note":
             click.echo(f"note: {record.get('text')}")
+    if follower.cut_at is not None:   # a log cut mid-line: its whole records were read
+        click.echo(f"worldpager: warning: {log} ends inside line {follower.cut_at} (cut mid-line: the session was "
+                   f"killed while writing it, or the file was cut); read up to line {follower.cut_at - 1}", err=True)
     if live is not None and follower.lines > 0:
         click.echo(f"report: {live.finish().page}", err=True)
     if follower.ended != "summary":

@@ -35,6 +35,7 @@ from engine.batch.ownership import Made, SpillVouch, foreign_outputs, identities
 from engine.batch.plan import JobPlan
 from engine.config import SessionConfig
 from engine.errors import OutputError, WorldPagerError
+from engine.limits import limit_error
 from engine.model.model_cache import ModelCache
 from engine.telemetry import read_log
 
@@ -126,8 +127,11 @@ class Worker:
         except KeyboardInterrupt:
             result.status, result.error = "interrupted", None
         except Exception as exc:   # one job's bug must not stop the others: reported, with its traceback
-            traceback.print_exc(file=sys.stderr)
-            result.status, result.error = "failed", f"internal error: {type(exc).__name__}: {_one_line(exc)}"
+            limit = limit_error(exc)   # out of memory or descriptors: the environment, one line
+            if limit is None:
+                traceback.print_exc(file=sys.stderr)
+            result.status = "failed"
+            result.error = _one_line(limit) if limit else f"internal error: {type(exc).__name__}: {_one_line(exc)}"
         finally:
             with self._lock:
                 self._session = None

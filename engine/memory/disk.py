@@ -30,6 +30,10 @@ needed it). Only a tier with a cap reuses the blocks of chunks a resume forgets;
 unreferenced in the file, as they always have. ``allocated_bytes`` is what the tier takes on the drive: the block file's allocated blocks
 and the index file.
 
+Set-up. A tier whose set-up fails closes what it opened and removes what it created (the directory
+if it made it, the lock, the block file, the index); ``discard()`` does the same for a closed tier whose
+session generated nothing. Files and directories that were there before are never removed.
+
 Failures. No room (ENOSPC, or the ``max_bytes`` cap) raises a one-line ``DiskFullError`` naming the
 directory; earlier blocks stay readable. Where the file system refuses O_DIRECT (EINVAL on open or
 first I/O) one warning is logged and buffered I/O is used (``io_mode`` says which). ``pace(nbytes)``,
@@ -163,15 +167,44 @@ class DiskTier:
         self._retired_fds: list[int] = []
         self.bytes_read = self.bytes_written = 0
         self.damaged_entries = 0              # index entries dropped at load (their chunks are misses)
-        self._make_dir()
-        self._lock_fd = self._take_lock()
+        self.created = self._missing()        # what this tier makes: the only paths ``discard`` removes
+        self._lock_fd = self._fd = -1
         try:
+            self._make_dir()
+            self._lock_fd = self._take_lock()
             self._open_data(direct, resume)
-        except Exception:
+        except BaseException:   # nothing of a tier that could not be set up is left open or behind
+            if self._fd >= 0:
+                os.close(self._fd)
             self._release_lock()
+            self.discard()
             raise
 
     # ---- set-up ---------------------------------------------------------------------------------
+
+    def _missing(self) -> list[Path]:
+        """The paths set-up may create that are not there yet: directories outermost first, then files."""
+        dirs = [d for d in (self.dir, *self.dir.parents) if not d.exists()][::-1]
+        names = (LOCK_NAME, DATA_NAME, INDEX_NAME, INDEX_NAME + ".tmp")
+        return dirs + [self.dir / n for n in names if not (self.dir / n).exists()]
+
+    def discard(self) -> None:
+        """Remove what set-up created — files, then the directories it made if they are empty — for a
+        session that generated nothing; a tier still open removes nothing (a thread may use it)."""
+        if self._lock_fd >= 0:
+            return
+        made = [p for p in self.created if p.parent == self.dir]
+        for path in made:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
+        for directory in reversed([p for p in self.created if p not in made]):
+            try:
+                directory.rmdir()
+            except OSError:   # holds something else (or is gone): left as it is
+                pass
+        self.created = []
 
     def _make_dir(self) -> None:
         try:

@@ -133,11 +133,15 @@ class KVStore:
             for directory, before in base_layers:
                 self.bases.append(BaseTier(directory, fmt.slot_bytes, before=before, format_tag=_format_tag(fmt)))
             self._start(n_slots, low_water, resume, drive_bw, readers)
-        except Exception:
+        except BaseException:   # e.g. a thread that cannot start: nothing left running, open or behind
+            for workers in (getattr(self, "stager", None), getattr(self, "io", None)):
+                if workers is not None:
+                    workers.stop(ABORT_JOIN_S)
             for base in self.bases:
                 base.close()
             if self.disk is not None:
-                self.disk.close()   # release the spill lock
+                self.disk.close(write_index=False)   # release the spill lock
+                self.disk.discard()
             raise
 
     def _start(self, n_slots: int, low_water: int, resume: bool, drive_bw, readers: int) -> None:
@@ -643,6 +647,11 @@ class KVStore:
             for base in self.bases:
                 base.close()
             self.pool.close()
+
+    def discard(self) -> None:
+        """Remove the spill files this store created (its session generated nothing; after ``close``)."""
+        if self.disk is not None:
+            self.disk.discard()
 
     def __enter__(self) -> "KVStore":
         return self

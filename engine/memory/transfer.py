@@ -38,6 +38,7 @@ from engine.memory.types import ChunkId, TransferResult
 log = logging.getLogger("worldpager.memory")
 MiB = 1 << 20
 _STOP = object()
+STOP_STARTED_S = 0.2   # a worker whose set-up failed gives its idle threads this long to end
 
 
 # ---- bandwidth ------------------------------------------------------------------------------------
@@ -123,10 +124,15 @@ class Worker:
         self.queue: queue.Queue = q if q is not None else queue.Queue()
         self._on_error = on_error
         self._before = before
-        self._threads = [threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
-                         for i in range(threads)]
-        for t in self._threads:
-            t.start()
+        threads_ = [threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True) for i in range(threads)]
+        self._threads: list[threading.Thread] = []
+        try:
+            for t in threads_:
+                t.start()   # "can't start new thread" under a memory limit
+                self._threads.append(t)
+        except BaseException:   # the ones started stop again: no half-made worker left running
+            self.stop(STOP_STARTED_S)
+            raise
 
     def submit(self, job: Job) -> None:
         self.queue.put(job)
@@ -197,7 +203,11 @@ class DriveIO:
                  max_yield_s: float = 1.0):
         self.gate = ReadGate(max_yield_s)
         self.reader = Worker("wp-read", on_error, threads=readers)
-        self.writer = Worker("wp-write", on_error)
+        try:
+            self.writer = Worker("wp-write", on_error)
+        except BaseException:
+            self.reader.stop(STOP_STARTED_S)
+            raise
 
     def submit_read(self, job: Job) -> None:
         self.gate.read_queued()

@@ -1,9 +1,13 @@
 """Reading a session log for a report: everything up to where it is cut.
 
 Owns the difference between a log that is not ours (a one-line ``InputError``: missing, a directory,
-not text, or a first line that is not a session header) and a log that is ours but cut short — a
-killed run's partial last line, a damaged line, or no summary yet. A cut log is read up to the cut
-and carries a ``note`` saying where and why, so the report plots what there is and says so.
+not text, or a first line that is not a session header), a log that is ours but cut short — a last
+line cut mid-line (the session is writing it, was killed while writing it, or the file was copied or
+truncated there), or no summary yet — and a damaged log. A cut log is read up to its last whole
+record and carries a ``note`` saying where and why, so the report plots what there is and says so. A
+damaged line with whole lines after it was not cut but changed (the writer only appends whole lines):
+a one-line ``InputError`` naming the line, as ``tail`` says it. A log cut inside its first line holds
+no record to plot: a one-line ``InputError`` saying so.
 """
 from __future__ import annotations
 
@@ -35,18 +39,20 @@ class SessionRecords:
 
 
 def read_session(path: Path) -> SessionRecords:
-    """The records of the log at ``path``, up to its first damaged or partial line."""
+    """The records of the log at ``path``, up to its last whole record."""
     path = Path(path)
     lines = _lines(path)
     header = _header(path, lines)
     session = SessionRecords(path, header)
     for number, raw in enumerate(lines[1:], start=2):
         record, problem = _parse(raw)
-        if problem is not None:
-            why = ("ends in a partial line: the session is running or was killed mid-line"
-                   if problem == PARTIAL else problem)
-            session.notes.append(f"{path.name} is cut at line {number} ({why}): plotted up to line {number - 1}")
+        if problem == PARTIAL:
+            session.notes.append(f"{path.name} is cut at line {number} (it ends in a partial line: the session "
+                                 f"is writing it or was killed mid-line): plotted up to line {number - 1}")
             break
+        if problem is not None:
+            raise InputError(f"{path} line {number} is damaged: {problem}; a whole line that is not a record "
+                             "is not a cut (the file was changed after it was written)")
         _add(session, record)
     if session.summary is None and not session.notes:
         session.notes.append(f"{path.name} has no summary line: the session is running or did not finish")
@@ -76,10 +82,19 @@ def _header(path: Path, lines: list[bytes]) -> dict:
     if not lines:
         raise InputError(f"{path} is empty: no session header yet (is the session still loading?)")
     record, problem = _parse(lines[0])
+    if problem == PARTIAL and _starts_like_a_header(lines[0][:-1]):
+        raise InputError(f"{path} is cut inside its first line, the session's header: no record to plot yet "
+                         "(the session is starting, or the log was cut while its header was written)")
     if problem is not None or record.get("type") != "header":
         why = problem or f"its first record is a {record.get('type')!r}, not a header"
         raise InputError(f"{path} {NOT_OURS}: line 1 {why} (give the .log.jsonl beside the MP4)")
     return record
+
+
+def _starts_like_a_header(partial: bytes) -> bool:
+    """Whether a cut first line is the beginning of a header as the session's log writes it."""
+    start = b'{"type":"header"'
+    return partial.startswith(start) or start.startswith(partial)
 
 
 def _parse(raw: bytes) -> tuple[dict, str | None]:

@@ -19,11 +19,15 @@ attention context is shaped by ``model.layout``, the retriever keyed by ``model.
 
 Set-up validates every user input (start image, trajectory, output and log paths, the spill directory)
 and checks that the settings fit the memory budget (``engine.session.preflight``) before anything is
-written; a fork's outputs keep their staging names until its model is loaded (``Fork.commit``); if
-set-up or loading fails, only the files this session created are removed. The MP4 and the log are closed on every exit
-path (the log with its summary line), so a failed or interrupted run leaves a playable file and a
-complete log. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
-hand; a source whose inputs end (``take`` returns None) ends it too, as done.
+written; a fork's outputs keep their staging names until its model is loaded (``Fork.commit``), a new
+run's replace an earlier run's only once its first chunk is in the MP4 (``engine.session.outputs``).
+If a new run fails before its first chunk is in the file (the checks, the model's load, the memory's
+set-up: its pool, its spill directory, its threads), only the files this session created are removed
+(the spill directory's too). After that the MP4 and the log are closed on every exit path (the log with
+its summary line), so a failed or interrupted run leaves a playable file and a complete log; closing
+one part never stops the others from closing, and never replaces the error that ended the run.
+``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in hand;
+a source whose inputs end (``take`` returns None) ends it too, as done.
 """
 from __future__ import annotations
 
@@ -38,7 +42,8 @@ from typing import Callable
 import torch
 
 from engine.config import SessionConfig
-from engine.errors import ConfigError, OutputError
+from engine.errors import ConfigError, OutputError, WorldPagerError
+from engine.limits import limit_error
 from engine.pause_clock import PauseClock
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
@@ -49,13 +54,14 @@ from engine.memory.allocator import pin_allocator
 from engine.model.interface import KeyPlacingModel, LiveInputModel, WorldModel
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
-from engine.overlay import config_to_json, write_resolved_config
+from engine.overlay import config_to_json
 from engine.session.positions import Rerotation
 from engine.session.preflight import (Budget, check_memory, check_output_paths, check_spill_drive, check_spill_quota,
                                       device_budget,
                                       host_budget, spill_block_bytes)
 from engine.retrieval.retriever import PREDICTORS, Retriever
 from engine.session.savepoint import SavePoint
+from engine.session.outputs import NewOutputs
 from engine.session.fork import Fork, base_layers
 from engine.session.memory import SessionMemory
 from engine.session.observe import mark_observed, session_path
@@ -152,7 +158,7 @@ class Session:
         self.on_frames = on_frames or (lambda chunk, frames: None)    # decoded frames, before the mux
         self.device, self.dtype = resolve_device(cfg.device)
         self._stop = threading.Event()
-        self._created: list[Path] = []     # outputs this session made: the only ones it may remove
+        self.outputs: NewOutputs | None = None   # a new run's files: the only ones it may remove
         self._header_written = False
         self.savepoint_errors: list[str] = []   # save points that could not be written (the user is told)
         spec = self.spec
@@ -196,16 +202,8 @@ class Session:
                 self.writer.close()
                 raise
         else:
-            self.writer = VideoWriter(cfg.out, width, height, spec.grid.fps, preset=spec.encoder_preset)
-            self._created.append(cfg.out)
-            try:
-                self.log = SessionLog(cfg.log_path)
-                self._created.append(cfg.log_path)
-                write_resolved_config(cfg, cfg.config_path)
-                self._created.append(cfg.config_path)
-            except BaseException:
-                self._discard_outputs()
-                raise
+            self.outputs = NewOutputs(cfg, width, height, spec.grid.fps, spec.encoder_preset)
+            self.writer, self.log = self.outputs.writer, self.outputs.log
         self.model: WorldModel | None = None
 
     def request_stop(self) -> None:
@@ -232,16 +230,31 @@ class Session:
 
     def _discard_outputs(self, status: str = "failed") -> None:
         """Nothing was generated: close and remove the empty outputs this session created (only those,
-        so that the clean-up can neither fail on nor delete a path the user gave by mistake)."""
-        self.writer.close()
-        if self.log is not None:
+        so that the clean-up can neither fail on nor delete a path the user gave by mistake). A resume's
+        or a fork's files were there before: they are closed (the log with its summary), not removed."""
+        if self.outputs is not None:
+            self.outputs.discard(status)
+            return
+        for close in (self.writer.close, lambda: self.log is not None and self.log.close(status)):
             try:
-                self.log.close(status)
-            except OutputError:   # a full drive: the error that brought us here is the one to report
+                close()
+            except (OSError, OutputError):   # a full drive: the error that brought us here is the one to report
                 pass
-        for path in self._created:
-            path.unlink(missing_ok=True)
-        self._created.clear()
+
+    def _first_chunk_pending(self) -> bool:
+        """A new run none of whose chunks is in its MP4 yet (so it has generated nothing)."""
+        return self.outputs is not None and self.log.summary.chunks == 0
+
+    def _discard_setup(self, memory: SessionMemory | None, status: str) -> None:
+        """The run ends before its first chunk: the memory's threads stop and the spill files it made go,
+        then the outputs this session created."""
+        if memory is not None:
+            try:
+                memory.close(abort=True)   # nothing was stored: nothing to wait for
+                memory.discard()
+            except Exception:   # the error that ends the run is the one to report
+                log.debug("memory clean-up after a failed set-up failed", exc_info=True)
+        self._discard_outputs(status)
 
     def run(self) -> SessionResult:
         """Generate every chunk (loading first if needed); video and log are closed on every path."""
@@ -249,9 +262,10 @@ class Session:
         if self.model is None:
             self.load()
         model = self.model
-        self._pauses = PauseClock().start()
+        self._pauses = PauseClock()
         status, chunks, frames, memory = "failed", 0, 0, None
         try:
+            self._pauses.start()   # a pipe and a thread: out of either is a failed set-up like any other
             pre_rope = self.cfg.memory.keys == "pre-rope"
             assert not pre_rope or isinstance(model, KeyPlacingModel), "config validation admits MG2 only"
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
@@ -278,13 +292,22 @@ class Session:
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks and not self._inputs_ended \
                 else "done"
         except BaseException as exc:
-            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            self._close(memory, status, abort=isinstance(exc, KeyboardInterrupt),
-                        error=f"{type(exc).__name__}: {exc}")
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            status = "interrupted" if interrupted else "failed"
+            try:
+                if self._first_chunk_pending() and (not interrupted or self.outputs.staged):
+                    self._discard_setup(memory, status)
+                else:
+                    self._close(memory, status, abort=interrupted, error=f"{type(exc).__name__}: {exc}")
+            except Exception:   # the error that ended the run is the one to report
+                log.debug("clean-up after a failed run failed", exc_info=True)
             raise
         finally:
             self._pauses.stop()
-        self._close(memory, status)
+        if self._first_chunk_pending() and self.outputs.staged:   # stopped before its first chunk
+            self._discard_setup(memory, status)                  # the earlier run's files stay
+        else:
+            self._close(memory, status)
         inherited = 0 if self.resume_from is None else self.resume_from.chunk
         return SessionResult(self.cfg.out, self.cfg.log_path, chunks, frames,
                              time.perf_counter() - start, status, savepoint_errors=list(self.savepoint_errors),
@@ -316,29 +339,47 @@ class Session:
         self._header_written = True
 
     def _close(self, memory: SessionMemory | None, status: str, abort: bool = False, **extra) -> None:
-        """``abort`` (a second signal): the memory waits for nothing the drive holds."""
+        """``abort`` (a second signal): the memory waits for nothing the drive holds. Each part is closed
+        even when one before it fails (out of file descriptors, a full drive); the first failure is
+        raised once all are closed."""
+        failures: list[Exception] = []
+
+        def attempt(step, *args, **kwargs):
+            try:
+                return step(*args, **kwargs)
+            except Exception as exc:
+                failures.append(exc)
+                return None
+
         if not self._header_written:   # set-up of the memory failed: the log still starts with a header
-            self._header(None)
-        summary = memory.summary() if memory is not None else {}
+            attempt(self._header, None)
+        summary = (attempt(memory.summary) or {}) if memory is not None else {}
         try:
             # A second signal can land between a chunk's mux and its log record: the video then holds a
             # chunk the log does not, and is cut back to the log's frames (a run resumed or forked from
             # the log's save points expects exactly those).
             if status == "done":
-                self.writer.close()
+                attempt(self.writer.close)
             else:
-                self.writer.cut_back(self.log.summary.frames)
+                attempt(self.writer.cut_back, self.log.summary.frames)
             if memory is not None:
-                memory.close(abort=abort)
+                attempt(memory.close, abort=abort)
         finally:   # a second signal during the close (it aborts the memory's): the log still ends
-            self.log.close(status, store=self.cfg.memory.store, positions=self.cfg.positions, **summary, **extra)
+            attempt(self.log.close, status, store=self.cfg.memory.store, positions=self.cfg.positions,
+                    **summary, **extra)
+        if failures:
+            raise failures[0]
 
     def _memory_chunks(self) -> int:
         mem = self.cfg.memory
         return 0 if mem.store == "window" else mem.retrieve_k + (1 if mem.sink else 0)
 
-    def _drive_stopped(self, failure: BaseException, done: int, memory: SessionMemory) -> OutputError:
-        """The one-line error of a drive that stopped taking the memory's chunks after ``done`` chunks."""
+    def _drive_stopped(self, failure: BaseException, done: int, memory: SessionMemory) -> WorldPagerError:
+        """The one-line error of a drive that stopped taking the memory's chunks after ``done`` chunks
+        (a write that ran out of memory or descriptors is that, not the drive's fault)."""
+        limit = limit_error(failure)
+        if limit is not None:
+            return limit
         spill = self.cfg.memory.spill
         left = self.cfg.chunks - done
         need = left * memory.chunk_bytes()
@@ -380,6 +421,8 @@ class Session:
 
     def _log_decoded(self, done: list[Decoded]) -> None:
         """Step 8 for chunks whose frames are in the file: their log line, then the caller's hook."""
+        if done and self.outputs is not None:   # a frame is in the file: the run's files take their names
+            self.outputs.commit()
         for d in done:
             d.record.update(frames=d.frames, frames_total=d.frames_total, decode_ms=d.decode_ms)
             self.log.chunk(d.record)

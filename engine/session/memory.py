@@ -509,6 +509,11 @@ class SessionMemory:
                 **({"quota": {**self.quota.summary(), "disk_alloc_bytes": c.get("disk_alloc_bytes", 0),
                               "early_releases": c.get("disk_early_releases", 0)}} if self.quota is not None else {})}
 
+    def discard(self) -> None:
+        """Remove the spill files this memory created, once closed (its session generated nothing)."""
+        if isinstance(self.store, KVStore):
+            self.store.discard()
+
     def close(self, abort: bool = False) -> None:
         """``abort`` (a second signal): wait for nothing the drive holds."""
         if self.store is None:

@@ -13,8 +13,9 @@ Owns three checks that come before anything of a run is written:
   different files for one video.
 * ``refuse_existing(cfg, overwrite, flag)`` — a video, log or resolved config already at the run's paths
   is refused unless ``overwrite``; when they are an unfinished run that has a save point, the error says
-  ``worldpager resume`` continues it. With ``overwrite`` the earlier run's save points are removed, so a
-  later ``resume`` never mixes them into the new run.
+  ``worldpager resume`` continues it. With ``overwrite`` nothing is removed here: the new run replaces
+  the earlier run's files, save points included, once it has its first chunk
+  (``engine.session.outputs``; a fork's at its commit), so a run that fails before that loses nothing.
 """
 from __future__ import annotations
 
@@ -134,9 +135,7 @@ def refuse_existing(cfg: SessionConfig, overwrite: bool, flag: str = "--out") ->
     existing = [p for p in (cfg.out, cfg.log_path, cfg.config_path) if Path(p).is_file()]
     if not existing:
         return
-    if overwrite:
-        for stale in savepoint_paths(savepoint_dir(cfg.out)):
-            stale.unlink(missing_ok=True)
+    if overwrite:   # replaced by the new run at its first chunk (engine.session.outputs)
         return
     names = ", ".join(str(p) for p in existing)
     newest = savepoint_paths(savepoint_dir(cfg.out))

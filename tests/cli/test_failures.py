@@ -135,7 +135,7 @@ def test_a_failing_output_is_reported_and_only_what_was_created_is_removed(tmp_p
 def test_a_log_that_fails_to_open_does_not_hide_its_error(tmp_path, monkeypatch):
     def refuse(path):
         raise OutputError(f"cannot write log {path}: Read-only file system; choose another --log")
-    monkeypatch.setattr("engine.session.loop.SessionLog", refuse)
+    monkeypatch.setattr("engine.session.outputs.SessionLog", refuse)
     one_line(run("generate", "--model", "micro", "--chunks", "1", "--out", tmp_path / "o.mp4"), 1,
              "Read-only file system")
     no_outputs(tmp_path)
