@@ -506,7 +506,7 @@ def plan(model: ModelShape, chunks: int, budgets: Budgets, *, bits: int = 4, ret
     overrun = ahead.period_s > chunk_s
     stalls, first_read = _timeline_stalls(store, uses_disk, chunks, spill, s, chunk_s, rates, disk_reads_per_chunk,
                                           stage_s, reads_from, urgent_writeback, chunk_times)
-    evicting = stalls[spill:]             # stalls come only once the pool is full
+    evicting = [max(0.0, x) for x in stalls[spill:]]   # stalls come only once the pool is full (no -0 from rounding)
     first_stall = next((c for c, x in enumerate(stalls) if x > STALL_EPS_S), None)
     return Plan(
         model=model.name, store=store, format=fmt, chunks=chunks, video_s=video_seconds(model, chunks),
