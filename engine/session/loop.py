@@ -147,7 +147,8 @@ class Session:
         self.savepoint_errors: list[str] = []   # save points that could not be written (the user is told)
         spec = self.spec
         check_output_paths(cfg)
-        check_spill_drive(cfg, spill_block_bytes(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch.")))
+        check_spill_drive(cfg, spill_block_bytes(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch.")),
+                          reopening=resume_from is not None and fork_of is None)
         check_spill_quota(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch."))
         check_memory(cfg, spec.grid, model_kv_layout(cfg), dtype_bytes=self.dtype.itemsize,
                      dtype_name=str(self.dtype).removeprefix("torch."),
