@@ -3,7 +3,7 @@
 
 ``stopped_run`` makes a micro-model run of ``CHUNKS`` chunks with a spill directory and save points every
 2 chunks, stopped after chunk ``stop_after`` (a last save point at the stop), with relative paths, so a
-copy of its directory resumes on its own; ``--late-prefetch wait`` keeps its frames independent of the
+copy of its directory resumes on its own; ``killed_run`` the same run killed with SIGKILL; ``--late-prefetch wait`` keeps its frames independent of the
 machine's speed, so a resumed run can be compared frame for frame with ``uninterrupted``. ``worldpager``
 runs the CLI in a subprocess, optionally through ``failing_drive`` (an injected EIO/ENOMEM under a path).
 """
@@ -19,21 +19,37 @@ import av
 import numpy as np
 
 from engine.telemetry import read_log
-from tests_support import PATIENCE_S
+from tests_support import PATIENCE_S, sigkill_when_ready
 
 TESTS = Path(__file__).resolve().parent
 CHUNKS = 10
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
-RUN = """
+SESSION = """
 import sys
+import time
+from pathlib import Path
 from engine.overlay import resolve_session_config
 from engine.session.loop import Session
 chunks, stop_after, out, spill = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 cfg = resolve_session_config(None, {"model": "micro", "device": "cpu", "chunks": chunks, "save_every": 2, "out": out,
                                     "memory": {"pool_slots": 4, "spill": spill, "late_prefetch": "wait"}})
+"""
+RUN = SESSION + """
 session = Session(cfg, on_chunk=lambda r: r["chunk"] == stop_after and session.request_stop())
 assert session.run().status == ("done" if stop_after < 0 else "interrupted")
+"""
+# Killed (SIGKILL, by ``tests_support.sigkill_when_ready``) while chunk ``stop_after``'s record is handed out,
+# once the save point before chunk ``stop_after - 1`` is on the drive.
+KILLED = SESSION + """
+def on_chunk(record):
+    if record["chunk"] == stop_after:
+        saved = Path(out + ".save") / f"savepoint-{stop_after - 1:08d}.wps"
+        while not saved.exists():
+            time.sleep(0.01)
+        print("ready", flush=True)
+        time.sleep(3600)
+Session(cfg, on_chunk=on_chunk).run()
 """
 
 
@@ -42,6 +58,14 @@ def stopped_run(root: Path, stop_after: int, chunks: int = CHUNKS, out: str = "k
     root.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-c", RUN, str(chunks), str(stop_after), out, spill], cwd=root, env=ENV,
                    check=True, timeout=PATIENCE_S)
+    return root
+
+
+def killed_run(root: Path, spill: Path, stop_after: int = 5, chunks: int = CHUNKS, out: str = "k.mp4") -> Path:
+    """``root`` holding a run killed with SIGKILL during chunk ``stop_after`` (odd: a save point before it)."""
+    assert stop_after % 2 == 1
+    root.mkdir(parents=True, exist_ok=True)
+    assert sigkill_when_ready(KILLED, str(chunks), str(stop_after), out, str(spill), cwd=root, env=ENV) == -9
     return root
 
 
