@@ -328,7 +328,8 @@ class Session:
             free = f"{usage.free / 2**20:.0f} MiB free" if usage.total else "free space unknown"
         except OSError:
             free = "free space unknown"
-        again = (f"`worldpager resume {self.cfg.out}` goes on from the save point before chunk {self._saved_through}"
+        again = (f"`worldpager resume {self.cfg.out}` goes on from the save point before chunk {self._saved_through} "
+                 "(with --spill DIR, from the spill directory moved to another drive)"
                  if self._saved_through else "no save point was made yet: the run must start over")
         if isinstance(failure, DiskFullError):
             return OutputError(f"the spill drive is full: {spill} ({free}); the {left} chunks left need about "

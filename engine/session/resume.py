@@ -12,6 +12,12 @@ saying what is missing and where it was expected. The session does the rest (``S
 resume_from=...)``): the MP4 is cut back to the save point's frames and continued, the log keeps its
 records before the save point and goes on after a ``resume`` record, the memory reopens its spill
 directory.
+
+Every look at the run's files goes through ``engine.probe``: a drive that fails (EIO, ENOMEM, EACCES)
+is one line naming the path, the errno and the fix, and every file of the spill directory is looked at
+(its blocks opened) before the MP4 is cut. ``resume_point(out, spill=DIR)`` moves the run's spill
+directory first (``engine.session.spill_move``). A log that records save points beside a missing
+``<out>.save/`` (the video copied without it) is told as such.
 """
 from __future__ import annotations
 
