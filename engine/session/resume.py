@@ -104,7 +104,8 @@ def _move_spill(out: Path, cfg: SessionConfig, sp: SavePoint, spill: Path) -> tu
     from engine.session.spill_move import move_spill
 
     if not _has_disk_tier(cfg):
-        why = "its memory was only in RAM" if cfg.memory.spill is None else f"--store {cfg.memory.store} keeps none"
+        why = ("--store window keeps no retrieval memory" if cfg.memory.store == "window" else
+               "its memory was only in RAM" if cfg.memory.spill is None else f"--store {cfg.memory.store} keeps none")
         raise InputError(f"cannot resume {out} with --spill {spill}: its run has no spill directory to move "
                          f"({why}); resume it without --spill")
     memory = sp.facts.get("memory", {})
