@@ -9,8 +9,9 @@ resume continues and the inputs it reads goes through here.
 Contract. Each function takes the ``path``, ``what`` (how the user knows it: ``--spill``, ``the save
 points of OUT``) and optionally ``fix`` (what to do about it; default: check the drive and the
 permissions, then run again). ``exists``, ``is_dir``, ``is_file`` and ``stat`` answer as ``pathlib``
-does for a path that is not there; ``listdir``, ``look_inside`` (every entry of a directory), ``statvfs`` and ``probing`` (a context manager around a
-set-up step's own file calls: opening, locking, reading) let no ``OSError`` through. Every other error
+does for a path that is not there; ``listdir``, ``look_inside`` (every entry of a directory, each
+looked at), ``statvfs`` and ``probing`` (a context manager around a set-up step's own file calls:
+opening, locking, reading) let no ``OSError`` through. Every other error
 is one ``DriveError`` line: ``WHAT PATH: STRERROR (ERRNO) on FILE; FIX`` (``on FILE`` when a file under
 PATH failed).
 """

@@ -3,9 +3,10 @@
 
 ``stopped_run`` makes a micro-model run of ``CHUNKS`` chunks with a spill directory and save points every
 2 chunks, stopped after chunk ``stop_after`` (a last save point at the stop), with relative paths, so a
-copy of its directory resumes on its own; ``killed_run`` the same run killed with SIGKILL; ``--late-prefetch wait`` keeps its frames independent of the
-machine's speed, so a resumed run can be compared frame for frame with ``uninterrupted``. ``worldpager``
-runs the CLI in a subprocess, optionally through ``failing_drive`` (an injected EIO/ENOMEM under a path).
+copy of its directory resumes on its own; ``killed_run`` the same run killed with SIGKILL.
+``--late-prefetch wait`` keeps the frames independent of the machine's speed, so a resumed run can be
+compared frame for frame with the same run never stopped (``stop_after`` -1). ``worldpager`` runs the CLI
+in a subprocess, optionally through ``failing_drive`` (an injected EIO/ENOMEM under a path).
 """
 from __future__ import annotations
 

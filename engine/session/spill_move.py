@@ -66,7 +66,8 @@ class Tier:
         return cls(directory, doc, {c: e for c, e in blocks.items() if c < below})
 
 
-def move_spill(out: Path, cfg: SessionConfig, sp: SavePoint, new: Path, needed: list[int]) -> tuple[SessionConfig, list[str]]:
+def move_spill(out: Path, cfg: SessionConfig, sp: SavePoint, new: Path,
+               needed: list[int]) -> tuple[SessionConfig, list[str]]:
     """Go on in ``new`` (see the module docstring): the config that uses it, and what to tell the user."""
     old, new = Path(cfg.memory.spill), Path(new).absolute()
     if new.resolve() == old.resolve():
