@@ -46,9 +46,10 @@ KILLED = SESSION + """
 def on_chunk(record):
     if record["chunk"] == stop_after:
         saved = Path(out + ".save") / f"savepoint-{stop_after - 1:08d}.wps"
-        while not saved.exists():
+        deadline = time.monotonic() + 600   # PATIENCE_S: a save point that never comes fails the test
+        while not saved.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-        print("ready", flush=True)
+        print("ready" if saved.exists() else f"no save point {saved}", flush=True)
         time.sleep(3600)
 Session(cfg, on_chunk=on_chunk).run()
 """
