@@ -163,27 +163,33 @@ def _generate(cfg, spec, grid, quiet: bool, as_json: bool) -> None:
 @run_command(
     "# go on with a run that was killed, from its last save point",
     "worldpager resume walk.mp4",
-    sections={"out": "Inputs"},
+    "# its spill drive is full or failing: go on with the spill directory on another drive",
+    "worldpager resume walk.mp4 --spill /mnt/other/walk.spill",
+    sections={"out": "Inputs", "spill": "Disk tier"},
 )
 @click.argument("out", type=click.Path(path_type=Path))
+@click.option("--spill", type=click.Path(path_type=Path), metavar="DIR",
+              help="Move the run's spill directory to DIR: a copy of it made there is checked and used; into a "
+                   "new or empty DIR the chunks the save point needs are copied from the old one while it can "
+                   "still be read (left as it was). OUT.config.json then names DIR. Default: the run's own.")
 @QUIET
 @JSON
-def resume(out, quiet, as_json) -> None:
+def resume(out, spill, quiet, as_json) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import claim_output
 
     with claim_output(out, "resume"):   # before anything is read: the run's files are ours now
-        _resume(out, quiet, as_json)
+        _resume(out, spill, quiet, as_json)
 
 
-def _resume(out: Path, quiet: bool, as_json: bool) -> None:
+def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.resume import resume_point
     from worldpager_cli.progress import make_progress
 
-    cfg, sp, notes = resume_point(out)   # everything checked before the MP4 is cut
+    cfg, sp, notes = resume_point(out, spill)   # everything checked before the MP4 is cut
     say = _say(quiet)
     for note in notes:
         click.echo(f"worldpager: {note}", err=True)

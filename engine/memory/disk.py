@@ -36,7 +36,9 @@ session generated nothing. Files and directories that were there before are neve
 
 Failures. No room (ENOSPC, or the ``max_bytes`` cap) raises a one-line ``DiskFullError`` naming the
 directory; earlier blocks stay readable. Where the file system refuses O_DIRECT (EINVAL on open or
-first I/O) one warning is logged and buffered I/O is used (``io_mode`` says which). ``pace(nbytes)``,
+first I/O) one warning is logged and buffered I/O is used (``io_mode`` says which). Opening the tier (the
+directory, its lock, the block file, the index) on a drive that fails for another reason (EIO, ENOMEM,
+EACCES) is one ``engine.probe.DriveError`` line naming the path and the errno. ``pace(nbytes)``,
 when given, is called before each piece of I/O (the bandwidth cap lives with the caller).
 Thread-safe: reads and writes may run on different threads.
 """
@@ -54,6 +56,7 @@ from typing import Callable
 
 import torch
 
+from engine import probe
 from engine.durable import fsync_directory
 from engine.file_lock import release_lock, try_lock
 from engine.errors import ConfigError, OutputError
@@ -66,6 +69,7 @@ MiB = 1 << 20
 LOCK_NAME, DATA_NAME, INDEX_NAME = "worldpager.lock", "blocks.dat", "index.json"
 INDEX_VERSION = 2   # 2: a block's crc32 is bound to its chunk id (a block under another chunk's entry fails)
 RESERVE_BYTES = 1 * MiB   # left free on the drive for the index
+SPILL_FIX = "check or replace the drive, or choose another --spill directory"
 Pace = Callable[[int], None]
 
 
@@ -167,12 +171,15 @@ class DiskTier:
         self._retired_fds: list[int] = []
         self.bytes_read = self.bytes_written = 0
         self.damaged_entries = 0              # index entries dropped at load (their chunks are misses)
-        self.created = self._missing()        # what this tier makes: the only paths ``discard`` removes
         self._lock_fd = self._fd = -1
+        self.created: list[Path] = []          # what this tier makes: the only paths ``discard`` removes
+        # Opening the tier looks at the drive first: a failing one (EIO, ENOMEM…) is one line, not a traceback.
         try:
-            self._make_dir()
-            self._lock_fd = self._take_lock()
-            self._open_data(direct, resume)
+            with probe.probing(self.dir, "spill directory", SPILL_FIX):
+                self.created = self._missing()
+                self._make_dir()
+                self._lock_fd = self._take_lock()
+                self._open_data(direct, resume)
         except BaseException:   # nothing of a tier that could not be set up is left open or behind
             if self._fd >= 0:
                 os.close(self._fd)
@@ -208,12 +215,12 @@ class DiskTier:
 
     def _make_dir(self) -> None:
         try:
-            if not self.dir.exists():
+            if not probe.exists(self.dir, "spill directory", SPILL_FIX):
                 self.dir.mkdir(mode=0o700, parents=True)
                 os.chmod(self.dir, 0o700)   # mkdir's mode is masked by the umask
         except OSError as exc:
             raise OutputError(f"cannot create spill directory {self.dir}: {exc.strerror}") from None
-        if not self.dir.is_dir() or not os.access(self.dir, os.W_OK | os.X_OK):
+        if not probe.is_dir(self.dir, "spill directory", SPILL_FIX) or not os.access(self.dir, os.W_OK | os.X_OK):
             raise OutputError(f"spill directory {self.dir} is not a writable directory")
 
     def _take_lock(self) -> int:
@@ -234,7 +241,7 @@ class DiskTier:
 
     def _open_data(self, direct: bool, resume: bool) -> None:
         flags = os.O_RDWR | os.O_CREAT | (0 if resume else os.O_TRUNC)
-        if not resume and (self.dir / INDEX_NAME).exists():
+        if not resume and probe.exists(self.dir / INDEX_NAME, "spill directory", SPILL_FIX):
             log.info("spill directory %s: starting fresh; blocks of an earlier session are "
                      "discarded (resume=True keeps them)", self.dir)
         self.io_mode = "direct" if direct else "buffered"
@@ -547,15 +554,18 @@ class DiskTier:
 _ENTRY_INTS = ("offset", "length", "crc")
 
 
-def index_document(path: Path) -> dict:
+def index_document(path: Path, fix: str = SPILL_FIX, what: str = "spill index") -> dict:
     """The parsed ``index.json`` at ``path``, checked for its overall shape; ``SpillIndexError`` (one
-    line naming the file) when it is missing, unreadable, not JSON or not an index."""
+    line naming the file) when it is missing, unreadable, not JSON or not an index; a drive that fails
+    to read it is a ``DriveError`` ending with ``fix``."""
     try:
         doc = json.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise SpillIndexError(path, "missing") from None
-    except OSError as exc:
+    except IsADirectoryError as exc:
         raise SpillIndexError(path, f"unreadable ({exc.strerror})") from None
+    except OSError as exc:   # the drive, not the file: EIO, ENOMEM, EACCES…
+        raise probe.drive_error(path, exc, what, fix) from None
     except UnicodeDecodeError:
         raise SpillIndexError(path, "it is not text") from None
     except ValueError as exc:

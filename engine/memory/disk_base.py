@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 
+from engine import probe
 from engine.errors import InputError
 from engine.memory.disk import DATA_NAME, INDEX_NAME, DiskTier
 from engine.memory.types import ChunkId
@@ -31,7 +32,7 @@ class BaseTier(DiskTier):
 
     def _make_dir(self) -> None:
         for path in (self.dir / INDEX_NAME, self.dir / DATA_NAME):
-            if not path.is_file():
+            if not probe.is_file(path, "spill directory"):
                 raise InputError(f"spill directory {self.dir} has no {path.name}: it holds no stored chunks")
 
     def _take_lock(self) -> int:

@@ -20,11 +20,11 @@ Contract.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import probe
 from engine.errors import ConfigError
 
 ALIGN = 4096
@@ -61,12 +61,9 @@ def _free_bytes(spill_dir: Path | None) -> int | None:
     if spill_dir is None:
         return None
     existing = Path(spill_dir)
-    while not existing.exists() and existing != existing.parent:
+    while not probe.exists(existing, "--spill") and existing != existing.parent:
         existing = existing.parent
-    try:
-        st = os.statvfs(existing)
-    except OSError:
-        return None
+    st = probe.statvfs(existing, "--spill")
     return None if st.f_blocks == 0 else st.f_bavail * st.f_frsize
 
 

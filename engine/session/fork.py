@@ -36,6 +36,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine import probe
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
 from engine.io.trajectory import load_trajectory
@@ -75,10 +76,11 @@ class Fork:
     def commit(self) -> None:
         """The set-up is complete: rename the staged files into place, the MP4 last."""
         assert not self.committed, "a fork is committed once"
-        for stale in savepoint_paths(savepoint_dir(self.cfg.out)):   # never resumed into this branch
-            stale.unlink()
-        for staged in self.created:
-            os.replace(staged, _final(staged))
+        with probe.probing(self.cfg.out, "cannot put the branch in place:"):
+            for stale in savepoint_paths(savepoint_dir(self.cfg.out)):   # never resumed into this branch
+                stale.unlink()
+            for staged in self.created:
+                os.replace(staged, _final(staged))
         fsync_directory(Path(self.cfg.out).parent, required=False)
         self.created.clear()
         self.committed = True
@@ -191,13 +193,13 @@ def _check_branch_paths(parent: Path, parent_cfg: SessionConfig, cfg: SessionCon
             raise OutputError(f"--out {cfg.out}: the branch would overwrite the parent's {theirs}; "
                               f"give the branch another name")
     for directory, _ in layers:
-        if not (Path(directory) / INDEX_NAME).is_file():
+        if not probe.is_file(Path(directory) / INDEX_NAME, f"cannot fork {parent}: its memory's spill index"):
             raise InputError(f"cannot fork {parent}: its memory's spill directory {directory} holds no stored "
                              f"chunks (a relative --spill of the parent is taken from the current directory)")
     if cfg.memory.spill is not None and any(same(cfg.memory.spill, d) for d, _ in layers):
         raise OutputError(f"--spill {cfg.memory.spill} is a spill directory the branch reads from; "
                           f"the branch writes its own chunks elsewhere")
-    if not cfg.out.parent.is_dir():
+    if not probe.is_dir(cfg.out.parent, f"--out {cfg.out}: directory"):
         raise OutputError(f"--out {cfg.out}: directory {cfg.out.parent} does not exist")
 
 

@@ -163,7 +163,8 @@ class Session:
         self.savepoint_errors: list[str] = []   # save points that could not be written (the user is told)
         spec = self.spec
         check_output_paths(cfg)
-        check_spill_drive(cfg, spill_block_bytes(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch.")))
+        check_spill_drive(cfg, spill_block_bytes(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch.")),
+                          reopening=resume_from is not None and fork_of is None)
         check_spill_quota(cfg, model_kv_layout(cfg), str(self.dtype).removeprefix("torch."))
         check_memory(cfg, spec.grid, model_kv_layout(cfg), dtype_bytes=self.dtype.itemsize,
                      dtype_name=str(self.dtype).removeprefix("torch."),
@@ -388,7 +389,8 @@ class Session:
             free = f"{usage.free / 2**20:.0f} MiB free" if usage.total else "free space unknown"
         except OSError:
             free = "free space unknown"
-        again = (f"`worldpager resume {self.cfg.out}` goes on from the save point before chunk {self._saved_through}"
+        again = (f"`worldpager resume {self.cfg.out}` goes on from the save point before chunk {self._saved_through} "
+                 "(with --spill DIR, from the spill directory moved to another drive)"
                  if self._saved_through else "no save point was made yet: the run must start over")
         if isinstance(failure, DiskFullError):
             return OutputError(f"the spill drive is full: {spill} ({free}); the {left} chunks left need about "

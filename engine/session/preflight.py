@@ -9,7 +9,11 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
   is a directory, or can be created under an existing one, can be written (a probe file made and
   removed, with O_DIRECT where the file system takes it: a read-only mount is refused whoever runs
   it), and its drive has room for one stored chunk and the index's reserve. A file system that reports no size at all (ramfs: 0 blocks) has free space
-  unknown, not 0: it is not refused for it (``usable_free_bytes``).
+  unknown, not 0: it is not refused for it (``usable_free_bytes``). The room the directory's own tier
+  already holds counts as free (``engine.memory.room.tier_room``: a fresh run truncates its block file,
+  a resumed one writes into the file's allocated room past its blocks), so a small drive the tier filled
+  before a kill is not refused. A probe that fails for a reason other than absence (EIO, ENOMEM, EACCES
+  on a parent) is one line naming the path and the errno (``engine.probe``).
 * ``check_spill_quota(cfg, layout, dtype_name)`` — a ``--spill-max`` that can be read and that holds at
   least what the session pins at once (``engine.memory.quota.check_quota``); without ``--spill`` it is
   refused too (a quota of no drive is a mistake, not a no-op).
@@ -42,16 +46,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import probe
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
 from engine.kv_format import ChunkFormat
 from engine.layout import KVLayout, VideoGrid
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS
 from engine.memory.quota import QuotaPlan, check_quota, format_tag, parse_spill_max
+from engine.memory.room import tier_room
 
 GiB, MiB = 1 << 30, 1 << 20
 TRAJECTORY_BYTES_PER_FRAME = 1024
 SPILL_RESERVE_BYTES = MiB   # the disk tier keeps this free for its index (engine.memory.disk.RESERVE_BYTES)
+SPILL_FIX = "check or replace the drive, or choose another --spill"
 TIERED_STORES = ("prefetch", "on-demand", "sync", "dram-only")   # the modes that build a KVStore
 
 
@@ -103,28 +110,31 @@ def usable_free_bytes(st: os.statvfs_result) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def check_spill_drive(cfg: SessionConfig, block_bytes: int) -> None:
-    """Refuse a ``--spill`` the disk tier could not use (see the module docstring); creates nothing."""
+def check_spill_drive(cfg: SessionConfig, block_bytes: int, reopening: bool = False) -> None:
+    """Refuse a ``--spill`` the disk tier could not use (see the module docstring); creates nothing.
+    ``reopening``: a resume that goes on in the directory (its tier's room past its blocks is its own)."""
     spill = cfg.memory.spill
     if spill is None or cfg.memory.store not in TIERED_STORES or cfg.memory.store == "dram-only":
         return
     spill = Path(spill)
-    if spill.exists() and not spill.is_dir():
+    if probe.exists(spill, "--spill", SPILL_FIX) and not probe.is_dir(spill, "--spill", SPILL_FIX):
         raise OutputError(f"--spill {spill} is a file, not a directory; give a directory (it is created if missing)")
+    if probe.is_dir(spill, "--spill", SPILL_FIX):
+        probe.look_inside(spill, "--spill", SPILL_FIX)   # its lock, index and blocks: opened once outputs exist
     existing = spill
-    while not existing.exists():
+    while not probe.exists(existing, "--spill", SPILL_FIX):
         existing = existing.parent
-    if not existing.is_dir():
+    if not probe.is_dir(existing, "--spill", SPILL_FIX):
         raise OutputError(f"--spill {spill}: {existing} is a file, so the directory cannot be created")
     _probe_writable(spill, existing)
-    try:
-        free = usable_free_bytes(os.statvfs(existing))
-    except OSError:
-        free = None
+    free = usable_free_bytes(probe.statvfs(existing, "--spill", SPILL_FIX))
     need = block_bytes + SPILL_RESERVE_BYTES
     if free is not None and free < need:
-        raise OutputError(f"--spill {spill}: its drive has {free / MiB:.1f} MiB free; one stored chunk and the "
-                          f"index need {need / MiB:.1f} MiB; free space or choose another --spill")
+        room = tier_room(spill, resume=reopening, fix=SPILL_FIX) if existing == spill else 0
+        if free + room < need:
+            held = f" (and {room / MiB:.1f} MiB inside its blocks file)" if room else ""
+            raise OutputError(f"--spill {spill}: its drive has {free / MiB:.1f} MiB free{held}; one stored chunk "
+                              f"and the index need {need / MiB:.1f} MiB; free space or choose another --spill")
 
 
 def spill_block_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> int:
@@ -149,21 +159,22 @@ def check_spill_quota(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> 
 def _probe_writable(spill: Path, existing: Path) -> None:
     """Make and remove a file where the spill directory is (or will be): with O_DIRECT, else buffered
     (the disk tier's own fallback, which it reports when it opens the directory)."""
-    probe = existing / f".worldpager-probe-{os.getpid()}"
+    probe_file = existing / f".worldpager-probe-{os.getpid()}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         try:
-            fd = os.open(probe, flags | getattr(os, "O_DIRECT", 0), 0o600)
+            fd = os.open(probe_file, flags | getattr(os, "O_DIRECT", 0), 0o600)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
-            fd = os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600)   # ramfs: made, then refused O_DIRECT
+            fd = os.open(probe_file, os.O_WRONLY | os.O_CREAT, 0o600)   # ramfs: made, then refused O_DIRECT
     except OSError as exc:
         where = "" if existing == spill else f" (it would be created under {existing})"
         raise OutputError(f"--spill {spill} is not writable{where}: {exc.strerror or exc}; "
                           f"choose another --spill") from None
     os.close(fd)
-    probe.unlink()
+    with probe.probing(spill, "--spill", SPILL_FIX):
+        probe_file.unlink()
 
 
 # ---- memory ------------------------------------------------------------------------------------

@@ -12,17 +12,25 @@ saying what is missing and where it was expected. The session does the rest (``S
 resume_from=...)``): the MP4 is cut back to the save point's frames and continued, the log keeps its
 records before the save point and goes on after a ``resume`` record, the memory reopens its spill
 directory.
+
+Every look at the run's files goes through ``engine.probe``: a drive that fails (EIO, ENOMEM, EACCES)
+is one line naming the path, the errno and the fix, and every file of the spill directory is looked at
+(its blocks opened) before the MP4 is cut. ``resume_point(out, spill=DIR)`` moves the run's spill
+directory first (``engine.session.spill_move``). A log that records save points beside a missing
+``<out>.save/`` (the video copied without it) is told as such.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
+from engine import probe
 from engine.config import SessionConfig
 from engine.errors import InputError, SavePointError
 from engine.io.mp4_segments import cut_points
-from engine.memory.disk import INDEX_NAME, index_document
+from engine.memory.disk import DATA_NAME, INDEX_NAME, index_document
 from engine.memory.types import SpillIndexError
 from engine.overlay import resolve_session_config
 from engine.session.preflight import TIERED_STORES
@@ -54,14 +62,15 @@ def with_absolute_paths(cfg: SessionConfig) -> SessionConfig:
     def absolute(path):
         return None if path is None else Path(path).absolute()
 
-    def existing(path):
-        return path if path is None or not Path(path).exists() else Path(path).absolute()
+    def existing(name):
+        path = getattr(cfg, name)
+        flag = "--" + name.replace("_", "-")
+        return path if path is None or not probe.exists(path, flag) else Path(path).absolute()
 
     memory = dataclasses.replace(cfg.memory, spill=absolute(cfg.memory.spill))
-    return dataclasses.replace(cfg, image=existing(cfg.image), trajectory=existing(cfg.trajectory),
-                               observe=existing(cfg.observe), observe_poses=existing(cfg.observe_poses),
-                               checkpoint=existing(cfg.checkpoint), arena_weights=existing(cfg.arena_weights),
-                               log=absolute(cfg.log), memory=memory)
+    inputs = ("image", "trajectory", "observe", "observe_poses", "checkpoint", "arena_weights")
+    return dataclasses.replace(cfg, **{name: existing(name) for name in inputs}, log=absolute(cfg.log),
+                               memory=memory)
 
 
 def finished(cfg: SessionConfig) -> bool:
@@ -72,27 +81,59 @@ def finished(cfg: SessionConfig) -> bool:
     return any(r.get("type") == "summary" and r.get("status") == "done" for r in records[-1:])
 
 
-def resume_point(out: Path) -> tuple[SessionConfig, SavePoint, list[str]]:
+def resume_point(out: Path, spill: Path | None = None) -> tuple[SessionConfig, SavePoint, list[str]]:
     """Config, newest save point the MP4 can be continued from, and notes on skipped ones, for
-    resuming ``out``; every piece the resumed run needs is checked here, before anything is changed."""
+    resuming ``out``; every piece the resumed run needs is checked here, before anything is changed.
+    ``spill``: go on with the spill directory there (``engine.session.spill_move``; the config then
+    records it)."""
     out = Path(out)
     cfg = run_config(out)
     check_present(out, cfg, "resume")
     if finished(cfg):
         raise InputError(f"cannot resume {out}: the run finished (its log {cfg.log_path} ends with status done)")
     sp, notes = fitting_savepoint(out, cfg, "resume")
+    if spill is not None:
+        cfg, moved = _move_spill(out, cfg, sp, Path(spill))
+        notes = notes + moved
     check_spill(out, cfg, sp, "resume")
     return cfg, sp, notes
+
+
+def _move_spill(out: Path, cfg: SessionConfig, sp: SavePoint, spill: Path) -> tuple[SessionConfig, list[str]]:
+    """``resume --spill DIR``: the run's own spill directory moves to ``spill`` (checked or copied)."""
+    from engine.session.spill_move import move_spill
+
+    if not _has_disk_tier(cfg):
+        why = ("--store window keeps no retrieval memory" if cfg.memory.store == "window" else
+               "its memory was only in RAM" if cfg.memory.spill is None else f"--store {cfg.memory.store} keeps none")
+        raise InputError(f"cannot resume {out} with --spill {spill}: its run has no spill directory to move "
+                         f"({why}); resume it without --spill")
+    memory = sp.facts.get("memory", {})
+    bases = [(_stored_chunks(out, Path(layer["spill"]), "resume", sp.chunk, flag="the parent's spill"),
+              int(layer["before"])) for layer in memory.get("base", [])]
+    own = [c for c in slot_chunks(cfg, sp) if not any(c in chunks and c < before for chunks, before in bases)]
+    return move_spill(out, cfg, sp, spill, own)
+
+
+def _has_disk_tier(cfg: SessionConfig) -> bool:
+    return cfg.memory.spill is not None and cfg.memory.store in TIERED_STORES and cfg.memory.store != "dram-only"
+
+
+def slot_chunks(cfg: SessionConfig, sp: SavePoint) -> list[int]:
+    """The stored chunks the save point's memory slots are refilled with (the sink is in the save point)."""
+    slots = sp.facts.get("memory", {}).get("slots", [])
+    sink = len(slots) - 1 if cfg.memory.sink and slots else None
+    return sorted({int(c) for j, c in enumerate(slots) if c is not None and j != sink})
 
 
 def check_present(out: Path, cfg: SessionConfig, doing: str) -> None:
     """The video and the log of the run are there (a resume keeps the log's records before its save point)."""
     for path, what in ((out, "video"), (cfg.log_path, "log")):
         path = Path(path)
-        if not path.is_file():
+        if not probe.is_file(path, f"cannot {doing} {out}: its {what}"):
             where = f"{path} ({path.absolute()})" if not path.is_absolute() else str(path)
             raise InputError(f"cannot {doing} {out}: its {what} {where} is "
-                             + ("not a file" if path.exists() else "missing"))
+                             + ("not a file" if probe.exists(path, f"cannot {doing} {out}: its {what}") else "missing"))
 
 
 def why_no_savepoints(cfg: SessionConfig) -> str | None:
@@ -133,6 +174,7 @@ def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None 
     if at is not None:
         paths = [p for p in paths if p.name == savepoint_name(at)]
     frames, keys = cut_points(out)
+    digests = _digests(cfg)
     notes: list[str] = []
     too_short = False
     for path in paths:
@@ -142,7 +184,7 @@ def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None 
             notes.append(f"{path.name}: {exc.reason} (skipped)")
             continue
         check_key_convention(out, sp, cfg, doing)
-        if sp.facts.get("config_digest") != config_digest(cfg):
+        if sp.facts.get("config_digest") not in digests:
             raise InputError(f"cannot {doing} {out}: save point {sp.chunk} was made with another config than "
                              f"{out.with_suffix('.config.json')}")
         need = sp.facts["frames_total"]
@@ -151,20 +193,51 @@ def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None 
         too_short = True
         notes.append(f"{path.name}: needs the video's first {need} frames, {out} holds {frames} (skipped)")
     if not too_short:
+        if not notes and not probe.exists(directory, f"cannot {doing} {out}: its save-point directory"):
+            _refuse_left_behind(out, cfg, directory, doing)
         why = "; ".join(notes) if notes else (why_no_savepoints(cfg) or "the run stopped before its first one")
         raise InputError(f"cannot {doing} {out}: no save point in {directory} ({why})")
     raise InputError(f"cannot {doing} {out}: no save point fits its video ({'; '.join(notes)})")
+
+
+def _refuse_left_behind(out: Path, cfg: SessionConfig, directory: Path, doing: str) -> None:
+    """The save-point directory is missing although the log records save points: the video (and its log)
+    were copied or moved without it."""
+    try:
+        records = read_log(cfg.log_path)
+    except (OSError, ValueError):
+        return
+    made = [r for r in records if r.get("type") == "savepoint" and r.get("path") and isinstance(r.get("chunk"), int)]
+    if made:
+        raise InputError(f"cannot {doing} {out}: its log records save points (the newest before chunk "
+                         f"{made[-1]['chunk']}), but {directory} is missing: the save points are not beside the "
+                         f"video; copy the run's {directory.name}/ beside it too, or {doing} the original")
+
+
+def _digests(cfg: SessionConfig) -> set[str]:
+    """The config digests a save point of this run may carry: today's (without the spill directory's
+    place) and, for one written before the place was left out, the digest with it — the place as the
+    config has it and as the log's header recorded it at the start (before a ``resume --spill`` moved it)."""
+    digests = {config_digest(cfg), config_digest(cfg, with_spill=True)}
+    try:
+        with open(cfg.log_path, encoding="utf-8") as f:
+            header = json.loads(f.readline())
+        spill = header.get("config", {}).get("memory", {}).get("spill")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        spill = None
+    if isinstance(spill, str) and spill:
+        moved = dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, spill=Path(spill)))
+        digests.add(config_digest(moved, with_spill=True))
+    return digests
 
 
 def check_spill(out: Path, cfg: SessionConfig, sp: SavePoint, doing: str) -> None:
     """The spill directories the save point's memory is refilled from hold its chunks."""
     memory = sp.facts.get("memory", {})
     spill = cfg.memory.spill
-    if spill is None or cfg.memory.store not in TIERED_STORES or cfg.memory.store == "dram-only":
+    if not _has_disk_tier(cfg):
         return
-    slots = memory.get("slots", [])
-    sink = len(slots) - 1 if cfg.memory.sink and slots else None
-    needed = sorted({int(c) for j, c in enumerate(slots) if c is not None and j != sink})
+    needed = slot_chunks(cfg, sp)
     own = _stored_chunks(out, Path(spill), doing, sp.chunk, flag="--spill")
     layers = [(Path(layer["spill"]), int(layer["before"])) for layer in memory.get("base", [])]
     bases = [(_stored_chunks(out, d, doing, sp.chunk, flag="the parent's spill"), before) for d, before in layers]
@@ -177,18 +250,39 @@ def check_spill(out: Path, cfg: SessionConfig, sp: SavePoint, doing: str) -> Non
                          "(another run's directory?); nothing was changed")
 
 
+def _check_readable(directory: Path, what: str, fix: str) -> None:
+    """Every file of the spill directory can be looked at and its blocks opened: the session opens them
+    only once the MP4 is cut back, and a failing drive must be told before that."""
+    probe.look_inside(directory, what, fix)
+    with probe.probing(directory, what, fix):
+        try:
+            os.close(os.open(directory / DATA_NAME, os.O_RDONLY))
+        except FileNotFoundError:   # no blocks: each chunk is a miss (damage, reported when the memory opens)
+            pass
+
+
+def spill_fix(out: Path, doing: str) -> str:
+    """What to do about a spill directory on a drive that fails."""
+    if doing == "resume":
+        return (f"check or replace the drive; `worldpager resume {out} --spill NEWDIR` goes on from a copy of "
+                "it on another drive")
+    return "check or replace the drive under it"
+
+
 def _stored_chunks(out: Path, directory: Path, doing: str, chunk: int, flag: str) -> set[int]:
     """The chunks ``directory``'s index lists; a one-line error naming where it was expected if absent."""
     index = directory / INDEX_NAME
     where = str(directory) if directory.is_absolute() else \
         f"{directory} (relative: taken here as {directory.absolute()})"
-    if not directory.is_dir():
+    what, fix = f"cannot {doing} {out}: its spill directory", spill_fix(out, doing)
+    if not probe.is_dir(directory, what, fix):
         raise InputError(f"cannot {doing} {out}: its spill directory {where} is missing (its save point at chunk "
                          f"{chunk} refills the memory from it; {flag} was moved or deleted?)")
     try:
-        doc = index_document(index)
+        doc = index_document(index, fix, f"cannot {doing} {out}: its spill index")
     except SpillIndexError as exc:
         savepoint = savepoint_dir(out) / savepoint_name(chunk)
         raise InputError(f"cannot {doing} {out} from save point {savepoint}: {exc}; nothing was changed "
                          "(restore the index from a backup, or generate again)") from None
+    _check_readable(directory, what, fix)
     return {int(c) for c in doc["blocks"] if str(c).isdigit()}

@@ -45,12 +45,16 @@ def savepoint_dir(out: Path) -> Path:
     return Path(out).with_name(Path(out).name + ".save")
 
 
-def config_digest(cfg: SessionConfig) -> str:
-    """What must not change between a run and its resumption (the output paths and how many save
-    points are kept, and whether decoding overlaps denoising, may)."""
+def config_digest(cfg: SessionConfig, with_spill: bool = False) -> str:
+    """What must not change between a run and its resumption (the output paths, where the spill
+    directory is — ``resume --spill`` moves it, its contents are checked on their own — how many save
+    points are kept, and whether decoding overlaps denoising, may). ``with_spill``: the digest as save
+    points written before the spill directory could move have it (its path included)."""
     data = config_to_json(cfg)
     for name in ("out", "log", "keep_savepoints", "decode_overlap", "save_interval_s"):
         data.pop(name, None)
+    if not with_spill:
+        data["memory"].pop("spill", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -10,6 +10,8 @@ and the session decide that). Contract:
 * ``read_savepoint(path)`` returns the ``SavePoint`` or raises ``SavePointError`` (one line naming the
   file and what is wrong) for any damaged file — never another exception type, never a hang, and never
   more memory than the file's size for a lying length field.
+* ``savepoint_paths(directory)`` lists them; a directory that cannot be looked at for a reason other
+  than its absence (EIO, ENOMEM, EACCES) is one ``engine.probe.DriveError`` line, never a traceback.
 * ``latest_savepoint(directory)`` returns the newest readable save point, skipping damaged newer ones
   with one note each (``"savepoint-00000120.wps: crc mismatch (skipped)"``).
 
@@ -39,6 +41,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from engine import probe
 from engine.durable import fsync_directory
 from engine.errors import OutputError, SavePointError
 
@@ -64,9 +67,10 @@ def savepoint_name(chunk: int) -> str:
 def savepoint_paths(directory: Path) -> list[Path]:
     """The save points in ``directory``, newest (highest chunk) first; temporaries are not listed."""
     directory = Path(directory)
-    if not directory.is_dir():
+    if not probe.is_dir(directory, "the save-point directory"):
         return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := NAME.fullmatch(p.name))]
+    found = [(int(m.group(1)), p) for p in probe.listdir(directory, "the save-point directory")
+             if (m := NAME.fullmatch(p.name))]
     return [p for _, p in sorted(found, key=lambda cp: cp[0], reverse=True)]
 
 
@@ -116,7 +120,8 @@ def _write_durably(directory: Path, final: Path, data: bytes) -> None:
 
 def _prune(directory: Path, keep: int) -> None:
     stale = savepoint_paths(directory)[keep:]
-    stale += [p for p in directory.iterdir() if p.name.startswith(TEMP_PREFIX) and p.name.endswith(TEMP_SUFFIX)]
+    stale += [p for p in probe.listdir(directory, "the save-point directory")
+              if p.name.startswith(TEMP_PREFIX) and p.name.endswith(TEMP_SUFFIX)]
     for path in stale:
         try:
             path.unlink(missing_ok=True)
