@@ -99,7 +99,8 @@ def _forked(tmp: Path, out: Path) -> list[Path]:
     parent = invoke("generate", *MICRO, "--chunks", 3, "--save-every", 1, "--spill", tmp / "p.spill",
                     "--out", tmp / "p.mp4", "--quiet")
     assert parent.exit_code == 0, parent.output
-    branch = invoke("fork", tmp / "p.mp4", "--at", 2, "--trajectory", YAW, "--out", out / "x.mp4", "--quiet")
+    branch = invoke("fork", tmp / "p.mp4", "--at", 2, "--trajectory", YAW, "--out", out / "x.mp4", "--chunks", 3,
+                    "--quiet")
     assert branch.exit_code == 0, branch.output
     return [out / "x.mp4", out / "x.log.jsonl", out / "x.config.json", out / "x.trajectory.yaml"]
 

@@ -116,11 +116,11 @@ def test_fork(runs):
         == list(range(6, CHUNKS - 1))   # only its own chunks (the last one needs no store)
     assert read_log(tmp / "branch.log.jsonl")[-1]["status"] == "done"
 
-    # the parent's own way from chunk 4 (no --chunks: the parent's length): the uninterrupted run
+    # the parent's own way from chunk 4, to the parent's length: the uninterrupted run
     cfg = json.loads((tmp / "parent.config.json").read_text())
     own_way = load_trajectory(packaged_trajectory("arena_tour.yaml"), "universal", frames=len(reference))
     same = tmp / "same.mp4"
-    _killed_after_savepoint(tmp, tmp / "same.log.jsonl", 8, "fork", parent, "--at", 4, "--out", same, "--quiet",
+    _killed_after_savepoint(tmp, tmp / "same.log.jsonl", 8, "fork", parent, "--at", 4, "--out", same, "--chunks", CHUNKS, "--quiet",
                             "--trajectory", _actions_csv(tmp / "rest4.csv", own_way, _frames_before(4)))
     done = _worldpager(tmp, "resume", same, "--quiet")   # a killed branch resumes like any run
     assert done.returncode == 0, done.stderr
@@ -133,7 +133,7 @@ def test_fork(runs):
     # a branch of the branch (its newest save point, 10) reads the parent's chunks < 6 and the branch's 6..9
     twig = tmp / "twig.mp4"
     branch_way = load_trajectory(tmp / "branch.trajectory.yaml", "universal", frames=len(reference))
-    done = _worldpager(tmp, "fork", branch, "--out", twig, "--quiet", "--trajectory",
+    done = _worldpager(tmp, "fork", branch, "--out", twig, "--chunks", CHUNKS, "--quiet", "--trajectory",
                        _actions_csv(tmp / "rest10.csv", branch_way, _frames_before(10)))
     assert done.returncode == 0, done.stderr
     assert [r["chunk"] for r in read_log(tmp / "twig.log.jsonl") if r["type"] == "fork"] == [6, 10]
