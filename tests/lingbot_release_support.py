@@ -66,14 +66,18 @@ def dit_config_json(**changes) -> dict:
     return {**config, **changes}
 
 
-def write_release(root: Path, t5: dict[str, torch.Tensor] | None = None, **config_changes) -> Path:
+def write_release(root: Path, t5: dict[str, torch.Tensor] | None = None, control: str = "cam",
+                  unstated: tuple[str, ...] = (), **config_changes) -> Path:
+    """A tiny release folder; ``control``: the DiT's control type (its weights' shapes), ``unstated``:
+    fields left out of its ``config.json`` (the release may not state ``control_type``)."""
     import dataclasses
 
     root.mkdir(parents=True, exist_ok=True)
     dit_folder = root / "lingbot_world_fast"
     dit_folder.mkdir(exist_ok=True)
-    (dit_folder / "config.json").write_text(json.dumps(dit_config_json(**config_changes), indent=2))
-    dit_cfg = dataclasses.replace(LINGBOT_TINY.dit, text_dim=TINY_T5.dim)
+    config = {k: v for k, v in dit_config_json(control_type=control, **config_changes).items() if k not in unstated}
+    (dit_folder / "config.json").write_text(json.dumps(config, indent=2))
+    dit_cfg = dataclasses.replace(LINGBOT_TINY.dit, text_dim=TINY_T5.dim, control_type=control)
     state = seeded_state_dict(SEED + 1, key_shapes(dit_cfg))
     keys = sorted(state)
     shards = {"diffusion_pytorch_model-00001-of-00002.safetensors": keys[: len(keys) // 2],

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import CheckpointError, ConfigError
-from engine.lingbot_config import FastDiTConfig
+from engine.lingbot_config import CONTROL_CHANNELS, FastDiTConfig
 from engine.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.text import TOKENIZER_DIR, WAN_T5_FILE, hf_state, load_text_encoder, load_tokenizer, t5_shape
 from engine.model.lingbot.weights import CHECKPOINT_SUBFOLDER, empty_model, load_state, read_config
@@ -99,9 +99,15 @@ def text_width(files: ReleaseFiles) -> int:
 
 
 def dit_config(files: ReleaseFiles, m: LingbotModelConfig, text_dim: int) -> FastDiTConfig:
-    """``config.json`` with the named model's pipeline settings; its shape must be the named model's."""
+    """``config.json`` with the named model's pipeline settings; its shape must be the named model's.
+    The control type is the file's ``control_type``, else what the weights hold (the control patch
+    embedding's inputs: 6 channels ``cam``, 7 ``act``) — never the folder's name, which the official
+    loader reads ("cam" or "act" in the path): a release folder works whatever it is called."""
+    overrides = {k: getattr(m.dit, k) for k in PIPELINE_SETTINGS}
+    if "control_type" not in _official_fields(files):
+        overrides["control_type"] = control_type_of_weights(files)
     try:
-        cfg = read_config(files.dit_config.parent, {k: getattr(m.dit, k) for k in PIPELINE_SETTINGS})
+        cfg = read_config(files.dit_config.parent, overrides)
     except ConfigError as exc:     # an unknown field or control type: the file is the user's to fix
         raise CheckpointError(f"{files.dit_config}: {exc}") from None
     cfg = dataclasses.replace(cfg, text_dim=text_dim)
@@ -110,6 +116,32 @@ def dit_config(files: ReleaseFiles, m: LingbotModelConfig, text_dim: int) -> Fas
             raise CheckpointError(f"{files.dit_config}: {field.name} {getattr(cfg, field.name)!r}, but --model "
                                   f"{m.name} is {getattr(m.dit, field.name)!r} (choose the model of this shape)")
     return cfg
+
+
+def _official_fields(files: ReleaseFiles) -> set[str]:
+    try:
+        fields = json.loads(files.dit_config.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {files.dit_config}: {exc}") from None
+    return set(fields) if isinstance(fields, dict) else set()
+
+
+CONTROL_WEIGHT = "patch_embedding_wancamctrl.weight"
+
+
+def control_type_of_weights(files: ReleaseFiles) -> str:
+    """``cam`` or ``act`` from the control patch embedding's input width in the shards' headers."""
+    probe = FastDiTConfig()
+    by_width = {dataclasses.replace(probe, control_type=c).control_in_features: c for c in CONTROL_CHANNELS}
+    for shard in files.dit_shards:
+        shapes = read_shapes(shard)
+        if CONTROL_WEIGHT in shapes:
+            width = shapes[CONTROL_WEIGHT].shape[-1]
+            if width not in by_width:
+                raise CheckpointError(f"{shard}: {CONTROL_WEIGHT} takes {width} inputs, neither a camera ({min(by_width)}) "
+                                      f"nor an action ({max(by_width)}) control")
+            return by_width[width]
+    raise CheckpointError(f"{files.dit_config.parent}: no shard holds {CONTROL_WEIGHT} (not a LingBot-World-Fast DiT?)")
 
 
 def release_model(files: ReleaseFiles, m: LingbotModelConfig) -> LingbotModelConfig:
