@@ -389,6 +389,7 @@ class SessionConfig:
     save_interval_s: float = 30.0      # with save_every None: wall time between save points (a slow machine makes them at fewer chunks)
     keep_savepoints: int = 2           # newest save points kept (each is a chunk a run can be resumed or forked at)
     decode_overlap: bool = False       # decode and mux chunk c on a worker thread while c+1 denoises (engine/session/decode.py)
+    threads: int | None = None         # torch's intra-op threads on a CPU; None: OMP_NUM_THREADS, else 1 (engine/cpu_threads.py)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
@@ -411,6 +412,7 @@ class SessionConfig:
              f"save_interval_s must be a number of seconds > 0, got {self.save_interval_s}"),
             (self.keep_savepoints >= 1,
              f"--keep-savepoints (keep_savepoints) must be at least 1, got {self.keep_savepoints}"),
+            (self.threads is None or self.threads >= 1, f"--threads (threads) must be at least 1, got {self.threads}"),
             (self.repeat in ("loop", "pingpong"), f"repeat must be loop or pingpong, got {self.repeat!r}"),
             (self.positions in POSITION_MODES, f"positions must be one of {', '.join(POSITION_MODES)}, got {self.positions!r}"),
             (self.memory.store in STORE_MODES, f"store must be one of {', '.join(STORE_MODES)}, got {self.memory.store!r}"),

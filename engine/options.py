@@ -77,8 +77,8 @@ SECTION_OF = {
                      "official_sink", "late_prefetch", "kv_keys"), "Memory"),
     **dict.fromkeys(("spill", "spill_max", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
     "positions": "Positions",
-    **dict.fromkeys(("chunks", "seconds", "minutes", "save_every", "keep_savepoints", "decode_overlap", "set"),
-                    "Run control"),
+    **dict.fromkeys(("chunks", "seconds", "minutes", "save_every", "keep_savepoints", "decode_overlap", "threads",
+                     "set"), "Run control"),
 }
 
 
@@ -94,7 +94,7 @@ RANGES = {"chunks": (1, False, "chunks"), "seconds": (0, True, "seconds"), "minu
           "save_every": (0, False, "chunks"), "keep_savepoints": (1, False, "save points"),
           "chunk_ms": (0, False, "ms"), "kv_scale": (0, True, "times MG2's KV"), "host_mem": (0, True, "GiB"),
           "pool_slots": (1, False, "chunk slots"), "device_mem": (0, True, "GiB"), "retrieve_k": (0, False, "chunks"),
-          "io_deadline": (0, True, "seconds")}
+          "io_deadline": (0, True, "seconds"), "threads": (1, False, "threads")}
 
 
 SESSION_OPTIONS: tuple[Option, ...] = (
@@ -133,6 +133,8 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          "keep_savepoints"),
     _opt("decode_overlap", "switch", "Decode and mux each chunk on a worker thread while the next one denoises "
          "(same MP4). Default: off.", "decode_overlap"),
+    _opt("threads", "int", "Intra-op threads of torch on a CPU (the CPU's share of a session; a GPU's work is "
+         "unaffected). Default: OMP_NUM_THREADS if set, else 1.", "threads"),
     _opt("positions", "choice", "Position handling past the horizon. Default: rerotate.", "positions",
          POSITION_MODES),
     _opt("chunk_ms", "float", "Synthetic model: device time per chunk. Default: 1200.", "chunk_ms"),

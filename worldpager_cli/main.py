@@ -21,6 +21,7 @@ import click
 from worldpager_cli.json_output import emit_json, json_result
 
 from engine.config import LINGBOT_MODELS, MODEL_CONFIGS, SessionConfig
+from engine.cpu_threads import apply_cpu_threads
 from engine.errors import ConfigError, OutputError
 from engine.overlay import resolve_session_config, with_user_config
 from worldpager_cli.arena import arena, bench_arena, train
@@ -155,6 +156,7 @@ def _generate(cfg, spec, grid, quiet: bool, as_json: bool) -> None:
     # not be what the file asked) but not the note that the run cannot be resumed (the header has it).
     notes = [] if not quiet else unresumable_note(cfg)
     _warn([w for w in session.warnings() if w not in notes])
+    apply_cpu_threads(cfg, session.device)
     with _abort_on_signals():   # nothing generated yet: stop at once, leaving no empty outputs
         session.load()
     _run_and_report(session, progress, grid, say, as_json, cfg, 0)
@@ -198,6 +200,7 @@ def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool) -> None:
     with _abort_on_signals():
         session = Session(cfg, on_chunk=progress.update, resume_from=sp)
         _warn(session.warnings())
+        apply_cpu_threads(cfg, session.device)
         session.load()
     progress.skip(sp.chunk, sp.facts["frames_total"])
     say(f"worldpager: resuming {out} at chunk {sp.chunk} of {cfg.chunks} (frame {sp.facts['frames_total']}); "
@@ -249,6 +252,7 @@ def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json)
         with _abort_on_signals():
             session = Session(cfg, on_chunk=progress.update, resume_from=sp, fork_of=branch)
             _warn(_branch_warnings(trajectory, cfg, sp))
+            apply_cpu_threads(cfg, session.device)
             session.load()
     except BaseException:
         branch.discard()

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import click
 
+from engine.cpu_threads import apply_cpu_threads
+
 from engine.errors import ConfigError, InputError
 from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import LENGTH_KEYS, chunks_for_length, session_options, session_overlay
@@ -153,6 +155,7 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
             f"of video); video {cfg.out}, log {cfg.log_path}, inputs recorded to {cfg.trajectory}; Ctrl-C or Stop ends it")
         for line in run.session.warnings():
             click.echo(f"worldpager: warning: {line}", err=True)
+        apply_cpu_threads(cfg, run.session.device)
         with _interrupt_on_signals():   # nothing made yet: SIGTERM and SIGHUP stop the load at once
             run.session.load()
         if open_browser:

@@ -48,10 +48,10 @@ def savepoint_dir(out: Path) -> Path:
 def config_digest(cfg: SessionConfig, with_spill: bool = False) -> str:
     """What must not change between a run and its resumption (the output paths, where the spill
     directory is — ``resume --spill`` moves it, its contents are checked on their own — how many save
-    points are kept, and whether decoding overlaps denoising, may). ``with_spill``: the digest as save
+    points are kept, whether decoding overlaps denoising and the CPU's threads, may). ``with_spill``: the digest as save
     points written before the spill directory could move have it (its path included)."""
     data = config_to_json(cfg)
-    for name in ("out", "log", "keep_savepoints", "decode_overlap", "save_interval_s"):
+    for name in ("out", "log", "keep_savepoints", "decode_overlap", "save_interval_s", "threads"):
         data.pop(name, None)
     if not with_spill:
         data["memory"].pop("spill", None)
