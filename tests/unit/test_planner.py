@@ -1,6 +1,8 @@
 """The analytical model against the paper's anchors, its definitions, and its import rule (no torch)."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -341,3 +343,18 @@ def test_urgent_write_back_does_not_step_aside_for_reads():
     kw = dict(read_rate=32 * 2**20, write_rate=48 * 2**20, burst=1, reads_from=9)
     polite, urgent = timeline_of(urgent_writeback=False, **kw), timeline_of(**kw)
     assert sum(urgent) < sum(polite)
+
+
+def test_plan_answers_where_torch_cannot_be_imported(tmp_path):
+    """The planner reads shapes (``engine.layout.ModelShape`` from the torch-free configs), not models:
+    ``worldpager plan`` for MG2 and LingBot works with a torch that raises on import."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "torch.py").write_text("raise ImportError('torch is broken here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")])}
+    for preset in ("mg2-4090-32g", "lingbot-fast-h100-64g"):
+        result = subprocess.run([sys.executable, "-c", "from worldpager_cli.main import cli; cli()", "plan",
+                                 "--preset", preset, "--minutes", "10", "--json"], capture_output=True, text=True,
+                                timeout=120, env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["chunks"] == 801
