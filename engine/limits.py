@@ -40,10 +40,12 @@ def exhausted(exc: BaseException) -> str | None:
     """Which resource ``exc`` (or an exception in its chain) says ran out: one of MEMORY, DEVICE,
     THREADS, FILES, SYSTEM_FILES; None for any other failure."""
     seen: set[int] = set()
+    drives = False   # an error a drive's probe made: an ENOMEM under it is the drive's answer, not memory
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
+        drives = drives or getattr(exc, "memory_is_the_drives", False)
         kind = _kind(exc)
-        if kind is not None:
+        if kind is not None and not (drives and kind == MEMORY):
             return kind
         exc = exc.__cause__ or exc.__context__
     return None
