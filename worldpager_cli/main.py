@@ -238,8 +238,8 @@ def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json)
             session = Session(cfg, on_chunk=progress.update, resume_from=sp, fork_of=branch)
             _warn(_branch_warnings(trajectory, cfg, sp))
             session.load()
-    except BaseException:
-        branch.discard()
+    except BaseException as exc:
+        branch.discard(exc)   # the error that brought us here is the one reported
         raise
     progress.skip(sp.chunk, sp.facts["frames_total"])
     say(f"worldpager: forking {parent} at chunk {sp.chunk} (frame {sp.facts['frames_total']}) into {out}, "

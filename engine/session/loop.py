@@ -20,7 +20,9 @@ and checks that the settings fit the memory budget (``engine.session.preflight``
 written; a fork's outputs keep their staging names until its model is loaded (``Fork.commit``); if
 set-up or loading fails, only the files this session created are removed. The MP4 and the log are closed on every exit
 path (the log with its summary line), so a failed or interrupted run leaves a playable file and a
-complete log. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
+complete log. Closing never masks the error a run fails with (``engine.cleanup``): an output drive that
+fails mid-run (EIO, ENOSPC, read-only after an error) is one error naming the file, the MP4 keeping its
+whole fragments and the log its whole lines as far as the drive took them. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
 hand.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Callable
 
 import torch
 
+from engine.cleanup import Cleanup
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
 from engine.pause_clock import PauseClock
@@ -182,8 +185,8 @@ class Session:
                 self._created.append(cfg.log_path)
                 write_resolved_config(cfg, cfg.config_path)
                 self._created.append(cfg.config_path)
-            except BaseException:
-                self._discard_outputs()
+            except BaseException as exc:
+                self._discard_outputs(failing=exc)
                 raise
         self.model: WorldModel | None = None
 
@@ -206,21 +209,21 @@ class Session:
                 self.fork_of.commit()
                 self.writer.path, self.log.path = self.cfg.out, self.cfg.log_path
         except BaseException as exc:   # a signal while loading is an interruption (a resume's log says so)
-            self._discard_outputs("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            self._discard_outputs("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", exc)
             raise
 
-    def _discard_outputs(self, status: str = "failed") -> None:
+    def _discard_outputs(self, status: str = "failed", failing: BaseException | None = None) -> None:
         """Nothing was generated: close and remove the empty outputs this session created (only those,
-        so that the clean-up can neither fail on nor delete a path the user gave by mistake)."""
-        self.writer.close()
+        so that the clean-up can neither fail on nor delete a path the user gave by mistake). The error
+        that brought us here is the one reported (``engine.cleanup``)."""
+        cleanup = Cleanup(failing)
+        cleanup.run(self.writer.close)
         if self.log is not None:
-            try:
-                self.log.close(status)
-            except OutputError:   # a full drive: the error that brought us here is the one to report
-                pass
+            cleanup.run(self.log.close, status)
         for path in self._created:
-            path.unlink(missing_ok=True)
+            cleanup.run(path.unlink, missing_ok=True)
         self._created.clear()
+        cleanup.finish()
 
     def run(self) -> SessionResult:
         """Generate every chunk (loading first if needed); video and log are closed on every path."""
@@ -256,7 +259,7 @@ class Session:
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks else "done"
         except BaseException as exc:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            self._close(memory, status, abort=isinstance(exc, KeyboardInterrupt),
+            self._close(memory, status, abort=isinstance(exc, KeyboardInterrupt), failing=exc,
                         error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
@@ -291,23 +294,28 @@ class Session:
                         savepoints=savepoints)
         self._header_written = True
 
-    def _close(self, memory: SessionMemory | None, status: str, abort: bool = False, **extra) -> None:
-        """``abort`` (a second signal): the memory waits for nothing the drive holds."""
+    def _close(self, memory: SessionMemory | None, status: str, abort: bool = False,
+               failing: BaseException | None = None, **extra) -> None:
+        """Close the MP4, the memory and the log, each whatever the others did: ``failing`` (the run's
+        error), else the first error of the close, is the one raised; a later one is a warning
+        (``engine.cleanup``). ``abort`` (a second signal): the memory waits for nothing the drive holds."""
+        cleanup = Cleanup(failing)
         if not self._header_written:   # set-up of the memory failed: the log still starts with a header
-            self._header(None)
+            cleanup.run(self._header, None)
         summary = memory.summary() if memory is not None else {}
-        try:
-            # A second signal can land between a chunk's mux and its log record: the video then holds a
-            # chunk the log does not, and is cut back to the log's frames (a run resumed or forked from
-            # the log's save points expects exactly those).
-            if status == "done":
-                self.writer.close()
-            else:
-                self.writer.cut_back(self.log.summary.frames)
-            if memory is not None:
-                memory.close(abort=abort)
-        finally:   # a second signal during the close (it aborts the memory's): the log still ends
-            self.log.close(status, store=self.cfg.memory.store, positions=self.cfg.positions, **summary, **extra)
+        # A second signal can land between a chunk's mux and its log record, and a log line can fail
+        # where its chunk's frames did not: the video then holds a chunk the log does not, and is cut
+        # back to the log's frames (a run resumed or forked from the log's save points expects those).
+        if status == "done":
+            cleanup.run(self.writer.close)
+        else:
+            cleanup.run(self.writer.cut_back, self.log.summary.frames)
+        if memory is not None:
+            cleanup.run(memory.close, abort=abort)
+        # a second signal during the close (it aborts the memory's): the log still ends
+        cleanup.run(self.log.close, status, store=self.cfg.memory.store, positions=self.cfg.positions,
+                    **summary, **extra)
+        cleanup.finish()
 
     def _memory_chunks(self) -> int:
         mem = self.cfg.memory
@@ -382,15 +390,22 @@ class Session:
         self._memory = memory
         saver = self._saver(memory)
         schedule = SaveSchedule(self.cfg.save_every, self.cfg.save_interval_s)
-        aborted = False
         try:
-            return self._chunks(ctx, memory, start, frames_total, saver, schedule)
-        except KeyboardInterrupt:
-            aborted = True   # a second signal: no waiting for a save point the drive holds up
+            made = self._chunks(ctx, memory, start, frames_total, saver, schedule)
+        except BaseException as exc:
+            self._close_saver(saver, exc)
             raise
-        finally:
-            if saver is not None:
-                self._log_savepoints(saver.close(abort=aborted))
+        self._close_saver(saver, None)
+        return made
+
+    def _close_saver(self, saver: SavePointWriter | None, failing: BaseException | None) -> None:
+        """Save points still in flight are finished and logged; ``failing`` (the loop's error) wins."""
+        if saver is None:
+            return
+        cleanup = Cleanup(failing)
+        # a second signal: no waiting for a save point the drive holds up
+        cleanup.run(lambda: self._log_savepoints(saver.close(abort=isinstance(failing, KeyboardInterrupt))))
+        cleanup.finish()
 
     def _chunks(self, ctx, memory, start, frames_total, saver, schedule) -> tuple[int, int]:
         model = self.model
@@ -455,5 +470,8 @@ class Session:
                 self._log_decoded(done)
             self._log_decoded(stage.close())
             return self.cfg.chunks, stage.frames_total
-        finally:
-            self._log_decoded(stage.close())   # a failed loop: the chunk in flight still reaches the file
+        except BaseException as exc:   # a failed loop: the chunk in flight still reaches the file
+            cleanup = Cleanup(exc)
+            cleanup.run(lambda: self._log_decoded(stage.close()))
+            cleanup.finish()
+            raise
