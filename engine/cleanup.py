@@ -6,8 +6,9 @@ the steps before it did, then ``finish()``:
 
 * ``failing`` is the error the run is already on its way out with (None on a run that went well). It
   wins: a step's error (``OSError`` or a ``WorldPagerError``: a drive that failed, a full drive) is then
-  no error of its own; the first one is said in one warning line (with how many more there were), so
-  that a dying output drive gives the run's one-line error and not a traceback from closing its files.
+  no error of its own; the first one is said in one warning line (with how many more there were; one
+  that says what ``failing`` says is not said again), so that a dying output drive gives the run's
+  one-line error and not a traceback from closing its files.
 * With nothing failing, the first step's error is raised by ``finish()`` (it is the run's error); later
   ones are the warning.
 * An interrupt (a second Ctrl-C) or an internal error met in a step does not stop the steps after it;
@@ -20,6 +21,7 @@ import logging
 from typing import Callable
 
 from engine.errors import WorldPagerError
+from engine.output_files import write_failure
 
 log = logging.getLogger("worldpager.session")
 CLEANUP_ERRORS = (OSError, WorldPagerError)   # what the drive and the user's paths can do to a clean-up
@@ -45,7 +47,7 @@ class Cleanup:
         except CLEANUP_ERRORS as exc:
             if self.failing is None and self.first is None:
                 self.first = exc
-            else:
+            elif self.failing is None or one_line(exc) != one_line(self.failing):   # not the same news again
                 self.later.append(exc)
         except BaseException as exc:   # a second signal, or a bug: the steps after it still run
             if self.pending is None:
@@ -69,5 +71,7 @@ class Cleanup:
 
 
 def _named(exc: BaseException) -> str:
+    if isinstance(exc, OSError):   # the file it was about, and what the drive said
+        return f"{exc.filename}: {write_failure(exc)}" if exc.filename else write_failure(exc)
     text = one_line(exc)
-    return text if isinstance(exc, CLEANUP_ERRORS) else f"{type(exc).__name__}: {text}"
+    return text if isinstance(exc, WorldPagerError) else f"{type(exc).__name__}: {text}"
