@@ -127,6 +127,8 @@ def refuse_in_use(path: Path, name: str) -> None:
     """``OutputInUseError`` when another process writes the regular file at ``path`` (see the module
     docstring); nothing there, or not ours to open, is no refusal."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):   # only a regular file is opened (a device's open acts)
+            return
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return

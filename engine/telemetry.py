@@ -123,12 +123,17 @@ class SessionLog:
         """The kept records written beside the log, locked, and renamed over it (the lock goes along)."""
         tmp = self.path.with_name(self.path.name + ".tmp")
         file = self._open(tmp)
+        view = memoryview("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept).encode("utf-8"))
         try:
-            file.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept).encode("utf-8"))
+            while view:
+                view = view[file.write(view):]
             os.replace(tmp, self.path)
         except OSError as exc:
             file.close()
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass   # the write's error is the one to report
             raise OutputError(f"cannot write log {self.path}: {write_failure(exc)}; choose another --log") from None
         return file
 

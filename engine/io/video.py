@@ -100,7 +100,14 @@ class VideoWriter:
         except OSError as exc:
             raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
         # The header now, so even a run killed before its first frame leaves a valid (empty) file.
-        self._append_bytes(self._header)
+        try:
+            self._append_bytes(self._header)
+        except BaseException:
+            try:
+                self._file.close()   # and its lock with it
+            except OSError:
+                pass   # the header's error is the one to report
+            raise
 
     @classmethod
     def reopen(cls, path: Union[str, os.PathLike], keep_frames: int, width: int, height: int, fps: int,

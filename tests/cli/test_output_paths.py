@@ -282,3 +282,13 @@ def test_a_writer_locks_its_file_under_every_name_also_after_a_resume_replaces_i
     finally:
         writer.close()
     refuse_in_use(tmp_path / "second.mp4", "--out")   # closed: free
+
+
+def test_a_symlink_to_a_name_not_there_yet_is_written_through(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("videos").mkdir()
+    Path("l.mp4").symlink_to("videos/new.mp4")
+    result = here("generate", "--model", "micro", "--chunks", 1, "--out", "l.mp4", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert Path("l.mp4").is_symlink() and count_frames("videos/new.mp4") == 9
+    assert not lock_path(Path("l.mp4")).exists() and lock_path(Path("l.mp4")).parent == (tmp_path / "videos")
