@@ -143,8 +143,9 @@ def refuse_in_use(path: Path, name: str) -> None:
 def _in_use(path: Path, name: str, st: os.stat_result) -> OutputInUseError:
     pid = lock_holder(st)
     who = f"pid {pid}" if pid is not None else "pid unknown"
+    other = name if name.startswith("--") else "output"
     return OutputInUseError(f"{name} {path}: another WorldPager process ({who}) is writing this file (under "
-                            f"this name or another: a link to it); wait for it to end, or choose another {name}")
+                            f"this name or another: a link to it); wait for it to end, or choose another {other}")
 
 
 def open_output(path: Path, name: str, append: bool = False, mode: int = 0o666) -> int:

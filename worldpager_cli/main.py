@@ -120,8 +120,8 @@ def generate(quiet, overwrite, as_json, **opts) -> None:
     n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
     cfg = with_absolute_paths(resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}, base))
     check_video_path(cfg.out)
-    check_output_paths(cfg)   # an output on an input or on another output is told as such, first
     with claim_output(cfg.out):   # held until the run ends: one writer per output
+        check_output_paths(cfg)   # an output on an input or on another output is told as such, first
         refuse_existing(cfg, overwrite)
         _generate(cfg, spec, grid, quiet, as_json)
 

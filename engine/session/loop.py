@@ -22,8 +22,8 @@ set-up or loading fails, only the files this session created are removed. The MP
 path (the log with its summary line), so a failed or interrupted run leaves a playable file and a
 complete log. Closing never masks the error a run fails with (``engine.cleanup``): an output drive that
 fails mid-run (EIO, ENOSPC, read-only after an error) is one error naming the file, the MP4 keeping its
-whole fragments and the log its whole lines as far as the drive took them. ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in
-hand.
+whole fragments and the log its whole lines as far as the drive took them. ``request_stop()`` (e.g. from
+a SIGINT or SIGTERM handler) ends the run after the chunk in hand.
 """
 from __future__ import annotations
 

@@ -100,8 +100,11 @@ class OutputClaim:
         finally:
             try:
                 release_lock(fd)
-            except OSError:
-                pass   # closing frees the lock whatever close says
+            except OSError:   # closing frees the lock whatever unlocking said
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def __enter__(self) -> "OutputClaim":
         return self

@@ -5,8 +5,8 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
 * ``check_output_paths(cfg)`` — the video, the log and the resolved config are three different files,
   none of them an input (``--log`` equal to ``--out`` would interleave JSON with the MP4's bytes), and
   the log can be created (not a directory, in an existing, writable directory); each is a regular file
-  or not there yet, and none is a file another process writes under any name
-  (``engine.output_files``).
+  or not there yet, and neither the log nor the config is a file another process writes under any
+  name (``engine.output_files``; the video's claim checks the video).
 * ``check_spill_drive(cfg, block_bytes)`` — the ``--spill`` directory (of a store mode that uses it)
   is a directory, or can be created under an existing one, can be written (a probe file made and
   removed, with O_DIRECT where the file system takes it: a read-only mount is refused whoever runs
@@ -86,7 +86,8 @@ def check_output_paths(cfg: SessionConfig) -> None:
     _check_log_path(log)
     for name, path in (("--out", out), ("--log", log), ("the resolved config", config)):
         check_output_file(path, name, None if name.startswith("--") else "move it away, or choose another --out")
-        refuse_in_use(path, name)
+        if path is not out:   # the video's writer is probed by its claim (engine.session.ownership)
+            refuse_in_use(path, name)
 
 
 def _check_log_path(log: Path) -> None:
