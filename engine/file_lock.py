@@ -1,9 +1,11 @@
-"""Exclusive directory locks: the one place that takes and gives back an advisory ``flock``.
+"""Exclusive locks: the one place that takes and gives back an advisory ``flock``.
 
 Owns ``try_lock(path)`` (open or create the lock file and take an exclusive, non-blocking lock: its fd,
-or None when another process holds it) and ``release_lock(fd)``. The lock lives as long as the fd, so a
-killed holder frees it; callers turn a held lock into their own one-line error (a spill directory in
-use, a batch output directory in use).
+or None when another process holds it), ``release_lock(fd)``, ``try_lock_fd(fd)`` (the same lock on a
+file already open: an output a writer holds while it writes it, ``engine.output_files``) and
+``lock_holder(st)`` (the pid holding a flock on a file, from ``/proc/locks``; None where unknown). A lock
+lives as long as its open file, so a killed holder frees it; callers turn a held lock into their own
+one-line error (a spill directory in use, a batch output directory in use, an output being written).
 
 A holder that removes its lock file on the way out (``release_and_remove``) uses ``try_lock_at``: a
 process that opened the file just before its removal locks a file no longer at the path, sees it
@@ -25,6 +27,30 @@ def try_lock(path: Path, mode: int = 0o600) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def try_lock_fd(fd: int) -> bool:
+    """Take an exclusive, non-blocking flock on the open file ``fd``: False when another open file of it
+    holds one (flock locks belong to the open file, so a second open in this process conflicts too)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def lock_holder(st: os.stat_result) -> int | None:
+    """The pid holding a flock on the file ``st`` describes (``/proc/locks``), or None if unknown."""
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            for line in locks:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode and fields[4].isdigit():
+                    return int(fields[4])
+    except OSError:
+        pass
+    return None
 
 
 def release_lock(fd: int) -> None:

@@ -20,6 +20,7 @@ import yaml
 
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
+from engine.output_files import open_output, write_failure
 from engine.resources import data_dirs
 
 # Presets ship in the package (engine/presets in a wheel) and live in the checkout's top-level presets/.
@@ -220,10 +221,16 @@ def config_to_json(cfg: Any) -> dict:
 
 
 def write_resolved_config(cfg: SessionConfig, path: Path) -> None:
+    """The resolved config as JSON at ``path``: a regular file, locked while it is written
+    (``engine.output_files.open_output``: not a FIFO or device, nor a file another run writes)."""
     made = not path.exists()
     try:
-        path.write_text(json.dumps(config_to_json(cfg), indent=2) + "\n")
+        with open(open_output(path, "the resolved config"), "w", encoding="utf-8") as f:
+            f.write(json.dumps(config_to_json(cfg), indent=2) + "\n")
     except OSError as exc:
         if made:   # a full drive: no empty or half config left behind
-            path.unlink(missing_ok=True)
-        raise OutputError(f"cannot write the resolved config {path}: {exc.strerror or exc}") from None
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass   # the write's error is the one to report
+        raise OutputError(f"cannot write the resolved config {path}: {write_failure(exc)}") from None

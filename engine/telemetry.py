@@ -33,6 +33,7 @@ from typing import Any, Iterator
 import psutil
 
 from engine.errors import InputError, OutputError
+from engine.output_files import open_output, write_failure
 
 SCHEMA_VERSION = 1
 
@@ -92,7 +93,9 @@ class RunningSummary:
 
 
 class SessionLog:
-    """Append-only JSON Lines writer for one session."""
+    """Append-only JSON Lines writer for one session; the file is locked for this writer while it is
+    open (``engine.output_files.open_output``: a second run naming the same log under any spelling is
+    refused before it writes a byte)."""
 
     def __init__(self, path: Path, continue_before: int | None = None):
         """A new log, or (``continue_before`` = c) the log of a run resumed at chunk c: its header and
@@ -101,22 +104,38 @@ class SessionLog:
         self.path = Path(path)
         self.summary = RunningSummary()
         kept = [] if continue_before is None else self._kept_records(continue_before)
-        try:
-            if continue_before is not None:
-                tmp = self.path.with_name(self.path.name + ".tmp")
-                tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept), encoding="utf-8")
-                os.replace(tmp, self.path)
-            # Unbuffered bytes: every line reaches the OS whole, or (a full drive) is cut back off.
-            self._file = open(self.path, "ab" if continue_before is not None else "wb", buffering=0)
-            self._size = os.fstat(self._file.fileno()).st_size
-        except OSError as exc:
-            raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}; "
-                              f"choose another --log") from None
+        # Unbuffered bytes: every line reaches the OS whole, or (a full drive) is cut back off.
+        self._file = self._open_kept(kept) if continue_before is not None else self._open(self.path)
+        self._size = os.fstat(self._file.fileno()).st_size
         for record in kept:
             if record.get("type") == "chunk":
                 self.summary.add(record)
         self._start = time.time()
         self.closed = False
+
+    def _open(self, path: Path):
+        try:
+            return open(open_output(path, "--log"), "wb", buffering=0)
+        except OSError as exc:
+            raise OutputError(f"cannot write log {path}: {write_failure(exc)}; choose another --log") from None
+
+    def _open_kept(self, kept: list[dict]):
+        """The kept records written beside the log, locked, and renamed over it (the lock goes along)."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        file = self._open(tmp)
+        view = memoryview("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept).encode("utf-8"))
+        try:
+            while view:
+                view = view[file.write(view):]
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            file.close()
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass   # the write's error is the one to report
+            raise OutputError(f"cannot write log {self.path}: {write_failure(exc)}; choose another --log") from None
+        return file
 
     def _kept_records(self, chunk: int) -> list[dict]:
         try:
@@ -151,7 +170,7 @@ class SessionLog:
                 os.ftruncate(self._file.fileno(), self._size)
             except OSError:
                 pass   # the write's error is the one to report
-            raise OutputError(f"cannot write log {self.path}: {exc.strerror or exc}") from None
+            raise OutputError(f"cannot write log {self.path}: {write_failure(exc)}") from None
         self._size += len(data)
 
     def header(self, config: dict[str, Any], facts: dict[str, Any], **extra: Any) -> None:
@@ -161,11 +180,12 @@ class SessionLog:
 
     def chunk(self, record: dict[str, Any]) -> None:
         record = {"type": "chunk", **record}
-        self.summary.add(record)
         self._write(record)
+        self.summary.add(record)   # after the line is in the file: the summary counts what the log holds
 
     def close(self, status: str, **extra: Any) -> None:
-        """Write the summary line (status: done | interrupted | failed) and close; idempotent."""
+        """Write the summary line (status: done | interrupted | failed) and close; idempotent. The file
+        is closed whatever happens; the summary's write error is the one raised."""
         if self.closed:
             return
         self.closed = True
@@ -173,7 +193,10 @@ class SessionLog:
             self._write({"type": "summary", "status": status, "wall_s": time.time() - self._start,
                          **self.summary.as_record(), **extra})
         finally:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:
+                pass   # the bytes were written unbuffered: closing has nothing left to report
 
 
 # The fields readers (``worldpager tail``, the summary) use, by record type: each may be absent, but when

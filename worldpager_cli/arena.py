@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from engine.output_files import check_output_file
 
 @click.group()
 def train() -> None:
@@ -34,6 +35,8 @@ def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet
     from engine.arena.train import Recipe, train as run_training
     from engine.arena.weights import export_checkpoint
 
+    if export is not None:
+        check_output_file(export, "--export")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     result = run_training(out, Recipe(seed=seed, steps=steps, batch=batch, chunks=chunks, lr=lr),
                           ArenaModelConfig(), device, init=init, quiet=quiet)
@@ -64,6 +67,7 @@ def bench_arena(episodes, chunks, weights, workdir, quick, strip, strip_episode)
     if quick:
         episodes, chunks = 6, 12
     if strip is not None:
+        check_output_file(strip, "--strip")
         shown = comparison_strip(strip_episode, strip, weights, chunks, workdir=workdir)
         click.echo(f"strip: {strip} ({shown['kind']} in arena {shown['arena_seed']}; rows truth, memory, "
                    f"window-only; latent frames {shown['frames']})", err=True)

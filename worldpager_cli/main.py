@@ -127,8 +127,8 @@ def generate(quiet, overwrite, as_json, **opts) -> None:
     n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
     cfg = with_absolute_paths(resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}, base))
     check_video_path(cfg.out)
-    check_output_paths(cfg)   # an output on an input or on another output is told as such, first
     with claim_output(cfg.out):   # held until the run ends: one writer per output
+        check_output_paths(cfg)   # an output on an input or on another output is told as such, first
         refuse_existing(cfg, overwrite)
         _generate(cfg, spec, grid, quiet, as_json)
 
@@ -254,8 +254,8 @@ def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json)
             _warn(_branch_warnings(trajectory, cfg, sp))
             apply_cpu_threads(cfg, session.device)
             session.load()
-    except BaseException:
-        branch.discard()
+    except BaseException as exc:
+        branch.discard(exc)   # the error that brought us here is the one reported
         raise
     progress.skip(sp.chunk, sp.facts["frames_total"])
     say(f"worldpager: forking {parent} at chunk {sp.chunk} (frame {sp.facts['frames_total']}) into {out}, "

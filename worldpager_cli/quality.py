@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from engine.errors import ConfigError
+from engine.output_files import check_output_dir
 from worldpager_cli.bench import echo_json, machine
 from worldpager_cli.quality_tables import SMOKE_LINE, echo_tables
 
@@ -93,6 +94,7 @@ def bench_quality(seeds, seed_start, kinds, episode_chunks, observed, arm_names,
     if from_rows:
         _from_rows(from_rows, out_dir)
         return
+    check_output_dir(out_dir, "--out-dir", ("quality-rows.jsonl",))   # before the runs: no FIFO or device
     if quick:
         click.echo(SMOKE_LINE)
     torch.set_num_threads(threads)

@@ -14,6 +14,7 @@ import click
 from worldpager_cli.json_output import emit_json, json_result
 
 from engine.errors import ConfigError, OutputError
+from engine.output_files import check_output_dir
 from worldpager_cli.errors import WorldPagerGroup
 
 FORMATS = ("lingbot",)
@@ -45,11 +46,12 @@ def export(out: Path, source: Path, to: str, frames: int | None, repeat: str, ov
         raise ConfigError(f"--frames must be positive, got {frames}")
     if frames is None:
         frames = load_trajectory(source, "universal", frames=1).source_frames
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out} is not a directory")
+    check_output_dir(out, "OUT", (POSES, INTRINSICS, ACTIONS))   # no FIFO or device among its files
     existing = [name for name in (POSES, INTRINSICS, ACTIONS) if (out / name).exists()]
     if existing and not overwrite:
         raise OutputError(f"{out} already holds {', '.join(existing)} (use --overwrite)")
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out} is not a directory")
     loaded = load_trajectory(source, "universal", frames=frames, repeat=repeat)
     written = export_pose_folder(out, loaded.poses, loaded.actions.keyboard.numpy(), loaded.intrinsics)
     for path in written:

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from engine.arena.config import ArenaModelConfig
 from engine.arena.data import stack, training_episode
 from engine.arena.model import ArenaDiT
+from engine.output_files import check_output_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,8 +148,13 @@ def save_checkpoint(path: Path, model, opt, step: int, r: Recipe, cfg: ArenaMode
     os.replace(tmp, path)
 
 
+# What training writes in its directory: the checkpoint and the log, and the names they are rewritten under.
+TRAIN_FILES = ("last.pt", "last.tmp", "train.log.jsonl", "train.log.tmp")
+
+
 def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save_every: int = 50,
           init: Path | None = None, quiet: bool = False) -> dict:
+    check_output_dir(out, "--out", TRAIN_FILES)   # before anything is built: no FIFO or device among them
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(r.seed)
     model = ArenaDiT(cfg).to(device)

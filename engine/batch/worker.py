@@ -141,12 +141,14 @@ class Worker:
 
     def _run(self, job: JobRun, on_chunk, result: JobResult) -> None:
         from engine.session.ownership import claim_output
+        from engine.session.preflight import check_output_paths
 
         cfg = node_config(job.plan.cfg, self.device)
         # One writer per output, also against a generate or resume of it. The batch holds its output
         # directory's lock, so a job's lock held here is a worker of this batch that was killed and is
         # still exiting (a retried job): wait for it, at most a minute.
         with claim_output(cfg.out, wait_s=RETRIED_CLAIM_WAIT_S):
+            check_output_paths(cfg)   # the job's MP4, log and config: regular files or none, nobody else's
             self._run_owned(job, cfg, on_chunk, result)
 
     def _run_owned(self, job: JobRun, cfg: SessionConfig, on_chunk, result: JobResult) -> None:

@@ -41,6 +41,7 @@ from engine.bench import device_models as models
 from engine.bench import device_steps as steps
 from engine.bench.device_steps import StepContext, StepFailed, StepSkipped
 from engine.errors import ConfigError
+from engine.output_files import check_output_dir
 
 SCHEMA = 1
 DEFAULT_BUDGET_S = 450.0       # 7.5 minutes: under the 8 the check promises, inside a 10-minute command
@@ -95,6 +96,7 @@ def run_device_check(out: Path, *, dry_run: bool, names: list[str] | None = None
     budget_s = budget_s if budget_s is not None else (DRY_BUDGET_S if dry_run else DEFAULT_BUDGET_S)
     budgets = {n: (STEPS[n].dry_budget_s if dry_run else STEPS[n].budget_s) for n in names}
     budgets.update(step_budgets or {})
+    check_output_dir(out, "--out", ("device_check.log", "device_check.json", "device_check.md"))
     out.mkdir(parents=True, exist_ok=True)
     log = out / "device_check.log"
     log.write_text("")

@@ -1,7 +1,9 @@
 """Streaming MP4 output: the one place that turns decoded frames into an H.264 file.
 
 Owns what a write guarantees (kill safety, resuming a file after a kill with
-:meth:`VideoWriter.reopen`), the conversion of the frame layouts the engine produces into RGB uint8,
+:meth:`VideoWriter.reopen`, one writer per file: the file is opened and locked with
+``engine.output_files.open_output``, so a FIFO, a device or a file another process writes under any
+name is refused before a byte is written), the conversion of the frame layouts the engine produces into RGB uint8,
 and the check that an output path is writable; the bytes themselves (x264 settings, the fragmented
 MP4 layout) belong to :mod:`engine.io.mp4_segments`. Knows nothing about chunks, models or memory
 tiers: the session hands it frames and it appends them.
@@ -45,8 +47,10 @@ import av
 import numpy as np
 import torch
 
+from engine.cleanup import Cleanup
 from engine.durable import fsync_directory
 from engine.errors import ConfigError, InputError, OutputError
+from engine.output_files import check_output_file, open_output, write_failure
 from engine.io.mp4_segments import (
     EncoderSettings, Sample, encode_segment, fragments, mp4_header, read_groups)
 
@@ -91,12 +95,19 @@ class VideoWriter:
         assert timescale % self.fps == 0, f"track timescale {timescale} is not a multiple of {self.fps} fps"
         self._sample_duration = timescale // self.fps
         self._size = 0   # bytes of whole fragments in the file: a failed append is cut back to it
-        try:
-            self._file = open(self.path, "wb", buffering=0)   # every byte to the OS at once
+        try:   # every byte to the OS at once; locked for this writer until closed
+            self._file = open(open_output(self.path, "video"), "wb", buffering=0)
         except OSError as exc:
             raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
         # The header now, so even a run killed before its first frame leaves a valid (empty) file.
-        self._append_bytes(self._header)
+        try:
+            self._append_bytes(self._header)
+        except BaseException:
+            try:
+                self._file.close()   # and its lock with it
+            except OSError:
+                pass   # the header's error is the one to report
+            raise
 
     @classmethod
     def reopen(cls, path: Union[str, os.PathLike], keep_frames: int, width: int, height: int, fps: int,
@@ -121,7 +132,11 @@ class VideoWriter:
         if not path.is_file():
             raise InputError(f"cannot resume video {path}: file not found")
         temporary = path.with_name(f".{path.name}.reopen")
-        temporary.unlink(missing_ok=True)
+        check_output_file(temporary, "the video's temporary file", fix="remove it")
+        try:
+            temporary.unlink(missing_ok=True)   # left by a killed earlier call
+        except OSError as exc:
+            raise OutputError(f"cannot write video {path}: {temporary}: {_reason(exc)}") from None
         writer = cls(temporary, width, height, fps, crf, preset)
         try:
             _check_same_header(path, writer._header)
@@ -130,9 +145,11 @@ class VideoWriter:
             writer._sync()
             os.replace(temporary, path)
             fsync_directory(path.parent, required=False)
-        except BaseException:
-            writer.close()
-            temporary.unlink(missing_ok=True)
+        except BaseException as exc:
+            cleanup = Cleanup(exc)   # the error that brought us here is the one reported
+            cleanup.run(writer.close)
+            cleanup.run(temporary.unlink, missing_ok=True)
+            cleanup.finish()
             raise
         writer.path = path  # the open file is now the one at ``path``
         return writer
@@ -270,8 +287,9 @@ def _check_writable(path: Path) -> None:
 
 
 def _reason(exc: BaseException) -> str:
-    """The short part of an OS/FFmpeg error, without errno numbers or repeated paths."""
-    return getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+    """The short part of an OS/FFmpeg error, without errno numbers or repeated paths (a failed or
+    read-only drive said as such: ``engine.output_files.write_failure``)."""
+    return write_failure(exc)
 
 
 def count_frames(path: Union[str, os.PathLike]) -> int:

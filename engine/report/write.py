@@ -2,8 +2,9 @@
 
 Owns the report's files: ``DIR/<view>.png`` for each view (``views.VIEWS``), ``DIR/report.html`` (the
 first screen's three answers, the summary table and every figure embedded) and nothing else. Every log is read before anything is
-written (a log that is not ours fails first); an output directory that cannot be made or written is a
-one-line ``OutputError``. Each file is written beside its name and renamed over it, so a browser or an
+written (a log that is not ours fails first); an output directory that cannot be made or written, or
+that holds something other than a regular file at one of the report's names (a FIFO, a socket, a device,
+a directory: ``engine.output_files``), is a one-line ``OutputError`` before anything is written. Each file is written beside its name and renamed over it, so a browser or an
 image viewer refreshing during a live report never reads half a file.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError, OutputError
+from engine.output_files import check_output_dir
 from engine.plots import png_bytes, shown_empty
 from engine.report.answers import session_answers
 from engine.report.labels import session_labels
@@ -64,10 +66,17 @@ def write_sessions(sessions: list[SessionRecords], out: Path, title: str | None 
     return Report(out, figures, page, labels, notes, [len(s.chunks) for s in sessions])
 
 
+def report_files() -> tuple[str, ...]:
+    """The names the report writes in its directory, with the temporary names they are written under."""
+    names = (PAGE, *(f"{view}.png" for view in VIEWS))
+    return (*names, *(f".{name}.tmp" for name in names))
+
+
 def prepare_out(out: Path) -> None:
     """``out`` exists as a writable directory afterwards, or a one-line OutputError says why not."""
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out} is a file, not a directory: choose a directory for the report")
+    check_output_dir(out, "--out", report_files(), fix="choose another --out for the report")
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".probe-"):

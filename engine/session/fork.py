@@ -17,7 +17,9 @@ Owns what a branch needs before the session starts, and nothing of the chunk loo
   adds a ``fork`` record (``Session(..., resume_from=save point, fork_of=Fork)``); only once its model
   is loaded does ``Fork.commit`` rename them into place (after removing stale save points of an earlier
   run at the same path). A fork killed during set-up leaves no file under the branch's names. Existing
-  outputs at the branch's paths are refused unless ``overwrite`` (``engine.session.ownership``).
+  outputs at the branch's paths are refused unless ``overwrite`` (``engine.session.ownership``), and a
+  path of the branch's, final or staged, that is not a regular file (a FIFO, a device, a directory) always
+  (``engine.output_files``).
 * **Memory.** The branch reads the parent's stored chunks before the save point from the parent's spill
   directory read-only (``BaseTier``: no lock, no write) and writes its own to its own directory. The
   layers are recorded in the branch's save points (``base_layers``), so a resumed branch reads them too;
@@ -37,12 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine import probe
+from engine.cleanup import Cleanup
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
 from engine.io.trajectory import load_trajectory
 from engine.io.trajectory.splice import splice_yaml
 from engine.memory.disk import INDEX_NAME
 from engine.durable import fsync_directory
+from engine.output_files import check_output_file
 from engine.overlay import write_resolved_config
 from engine.session.ownership import refuse_existing
 from engine.session.savepoint import SavePoint, savepoint_paths
@@ -91,11 +95,14 @@ class Fork:
                 "frames_total": self.savepoint.facts["frames_total"], "trajectory": self.trajectory,
                 "base": [{"spill": d, "before": b} for d, b in self.base_layers]}
 
-    def discard(self) -> None:
-        """Remove the branch's staged files (the session could not start); nothing else is touched."""
+    def discard(self, failing: BaseException | None = None) -> None:
+        """Remove the branch's staged files (the session could not start); nothing else is touched.
+        ``failing``, the error that brought us here, is the one reported (``engine.cleanup``)."""
+        cleanup = Cleanup(failing)
         for path in reversed(self.created):
-            path.unlink(missing_ok=True)
+            cleanup.run(path.unlink, missing_ok=True)
         self.created.clear()
+        cleanup.finish()
 
 
 def base_layers(resume_from: SavePoint | None, fork_of: Fork | None) -> list[tuple[str, int]]:
@@ -174,10 +181,11 @@ def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: i
     try:
         _write(fork, text, parent_cfg.log_path)
     except OSError as exc:
-        fork.discard()
-        raise OutputError(f"cannot write the branch {out}: {exc.strerror or exc}") from None
-    except BaseException:
-        fork.discard()
+        error = OutputError(f"cannot write the branch {out}: {exc.strerror or exc}")
+        fork.discard(error)
+        raise error from None
+    except BaseException as exc:
+        fork.discard(exc)
         raise
     return fork
 
@@ -201,6 +209,9 @@ def _check_branch_paths(parent: Path, parent_cfg: SessionConfig, cfg: SessionCon
                           f"the branch writes its own chunks elsewhere")
     if not probe.is_dir(cfg.out.parent, f"--out {cfg.out}: directory"):
         raise OutputError(f"--out {cfg.out}: directory {cfg.out.parent} does not exist")
+    for final in (cfg.trajectory, cfg.config_path, cfg.log_path, cfg.out):   # what the branch writes
+        for path in (final, Fork.staging(final)):
+            check_output_file(path, f"--out {cfg.out}: the branch's file", "move it away, or choose another --out")
 
 
 def _write(fork: Fork, trajectory_text: str, parent_log: Path) -> None:

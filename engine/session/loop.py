@@ -25,7 +25,10 @@ If a new run fails before its first chunk is in the file (the checks, the model'
 set-up: its pool, its spill directory, its threads), only the files this session created are removed
 (the spill directory's too). After that the MP4 and the log are closed on every exit path (the log with
 its summary line), so a failed or interrupted run leaves a playable file and a complete log; closing
-one part never stops the others from closing, and never replaces the error that ended the run.
+one part never stops the others from closing, and never replaces the error that ended the run
+(``engine.cleanup``): an output drive that fails mid-run (EIO, ENOSPC, read-only after an error) is one
+error naming the file, the MP4 keeping its whole fragments and the log its whole lines as far as the
+drive took them.
 ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in hand;
 a source whose inputs end (``take`` returns None) ends it too, as done.
 """
@@ -41,6 +44,7 @@ from typing import Callable
 
 import torch
 
+from engine.cleanup import Cleanup
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError, WorldPagerError
 from engine.limits import limit_error
@@ -226,27 +230,28 @@ class Session:
                 self.fork_of.commit()
                 self.writer.path, self.log.path = self.cfg.out, self.cfg.log_path
         except BaseException as exc:   # a signal while loading is an interruption (a resume's log says so)
-            self._discard_outputs("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            self._discard_outputs("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", exc)
             raise
 
-    def _discard_outputs(self, status: str = "failed") -> None:
+    def _discard_outputs(self, status: str = "failed", failing: BaseException | None = None) -> None:
         """Nothing was generated: close and remove the empty outputs this session created (only those,
         so that the clean-up can neither fail on nor delete a path the user gave by mistake). A resume's
-        or a fork's files were there before: they are closed (the log with its summary), not removed."""
+        or a fork's files were there before: they are closed (the log with its summary), not removed. The
+        error that brought us here is the one reported (``engine.cleanup``)."""
         if self.outputs is not None:
             self.outputs.discard(status)
             return
-        for close in (self.writer.close, lambda: self.log is not None and self.log.close(status)):
-            try:
-                close()
-            except (OSError, OutputError):   # a full drive: the error that brought us here is the one to report
-                pass
+        cleanup = Cleanup(failing)
+        cleanup.run(self.writer.close)
+        if self.log is not None:
+            cleanup.run(self.log.close, status)
+        cleanup.finish()
 
     def _first_chunk_pending(self) -> bool:
         """A new run none of whose chunks is in its MP4 yet (so it has generated nothing)."""
         return self.outputs is not None and self.log.summary.chunks == 0
 
-    def _discard_setup(self, memory: SessionMemory | None, status: str) -> None:
+    def _discard_setup(self, memory: SessionMemory | None, status: str, failing: BaseException | None = None) -> None:
         """The run ends before its first chunk: the memory's threads stop and the spill files it made go,
         then the outputs this session created."""
         if memory is not None:
@@ -255,7 +260,7 @@ class Session:
                 memory.discard()
             except Exception:   # the error that ends the run is the one to report
                 log.debug("memory clean-up after a failed set-up failed", exc_info=True)
-        self._discard_outputs(status)
+        self._discard_outputs(status, failing)
 
     def run(self) -> SessionResult:
         """Generate every chunk (loading first if needed); video and log are closed on every path."""
@@ -295,13 +300,10 @@ class Session:
         except BaseException as exc:
             interrupted = isinstance(exc, KeyboardInterrupt)
             status = "interrupted" if interrupted else "failed"
-            try:
-                if self._first_chunk_pending() and (not interrupted or self.outputs.staged):
-                    self._discard_setup(memory, status)
-                else:
-                    self._close(memory, status, abort=interrupted, error=f"{type(exc).__name__}: {exc}")
-            except Exception:   # the error that ended the run is the one to report
-                log.debug("clean-up after a failed run failed", exc_info=True)
+            if self._first_chunk_pending() and (not interrupted or self.outputs.staged):
+                self._discard_setup(memory, status, exc)
+            else:
+                self._close(memory, status, abort=interrupted, failing=exc, error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
             self._pauses.stop()
@@ -339,37 +341,30 @@ class Session:
                         savepoints=savepoints, **self._batch)
         self._header_written = True
 
-    def _close(self, memory: SessionMemory | None, status: str, abort: bool = False, **extra) -> None:
-        """``abort`` (a second signal): the memory waits for nothing the drive holds. Each part is closed
-        even when one before it fails (out of file descriptors, a full drive); the first failure is
-        raised once all are closed."""
-        failures: list[Exception] = []
-
-        def attempt(step, *args, **kwargs):
-            try:
-                return step(*args, **kwargs)
-            except Exception as exc:
-                failures.append(exc)
-                return None
-
+    def _close(self, memory: SessionMemory | None, status: str, abort: bool = False,
+               failing: BaseException | None = None, **extra) -> None:
+        """Close the MP4, the memory and the log, each whatever the others did: ``failing`` (the run's
+        error), else the first error of the close, is the one raised; a later one is a warning
+        (``engine.cleanup``). ``abort`` (a second signal): the memory waits for nothing the drive holds."""
+        cleanup = Cleanup(failing)
         if not self._header_written:   # set-up of the memory failed: the log still starts with a header
-            attempt(self._header, None)
-        summary = (attempt(memory.summary) or {}) if memory is not None else {}
-        try:
-            # A second signal can land between a chunk's mux and its log record: the video then holds a
-            # chunk the log does not, and is cut back to the log's frames (a run resumed or forked from
-            # the log's save points expects exactly those).
-            if status == "done":
-                attempt(self.writer.close)
-            else:
-                attempt(self.writer.cut_back, self.log.summary.frames)
-            if memory is not None:
-                attempt(memory.close, abort=abort)
-        finally:   # a second signal during the close (it aborts the memory's): the log still ends
-            attempt(self.log.close, status, store=self.cfg.memory.store, positions=self.cfg.positions,
+            cleanup.run(self._header, None)
+        summary: dict = {}
+        if memory is not None:   # out of memory or descriptors may fail even this
+            cleanup.run(lambda: summary.update(memory.summary() or {}))
+        # A second signal can land between a chunk's mux and its log record, and a log line can fail
+        # where its chunk's frames did not: the video then holds a chunk the log does not, and is cut
+        # back to the log's frames (a run resumed or forked from the log's save points expects those).
+        if status == "done":
+            cleanup.run(self.writer.close)
+        else:
+            cleanup.run(self.writer.cut_back, self.log.summary.frames)
+        if memory is not None:
+            cleanup.run(memory.close, abort=abort)
+        # a second signal during the close (it aborts the memory's): the log still ends
+        cleanup.run(self.log.close, status, store=self.cfg.memory.store, positions=self.cfg.positions,
                     **summary, **extra)
-        if failures:
-            raise failures[0]
+        cleanup.finish()
 
     def _memory_chunks(self) -> int:
         mem = self.cfg.memory
@@ -453,15 +448,22 @@ class Session:
         self._memory = memory
         saver = self._saver(memory)
         schedule = SaveSchedule(self.cfg.save_every, self.cfg.save_interval_s)
-        aborted = False
         try:
-            return self._chunks(ctx, memory, start, frames_total, saver, schedule)
-        except KeyboardInterrupt:
-            aborted = True   # a second signal: no waiting for a save point the drive holds up
+            made = self._chunks(ctx, memory, start, frames_total, saver, schedule)
+        except BaseException as exc:
+            self._close_saver(saver, exc)
             raise
-        finally:
-            if saver is not None:
-                self._log_savepoints(saver.close(abort=aborted))
+        self._close_saver(saver, None)
+        return made
+
+    def _close_saver(self, saver: SavePointWriter | None, failing: BaseException | None) -> None:
+        """Save points still in flight are finished and logged; ``failing`` (the loop's error) wins."""
+        if saver is None:
+            return
+        cleanup = Cleanup(failing)
+        # a second signal: no waiting for a save point the drive holds up
+        cleanup.run(lambda: self._log_savepoints(saver.close(abort=isinstance(failing, KeyboardInterrupt))))
+        cleanup.finish()
 
     def _take_inputs(self, chunk: int):
         """Step 1: the source makes the chunk's inputs known (None: they ended, or a stop was asked for);
@@ -544,5 +546,8 @@ class Session:
                 self._log_decoded(done)
             self._log_decoded(stage.close())
             return self.cfg.chunks, stage.frames_total
-        finally:
-            self._log_decoded(stage.close())   # a failed loop: the chunk in flight still reaches the file
+        except BaseException as exc:   # a failed loop: the chunk in flight still reaches the file
+            cleanup = Cleanup(exc)
+            cleanup.run(lambda: self._log_decoded(stage.close()))
+            cleanup.finish()
+            raise

@@ -2,23 +2,43 @@
 
 Owns three checks that come before anything of a run is written:
 
-* ``check_video_path(out, flag)`` — the video is a ``.mp4`` file in an existing directory (a one-line
-  ``OutputError`` naming ``flag`` otherwise: ``--out nodir/x.mp4`` blames ``--out``, not the log).
-* ``claim_output(out, doing)`` — an exclusive ``flock`` on ``.NAME.mp4.lock`` beside the video
-  (``engine.file_lock``), holding the owner's pid, taken by ``generate``, ``resume``, ``fork`` and a
-  batch worker's job before they write anything and held until the run ends (``OutputClaim.release``,
-  or the process's exit: a killed owner frees it). A second process gets ``OutputInUseError``, one line
-  naming the holder's pid. The owner removes the lock file when it releases it; a claimer that locked a
-  file the previous owner had just removed tries again on the new one, so two owners never hold two
-  different files for one video.
+* ``check_video_path(out, flag)`` — the video is a ``.mp4`` file in an existing directory, and a regular
+  file or not there yet (``engine.output_files``: never a FIFO, a socket, a device or a directory, also
+  through a symlink); a one-line ``OutputError`` naming ``flag`` otherwise (``--out nodir/x.mp4`` blames
+  ``--out``, not the log).
+* ``claim_output(out, doing)`` — one writer per output, whatever the spelling of its name. Two locks:
+
+  - **The name lock**: an exclusive ``flock`` on ``.NAME.mp4.lock`` beside the *resolved* video
+    (symlinks and ``..`` resolved first, ``os.path.realpath``: ``link.mp4``, ``dir/../x.mp4`` and
+    ``x.mp4`` are one output with one lock), holding the owner's pid, taken by ``generate``,
+    ``resume``, ``fork`` and a batch worker's job before they write anything and held until the run
+    ends (``OutputClaim.release``, or the process's exit: a killed owner frees it). A second process
+    gets ``OutputInUseError``, one line naming the holder's pid. The owner removes the lock file when
+    it releases it; a claimer that locked a file the previous owner had just removed tries again on the
+    new one, so two owners never hold two different files for one video.
+  - **The file lock**: a hard link is another name of the same file, which no resolving of names can
+    see. So every writer of a run's files (the MP4, the log, the resolved config) holds an exclusive
+    ``flock`` on the open file itself while it writes it, taken before it truncates or writes a byte
+    (``engine.output_files.open_output``); a claim first probes the existing video's file lock and is
+    refused (with the holder's pid) when another process writes that file under any name. The lock
+    belongs to the file (the inode), not to a name, so it holds through what the video writer does to
+    the file: it truncates the file it opened (same inode, same lock), and a resumed video, rewritten
+    under a temporary name and renamed over the old one, is locked on the new file before the rename.
+    (The old file, if it had other names, is then no longer this output.)
+
 * ``refuse_existing(cfg, overwrite, flag)`` — a video, log or resolved config already at the run's paths
   is refused unless ``overwrite``; when they are an unfinished run that has a save point, the error says
   ``worldpager resume`` continues it. With ``overwrite`` nothing is removed here: the new run replaces
   the earlier run's files, save points included, once it has its first chunk
   (``engine.session.outputs``; a fork's at its commit), so a run that fails before that loses nothing.
+
+Releasing the claim never masks the error a run ends with: a lock file that cannot be removed (the
+output drive failed) is left behind (harmless: a lock file nobody holds is taken by the next claimer),
+said as a warning only when the run itself went well.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -26,21 +46,22 @@ from pathlib import Path
 from engine.config import SessionConfig
 from engine.errors import OutputError
 from engine.file_lock import release_lock, try_lock
+from engine.output_files import OutputInUseError, check_output_file, refuse_in_use
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
 from engine.telemetry import read_log
 
 VIDEO_SUFFIX = ".mp4"
 CLAIM_TRIES = 8   # each retry follows a release by another process: a handful is plenty
+log = logging.getLogger("worldpager.session")
 
-
-class OutputInUseError(OutputError):
-    """Another process writes this output."""
+__all__ = ["OutputClaim", "OutputInUseError", "check_video_path", "claim_output", "lock_path", "refuse_existing"]
 
 
 def lock_path(out: Path) -> Path:
-    out = Path(out)
-    return out.with_name(f".{out.name}.lock")
+    """The name lock of ``out``: beside the file its name resolves to (symlinks and ``..`` resolved)."""
+    real = Path(os.path.realpath(out))
+    return real.with_name(f".{real.name}.lock")
 
 
 def check_video_path(out: Path, flag: str = "--out") -> None:
@@ -55,30 +76,42 @@ def check_video_path(out: Path, flag: str = "--out") -> None:
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
         raise OutputError(f"{flag} {out}: {parent} {what}; create the directory or choose another {flag}")
+    check_output_file(out, flag)
 
 
 class OutputClaim:
     """The lock of one output, held until ``release`` (or the process's end)."""
 
-    def __init__(self, out: Path, fd: int):
-        self.out, self.path, self._fd = Path(out), lock_path(out), fd
+    def __init__(self, out: Path, fd: int, path: Path):
+        self.out, self.path, self._fd = Path(out), path, fd
 
-    def release(self) -> None:
-        """Remove the lock file, then give the lock back (idempotent)."""
+    def release(self, quiet: bool = False) -> None:
+        """Remove the lock file, then give the lock back (idempotent). Never raises for the drive: a lock
+        file that cannot be removed is left (a warning, unless ``quiet``: an error is already on its way)."""
         if self._fd < 0:
             return
+        fd, self._fd = self._fd, -1
         try:
-            if _holds(self._fd, self.path):
+            if _holds(fd, self.path):
                 self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            if not quiet:
+                log.warning("worldpager: warning: could not remove the lock file %s (%s); it is harmless and "
+                            "can be deleted", self.path, exc.strerror or exc)
         finally:
-            release_lock(self._fd)
-            self._fd = -1
+            try:
+                release_lock(fd)
+            except OSError:   # closing frees the lock whatever unlocking said
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def __enter__(self) -> "OutputClaim":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.release()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.release(quiet=exc_type is not None)
 
 
 def claim_output(out: Path, doing: str = "write", wait_s: float = 0.0) -> OutputClaim:
@@ -89,6 +122,19 @@ def claim_output(out: Path, doing: str = "write", wait_s: float = 0.0) -> Output
     path = lock_path(out)
     if not out.parent.is_dir():
         raise OutputError(f"cannot {doing} {out}: directory {out.parent} does not exist")
+    check_output_file(out, "--out" if doing == "write" else "the video")
+    check_output_file(path, "the output's lock file", fix="remove it, or choose another output")
+    claim = _lock_name(out, path, doing, wait_s)
+    try:
+        refuse_in_use(out, f"cannot {doing}")   # the same file under another name: a hard link
+    except BaseException:
+        claim.release(quiet=True)
+        raise
+    return claim
+
+
+def _lock_name(out: Path, path: Path, doing: str, wait_s: float) -> OutputClaim:
+    """The name lock (see the module docstring), holding this process's pid."""
     deadline = time.monotonic() + wait_s
     for _ in range(CLAIM_TRIES):
         try:
@@ -96,16 +142,21 @@ def claim_output(out: Path, doing: str = "write", wait_s: float = 0.0) -> Output
             while fd is None and time.monotonic() < deadline:
                 time.sleep(0.05)
                 fd = try_lock(path, 0o644)
+            if fd is not None and _holds(fd, path):
+                claim = OutputClaim(out, fd, path)
+                try:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                except BaseException:
+                    claim.release(quiet=True)
+                    raise
+                return claim
         except OSError as exc:
             raise OutputError(f"cannot {doing} {out}: cannot create its lock {path} "
                               f"({exc.strerror or exc})") from None
         if fd is None:
             raise OutputInUseError(f"cannot {doing} {out}: another WorldPager process ({_holder(path)}) "
                                    f"is writing it (lock {path}); wait for it to end, or choose another output")
-        if _holds(fd, path):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            return OutputClaim(out, fd)
         release_lock(fd)   # the previous owner removed this file as we locked it: lock the new one
     raise OutputInUseError(f"cannot {doing} {out}: its lock {path} keeps changing hands; try again")
 

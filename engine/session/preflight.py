@@ -4,7 +4,9 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
 
 * ``check_output_paths(cfg)`` — the video, the log and the resolved config are three different files,
   none of them an input (``--log`` equal to ``--out`` would interleave JSON with the MP4's bytes), and
-  the log can be created (not a directory, in an existing, writable directory).
+  the log can be created (not a directory, in an existing, writable directory); each is a regular file
+  or not there yet, and neither the log nor the config is a file another process writes under any
+  name (``engine.output_files``; the video's claim checks the video).
 * ``check_spill_drive(cfg, block_bytes)`` — the ``--spill`` directory (of a store mode that uses it)
   is a directory, or can be created under an existing one, can be written (a probe file made and
   removed, with O_DIRECT where the file system takes it: a read-only mount is refused whoever runs
@@ -54,6 +56,7 @@ from engine.layout import KVLayout, VideoGrid
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS
 from engine.memory.quota import QuotaPlan, check_quota, format_tag, parse_spill_max
 from engine.memory.room import tier_room
+from engine.output_files import check_output_file, refuse_in_use
 
 GiB, MiB = 1 << 30, 1 << 20
 TRAJECTORY_BYTES_PER_FRAME = 1024
@@ -88,6 +91,10 @@ def check_output_paths(cfg: SessionConfig) -> None:
                 raise OutputError(f"{name} {path} is the {flag} file: it would be overwritten; "
                                   f"write the outputs elsewhere")
     _check_log_path(log)
+    for name, path in (("--out", out), ("--log", log), ("the resolved config", config)):
+        check_output_file(path, name, None if name.startswith("--") else "move it away, or choose another --out")
+        if path is not out:   # the video's writer is probed by its claim (engine.session.ownership)
+            refuse_in_use(path, name)
 
 
 def _check_log_path(log: Path) -> None:

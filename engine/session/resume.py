@@ -42,6 +42,8 @@ from engine.telemetry import read_log
 def run_config(out: Path, doing: str = "resume") -> SessionConfig:
     """The resolved config of the run that writes ``out`` (``doing``: what the errors say cannot be done)."""
     path = Path(out).with_suffix(".config.json")
+    if path.exists() and not path.is_file():   # a FIFO would be waited on forever
+        raise InputError(f"cannot {doing} {out}: its config {path} is not a regular file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

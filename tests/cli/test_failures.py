@@ -122,14 +122,23 @@ def test_a_log_where_none_can_be_written(tmp_path, where):
     no_outputs(tmp_path, "file")
 
 
-def test_a_failing_output_is_reported_and_only_what_was_created_is_removed(tmp_path):
-    """The config path is a directory: writing it fails after the MP4 and log exist; the error is the real one."""
+def test_a_failing_output_is_reported_and_only_what_was_created_is_removed(tmp_path, monkeypatch):
+    """The config path is a directory: refused before anything is written. A config that fails to be
+    written after the MP4 and log exist: the error is the real one, and only those two are removed."""
     (tmp_path / "o.config.json").mkdir()
     (tmp_path / "o.config.json" / "keep").write_text("mine")
     one_line(run("generate", "--model", "micro", "--chunks", "1", "--out", tmp_path / "o.mp4"), 1,
-             "cannot write the resolved config", "o.config.json")
+             "the resolved config", "o.config.json", "is a directory")
     no_outputs(tmp_path, "o.config.json")
     assert (tmp_path / "o.config.json" / "keep").read_text() == "mine"
+
+    def full(cfg, path):
+        assert (tmp_path / "p.mp4").is_file() and (tmp_path / "p.log.jsonl").is_file()
+        raise OutputError(f"cannot write the resolved config {path}: No space left on device")
+    monkeypatch.setattr("engine.session.loop.write_resolved_config", full)
+    one_line(run("generate", "--model", "micro", "--chunks", "1", "--out", tmp_path / "p.mp4"), 1,
+             "cannot write the resolved config", "p.config.json", "No space left")
+    no_outputs(tmp_path, "o.config.json")
 
 
 def test_a_log_that_fails_to_open_does_not_hide_its_error(tmp_path, monkeypatch):
