@@ -135,7 +135,7 @@ def test_a_failing_output_is_reported_and_only_what_was_created_is_removed(tmp_p
     def full(cfg, path):
         assert (tmp_path / "p.mp4").is_file() and (tmp_path / "p.log.jsonl").is_file()
         raise OutputError(f"cannot write the resolved config {path}: No space left on device")
-    monkeypatch.setattr("engine.session.loop.write_resolved_config", full)
+    monkeypatch.setattr("engine.session.outputs.write_resolved_config", full)
     one_line(run("generate", "--model", "micro", "--chunks", "1", "--out", tmp_path / "p.mp4"), 1,
              "cannot write the resolved config", "p.config.json", "No space left")
     no_outputs(tmp_path, "o.config.json")
