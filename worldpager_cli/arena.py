@@ -26,17 +26,21 @@ def train() -> None:
 @click.option("--init", type=click.Path(path_type=Path), help="Start from these weights (safetensors).")
 @click.option("--export", type=click.Path(path_type=Path), help="Afterwards, write fp16 weights here.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet) -> None:
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True),
+              help="Stop after this many minutes of this run's wall time (the learning rate decays over the last fifth).")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Processes that render the batches (0: one thread beside the training).")
+def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet, minutes, workers) -> None:
     """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end."""
     import torch
 
-    from engine.arena.config import ArenaModelConfig
-    from engine.arena.train import Recipe, train as run_training
+    from engine.arena.train import Recipe, model_config, train as run_training
     from engine.arena.weights import export_checkpoint
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     result = run_training(out, Recipe(seed=seed, steps=steps, batch=batch, chunks=chunks, lr=lr),
-                          ArenaModelConfig(), device, init=init, quiet=quiet)
+                          model_config(out, init), device, init=init, quiet=quiet,
+                          budget_s=None if minutes is None else 60.0 * minutes, workers=workers)
     if export:
         export_checkpoint(out / "last.pt", export)
     click.echo(json.dumps(result, separators=(",", ":")))

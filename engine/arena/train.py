@@ -1,5 +1,5 @@
-"""Training the arena model: ``python -m engine.arena.train --out DIR [--steps N]`` (also ``worldpager
-train arena``).
+"""Training the arena model: ``python -m engine.arena.train --out DIR [--steps N | --minutes M]`` (also
+``worldpager train arena``; on a CUDA device ``scripts/device_train.sh``).
 
 Owns the recipe: flow matching with x0 prediction on whole episodes (two streams, see
 ``engine.arena.model``), episodes drawn on the fly from training arenas (``engine.arena.data``), AdamW
@@ -8,7 +8,11 @@ and step; torch is seeded), on CPU or CUDA. Resumable: ``DIR/last.pt`` (model, o
 written atomically every ``--save-every`` steps and read on start; loss goes to ``DIR/train.log.jsonl``
 one line per step; a progress bar shows the moving average. ``--export PATH`` writes the fp16
 safetensors the package ships (``engine/arena/weights/arena.safetensors``) with its config and
-training figures in the metadata.
+training figures in the metadata. ``--minutes M`` bounds a run by its own wall time instead of its
+steps: the learning rate warms up, holds at its peak, and decays linearly over the last
+``DECAY_SHARE`` of the time (the schedule follows the clock, so such a run is not bit-reproducible;
+every step's rate is in the log), then the checkpoint is saved. ``--workers N`` renders batches in N
+processes (a GPU step is faster than one core renders a big batch); the data is the same.
 """
 from __future__ import annotations
 
@@ -46,6 +50,17 @@ class Recipe:
     p_pure_noise: float = 0.5         # share of chunks trained at t = 1 (what one-step sampling sees)
     degrade: float = 0.5              # share of episodes whose clean context is blurred / noised
     self_context: float = 0.5         # share of steps whose context chunks are the model's own predictions
+
+
+DECAY_SHARE = 0.2              # of a timed run: the last share of its minutes decays the learning rate
+
+
+def timed_learning_rate(r: Recipe, step: int, elapsed_share: float) -> float:
+    """Warm-up by steps, then the peak, then a linear decay to ``min_lr_ratio`` over the time's last share."""
+    if step < r.warmup:
+        return r.lr * (step + 1) / r.warmup
+    decay = min(1.0, max(0.0, (elapsed_share - (1 - DECAY_SHARE)) / DECAY_SHARE))
+    return r.lr * (1 - (1 - r.min_lr_ratio) * decay)
 
 
 def learning_rate(r: Recipe, step: int) -> float:
@@ -108,25 +123,49 @@ def loss_of(model: ArenaDiT, eps, context, noisy, t, start) -> torch.Tensor:
     return (pred[:, 1:] - eps.frames[:, 1:]).pow(2).mean()          # chunk 0 is given at inference
 
 
-class Prefetcher:
-    """Builds the next batches on a background thread (rendering overlaps the optimiser step)."""
+def _batch_in_worker(args):
+    torch.set_num_threads(1)
+    return batch_for(*args)
 
-    def __init__(self, r: Recipe, cfg: ArenaModelConfig, first_step: int, depth: int = 2):
-        self.q: queue.Queue = queue.Queue(maxsize=depth)
+
+class Prefetcher:
+    """Builds the next batches on a background thread (rendering overlaps the optimiser step); with
+    ``workers`` > 0 the thread hands the rendering to that many processes, in step order."""
+
+    def __init__(self, r: Recipe, cfg: ArenaModelConfig, first_step: int, depth: int = 2, workers: int = 0):
+        self.q: queue.Queue = queue.Queue(maxsize=max(depth, workers))
         self.error: BaseException | None = None
         self._stop = threading.Event()
+        self.workers = workers
         self.thread = threading.Thread(target=self._run, args=(r, cfg, first_step), daemon=True)
         self.thread.start()
 
     def _run(self, r, cfg, step):
         torch.set_num_threads(1)   # per thread: the model's OpenMP team keeps both cores to itself
         try:
+            if self.workers:
+                self._run_pool(r, cfg, step)
+                return
             while not self._stop.is_set() and step < r.steps:
                 self.q.put(batch_for(r, cfg, step))
                 step += 1
         except BaseException as exc:   # reported by get(), never swallowed
             self.error = exc
             self.q.put(None)
+
+    def _run_pool(self, r, cfg, step):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ahead: list = []
+        with ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            while not self._stop.is_set() and (step < r.steps or ahead):
+                while step < r.steps and len(ahead) < 2 * self.workers:
+                    ahead.append(pool.submit(_batch_in_worker, (r, cfg, step)))
+                    step += 1
+                self.q.put(ahead.pop(0).result())
+            for f in ahead:
+                f.cancel()
 
     def get(self):
         item = self.q.get()
@@ -135,7 +174,13 @@ class Prefetcher:
         return item
 
     def close(self):
+        """Stop, and take what the thread is putting so that it sees the stop (and shuts its pool down)."""
         self._stop.set()
+        while self.thread.is_alive():
+            try:
+                self.q.get(timeout=0.1)
+            except queue.Empty:
+                pass
 
 
 def save_checkpoint(path: Path, model, opt, step: int, r: Recipe, cfg: ArenaModelConfig, extra: dict) -> None:
@@ -148,7 +193,8 @@ def save_checkpoint(path: Path, model, opt, step: int, r: Recipe, cfg: ArenaMode
 
 
 def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save_every: int = 50,
-          init: Path | None = None, quiet: bool = False) -> dict:
+          init: Path | None = None, quiet: bool = False, budget_s: float | None = None, workers: int = 0) -> dict:
+    """Train until ``r.steps`` (or ``budget_s`` seconds of this run's wall time) and save ``out/last.pt``."""
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(r.seed)
     model = ArenaDiT(cfg).to(device)
@@ -166,14 +212,19 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
     log_path = out / "train.log.jsonl"
     _truncate_log(log_path, step)
     log = open(log_path, "a", buffering=1)
-    pre = Prefetcher(r, cfg, step)
+    pre = Prefetcher(r, cfg, step, workers=workers)
     bar = tqdm(total=r.steps, initial=step, disable=quiet, desc="arena", unit="step")
+    began = time.perf_counter()
     try:
         while step < r.steps:
+            if budget_s is not None and time.perf_counter() - began >= budget_s:
+                break
             t0 = time.perf_counter()
             eps, context, noisy, t, start = pre.get()
+            rate = (learning_rate(r, step) if budget_s is None else
+                    timed_learning_rate(r, step, (time.perf_counter() - began) / budget_s))
             for g in opt.param_groups:
-                g["lr"] = learning_rate(r, step)
+                g["lr"] = rate
             eps, context, start = eps.to(device), context.to(device), start.to(device)
             gen = torch.Generator().manual_seed(r.seed * 7_000_003 + step)
             if torch.rand(1, generator=gen).item() < r.self_context:
@@ -188,16 +239,31 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
             value = float(loss.detach())
             avg = value if avg is None else 0.98 * avg + 0.02 * value
             log.write(json.dumps({"step": step, "loss": value, "avg": avg, "grad_norm": float(norm),
-                                  "lr": learning_rate(r, step - 1), "wall_s": round(wall, 2)}) + "\n")
+                                  "lr": rate, "wall_s": round(wall, 2)}) + "\n")
             bar.set_postfix(loss=f"{avg:.4f}")
             bar.update(1)
             if step % save_every == 0 or step == r.steps:
                 save_checkpoint(ckpt_path, model, opt, step, r, cfg, {"wall_s": wall, "avg_loss": avg})
+        if step % save_every:
+            save_checkpoint(ckpt_path, model, opt, step, r, cfg, {"wall_s": wall, "avg_loss": avg})
     finally:
         pre.close()
         bar.close()
         log.close()
     return {"step": step, "wall_s": wall, "avg_loss": avg}
+
+
+def model_config(out: Path, init: Path | None) -> ArenaModelConfig:
+    """The shape to train: a checkpoint's in ``out``, else the ``init`` weights' (their metadata), else
+    the default."""
+    ckpt = out / "last.pt"
+    if ckpt.exists():
+        raw = torch.load(ckpt, map_location="cpu", weights_only=True)["config"]
+        return ArenaModelConfig(**{**raw, "steps": tuple(raw["steps"])})
+    if init is not None:
+        from engine.arena.weights import config_of
+        return config_of(init)
+    return ArenaModelConfig()
 
 
 def _truncate_log(path: Path, step: int) -> None:
@@ -215,6 +281,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m engine.arena.train", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True, help="checkpoint + log directory (resumed if present)")
     p.add_argument("--steps", type=int, default=Recipe.steps)
+    p.add_argument("--minutes", type=float, default=None, help="stop after this much wall time of this run")
+    p.add_argument("--workers", type=int, default=0, help="processes that render batches (0: one thread)")
     p.add_argument("--batch", type=int, default=Recipe.batch)
     p.add_argument("--chunks", type=int, default=Recipe.chunks)
     p.add_argument("--lr", type=float, default=Recipe.lr)
@@ -229,7 +297,8 @@ def main(argv=None) -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr)
-    result = train(a.out, r, ArenaModelConfig(), a.device, a.save_every, a.init, a.quiet)
+    result = train(a.out, r, model_config(a.out, a.init), a.device, a.save_every, a.init, a.quiet,
+                   budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)
     if a.export:
         from engine.arena.weights import export_checkpoint
         export_checkpoint(a.out / "last.pt", a.export)
