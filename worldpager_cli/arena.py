@@ -30,7 +30,10 @@ def train() -> None:
               help="Stop after this many minutes of this run's wall time (the learning rate decays over the last fifth).")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="Processes that render the batches (0: one thread beside the training).")
-def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet, minutes, workers) -> None:
+@click.option("--warp", is_flag=True, help="A new model's output: add the pixel warp of the window's last frame.")
+@click.option("--hypotheses", type=click.IntRange(min=1), help="A new model's output: candidate patches per token.")
+def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet, minutes, workers, warp,
+                hypotheses) -> None:
     """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end."""
     import torch
 
@@ -39,7 +42,8 @@ def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     result = run_training(out, Recipe(seed=seed, steps=steps, batch=batch, chunks=chunks, lr=lr),
-                          model_config(out, init), device, init=init, quiet=quiet,
+                          model_config(out, init, warp=warp or None, hypotheses=hypotheses), device, init=init,
+                          quiet=quiet,
                           budget_s=None if minutes is None else 60.0 * minutes, workers=workers)
     if export:
         export_checkpoint(out / "last.pt", export)

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from engine.arena.config import ArenaModelConfig
 from engine.arena.data import stack, training_episode
-from engine.arena.model import ArenaDiT
+from engine.arena.model import ArenaDiT, patchify
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,8 @@ class Recipe:
     weight_decay: float = 0.01
     clip: float = 1.0
     p_pure_noise: float = 0.5         # share of chunks trained at t = 1 (what one-step sampling sees)
+    wta_share: float = 0.05           # several candidates: the weight the losing ones share (relaxed winner-takes-all)
+    choice_weight: float = 0.02       # several candidates: weight of the cross-entropy of the winner's choice
     degrade: float = 0.5              # share of episodes whose clean context is blurred / noised
     self_context: float = 0.5         # share of steps whose context chunks are the model's own predictions
 
@@ -118,9 +120,20 @@ def self_context(model: ArenaDiT, eps, context, start, gen: torch.Generator) -> 
     return out
 
 
-def loss_of(model: ArenaDiT, eps, context, noisy, t, start) -> torch.Tensor:
-    pred = model.train_forward(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
-    return (pred[:, 1:] - eps.frames[:, 1:]).pow(2).mean()          # chunk 0 is given at inference
+def loss_of(model: ArenaDiT, eps, context, noisy, t, start, r: Recipe = Recipe()) -> torch.Tensor:
+    """MSE on x0 (chunk 0 is given at inference). With several candidates per token: relaxed
+    winner-takes-all (the candidate nearest the truth takes ``1 - wta_share`` of the weight) plus the
+    cross-entropy of choosing it, so that each candidate is one sharp mode and the choice keeps the likeliest."""
+    cands, logits = model.train_candidates(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
+    truth = patchify(eps.frames, model.cfg.patch).flatten(2, 3)                # [B, C, T, P]
+    err = (cands[:, 1:] - truth[:, 1:, :, None]).pow(2).mean(-1)              # [B, C-1, T, K]
+    k = err.shape[-1]
+    if k == 1:
+        return err.mean()
+    win = err.detach().argmin(-1)
+    weights = torch.full_like(err, r.wta_share / (k - 1)).scatter_(-1, win[..., None], 1.0 - r.wta_share)
+    choice = torch.nn.functional.cross_entropy(logits[:, 1:].reshape(-1, k), win.reshape(-1))
+    return (weights * err).sum(-1).mean() + r.choice_weight * choice
 
 
 def _batch_in_worker(args):
@@ -207,8 +220,8 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
         opt.load_state_dict(state["opt"])
         step, wall, avg = state["step"], state.get("wall_s", 0.0), state.get("avg_loss")
     elif init is not None:
-        from engine.arena.weights import load_state_dict
-        model.load_state_dict(load_state_dict(init, cfg))
+        from engine.arena.weights import init_from
+        init_from(model, init, torch.Generator().manual_seed(r.seed))
     log_path = out / "train.log.jsonl"
     _truncate_log(log_path, step)
     log = open(log_path, "a", buffering=1)
@@ -229,7 +242,7 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
             gen = torch.Generator().manual_seed(r.seed * 7_000_003 + step)
             if torch.rand(1, generator=gen).item() < r.self_context:
                 context = self_context(model, eps, context, start, gen)
-            loss = loss_of(model, eps, context, noisy.to(device), t.to(device), start)
+            loss = loss_of(model, eps, context, noisy.to(device), t.to(device), start, r)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip)
@@ -253,17 +266,19 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
     return {"step": step, "wall_s": wall, "avg_loss": avg}
 
 
-def model_config(out: Path, init: Path | None) -> ArenaModelConfig:
-    """The shape to train: a checkpoint's in ``out``, else the ``init`` weights' (their metadata), else
-    the default."""
+def model_config(out: Path, init: Path | None, **design) -> ArenaModelConfig:
+    """The shape to train: a checkpoint's in ``out``; else the ``init`` weights' (their metadata), or the
+    default, with the output ``design`` keys given (``warp``, ``hypotheses``; None: unchanged)."""
     ckpt = out / "last.pt"
     if ckpt.exists():
         raw = torch.load(ckpt, map_location="cpu", weights_only=True)["config"]
         return ArenaModelConfig(**{**raw, "steps": tuple(raw["steps"])})
     if init is not None:
         from engine.arena.weights import config_of
-        return config_of(init)
-    return ArenaModelConfig()
+        cfg = config_of(init)
+    else:
+        cfg = ArenaModelConfig()
+    return dataclasses.replace(cfg, **{k: v for k, v in design.items() if v is not None})
 
 
 def _truncate_log(path: Path, step: int) -> None:
@@ -286,18 +301,22 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=Recipe.batch)
     p.add_argument("--chunks", type=int, default=Recipe.chunks)
     p.add_argument("--lr", type=float, default=Recipe.lr)
+    p.add_argument("--warmup", type=int, default=Recipe.warmup)
     p.add_argument("--seed", type=int, default=Recipe.seed)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--init", type=Path, default=None, help="start from these weights (safetensors)")
+    p.add_argument("--warp", action="store_true", help="new model: add the pixel warp source (see the config)")
+    p.add_argument("--hypotheses", type=int, default=None, help="new model: candidates per token")
     p.add_argument("--export", type=Path, default=None, help="after training, write fp16 weights here")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr)
-    result = train(a.out, r, model_config(a.out, a.init), a.device, a.save_every, a.init, a.quiet,
+    r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup)
+    result = train(a.out, r, model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses),
+                   a.device, a.save_every, a.init, a.quiet,
                    budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)
     if a.export:
         from engine.arena.weights import export_checkpoint
