@@ -66,6 +66,11 @@ def echo_long(s: dict) -> None:
                    f"{_f(w['self_consistency'])} dB, {_ci(g['session']['self_consistency'], sign='+')} (a different "
                    f"earlier view: {_f(d['control'])}), against the truth {_f(d['generated_psnr'])} / "
                    f"{_f(w['generated_psnr'])}; every generated frame {_ci(g['session']['psnr'], sign='+')}")
+    for arm, d in s.get("against_memory", {}).items():
+        parts = [f"{name} {' '.join(_ci(e, sign='+') for e in d[key])}"
+                 for name, key in (("PSNR", "psnr"), ("observed returns", "observed_psnr"),
+                                   ("self-consistency", "self_consistency"))]
+        click.echo(f"{arm} - {mem} per {unit}: " + "; ".join(parts))
     if mem in per:
         m = per[mem]
         click.echo(f"memory through the store ({mem}): {m['hits']} hits, {m['misses']} misses, {m['stale']} stale "

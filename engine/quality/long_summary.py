@@ -7,8 +7,9 @@ truth, against the first visit (self-consistency) and against a different earlie
 Every figure is **pooled over frames** (the sums of every episode over their frame counts); its 95 %
 interval resamples whole *episodes* (``DRAWS`` seeded draws, the pooled figure recomputed from the
 drawn episodes' sums), from ``MIN_EPISODES`` episodes on. Paired figures (memory's gain over
-window-only; the last bin against the first) are per-episode differences weighted by frames, with
-the same bootstrap (``engine.quality.retention.paired_difference``).
+window-only; the last bin against the first; another position mode against the default memory, bin
+by bin: what changes past the horizon) are per-episode differences weighted by frames, with the same
+bootstrap (``engine.quality.retention.paired_difference``).
 """
 from __future__ import annotations
 
@@ -124,9 +125,18 @@ def summarise_long(rows: list[dict]) -> dict:
             "session": {n: _paired(mine, ref, n) for n in ("psnr", "observed_psnr", "generated_psnr",
                                                           "self_consistency")},
         }
+    against_memory = {}
+    if MEMORY in arms:          # the position modes against the default (rerotate), per bin: the horizon
+        mem = _by_seed(rows, MEMORY)
+        for arm in arms:
+            if arm in (MEMORY, REFERENCE):
+                continue
+            mine = _by_seed(rows, arm)
+            against_memory[arm] = {n: [_paired(mine, mem, n, [b], [b]) for b in range(n_bins)]
+                                   for n in ("psnr", "observed_psnr", "generated_psnr", "self_consistency")}
     first = rows[0]
     return {"episodes": len({r["seed"] for r in rows}), "arms": arms, "bins": n_bins, "bin_s": first["bin_s"],
             "minutes": first["frames"] / first["fps"] / 60.0, "chunks": first["chunks"],
             "observed_chunks": first["observed_chunks"], "arena_seeds": sorted({r["arena_seed"] for r in rows}),
             "smoke_test": any(r.get("smoke_test") for r in rows), "memory_arm": MEMORY,
-            "per_arm": per_arm, "gain_over_window": gains}
+            "per_arm": per_arm, "gain_over_window": gains, "against_memory": against_memory}
