@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ConfigError
-from engine.quality.arms import INT4, POSITION_ARMS, WINDOW, Arm
+from engine.quality.arms import INT4, POSITION_ARMS, WINDOW, Arm, _memory
 from engine.quality.long_paths import LONG, LongEpisode, LongShape, long_episode
 from engine.quality.long_score import score_session
 from engine.quality.session_run import session_config
 
 LONG_ARMS = (WINDOW, INT4)
-OPTIONAL_ARMS = {a.name: a for a in POSITION_ARMS}
+FIRST_VISIT = Arm("first", "--set memory.retrieve_visit=first (int4; of near-duplicate views, the first visit)",
+                  _memory(retrieve_visit="first"))
+OPTIONAL_ARMS = {a.name: a for a in (*POSITION_ARMS, FIRST_VISIT)}
 COUNTERS = ("hits", "misses", "stale", "disk_bytes_read")
 
 
@@ -40,7 +42,8 @@ class LongPlan:
 
 
 def long_arms(names: list[str]) -> tuple[Arm, ...]:
-    """window and int4 always; ``names`` may add the position modes (extend, rerotate6/30/96)."""
+    """window and int4 always; ``names`` may add the position modes (extend, rerotate6/30/96) and
+    ``first`` (retrieval of first visits)."""
     bad = [n for n in names if n not in OPTIONAL_ARMS and n not in ("window", "int4")]
     if bad:
         raise ConfigError(f"unknown arm {bad[0]!r} for --long (choose from window, int4, {', '.join(OPTIONAL_ARMS)})")
