@@ -57,7 +57,8 @@ def echo_long(s: dict) -> None:
         d = per[arm]
         click.echo(f"{arm}: last {unit} against the first: PSNR {_ci(d['last_minus_first_db'], sign='+')} dB, "
                    f"sharpness x {_ci(d['last_over_first_sharpness'], 3)}; sharpness in the first 3 s of "
-                   f"generation {_ci(d['early']['sharpness'], 3)}, after them {_ci(d['late']['sharpness'], 3)}")
+                   f"generation {_ci(d['early']['sharpness'], 3)}, after them {_ci(d['late']['sharpness'], 3)}; "
+                   f"self-consistency beyond a different view {_ci(d['specific_db'], sign='+')} dB")
     for arm, g in s["gain_over_window"].items():
         d, w = per[arm]["session"], per[ref]["session"]
         click.echo(f"{arm} over window-only, whole sessions: returns to observed views {_f(d['observed_psnr'])} / "

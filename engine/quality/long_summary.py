@@ -68,9 +68,11 @@ def figure(rows: list[dict], name: str, bins: list[int] | None = None, phase: st
     return pooled(e["num"], e["den"])
 
 
-def _paired(a_rows: list[dict], b_rows: list[dict], name: str, a_bins=None, b_bins=None, ratio=False) -> dict:
-    """Per episode: figure of ``a`` minus figure of ``b`` (or their ratio), weighted by ``a``'s denominator."""
-    a, b = _entries(a_rows, name, a_bins), _entries(b_rows, name, b_bins)
+def _paired(a_rows: list[dict], b_rows: list[dict], name: str, a_bins=None, b_bins=None, ratio=False,
+            b_name: str | None = None) -> dict:
+    """Per episode: figure of ``a`` minus figure ``b_name`` (default the same) of ``b`` (or their ratio),
+    weighted by ``a``'s denominator."""
+    a, b = _entries(a_rows, name, a_bins), _entries(b_rows, b_name or name, b_bins)
     ok = (a["den"] > 0) & (b["den"] > 0)
     if not ok.any():
         return {"mean": None, "ci": None, "pairs": 0}
@@ -110,6 +112,10 @@ def summarise_long(rows: list[dict]) -> dict:
             "early": {n: figure(mine, n, phase="early") for n in ("psnr", "sharpness")},
             "late": {n: figure(mine, n, phase="late") for n in ("psnr", "sharpness")},
             "last_minus_first_db": _paired(mine, mine, "psnr", [n_bins - 1], [0]),
+            # how much of the self-consistency is the view's own, not the world's shared colours
+            "specific_db": _paired(mine, mine, "self_consistency", b_name="control"),
+            "specific_db_bins": [_paired(mine, mine, "self_consistency", [b], [b], b_name="control")
+                                 for b in range(n_bins)],
             "last_over_first_sharpness": _paired(mine, mine, "sharpness", [n_bins - 1], [0], ratio=True),
             **{k: int(sum(r.get(k, 0) for r in mine)) for k in ("hits", "misses", "stale", "disk_bytes_read")},
         }
