@@ -42,6 +42,8 @@ class ArenaModelConfig:
     steps: tuple[float, ...] = (1.0,)   # flow-matching timesteps of the sampler (1 = pure noise)
     warp: bool = False               # a third output source: the window's last frame warped to each frame's view
     hypotheses: int = 1              # candidate x0 patches per token (> 1: trained winner-takes-all, the likeliest kept)
+    hard_copy: bool = False          # inference: the copy head takes its best-matching patch whole, and a token
+                                     # is either copied or generated (training stays soft)
 
     def __post_init__(self) -> None:
         assert self.height % self.patch == 0 and self.width % self.patch == 0

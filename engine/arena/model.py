@@ -283,6 +283,8 @@ class ArenaDiT(nn.Module):
             if fetched is None:
                 return gen, logits
             g = torch.sigmoid(self.gate(h))
+            if self.cfg.hard_copy and not self.training:
+                g = (g > 0.5).to(g.dtype)
             if has_copy is not None:
                 g = g * has_copy.to(g.dtype)
             return gen + g[..., None, :] * (fetched[..., None, :] - gen), logits
@@ -316,9 +318,22 @@ class ArenaDiT(nn.Module):
             m = copy_mask.clone()
             m[:, 0] |= ~copy_mask.any(-1)
             m = m[:, None, None, :]
+        if self.cfg.hard_copy and not self.training:
+            return self._fetch_hard(q, copy_k, copy_v, m), has
         fetched = F.scaled_dot_product_attention(q.transpose(1, 2), copy_k.transpose(1, 2), copy_v.transpose(1, 2),
                                                  attn_mask=m, scale=1.0).transpose(1, 2).flatten(-2)
         return fetched, has
+
+    @staticmethod
+    def _fetch_hard(q, k, v, mask) -> torch.Tensor:
+        """Per token and head, the value of the best-scoring key whole (a real patch, never a blend)."""
+        scores = torch.einsum("bthd,bshd->bhts", q, k)                              # [B, H, T, S]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -math.inf)
+        best = scores.argmax(-1)                                                   # [B, H, T]
+        vals = v.transpose(1, 2)                                                   # [B, H, S, hd]
+        picked = vals.gather(2, best[..., None].expand(*best.shape, vals.shape[-1]))   # [B, H, T, hd]
+        return picked.transpose(1, 2).flatten(-2)
 
     @staticmethod
     def likeliest(x0: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:

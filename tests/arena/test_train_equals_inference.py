@@ -10,7 +10,7 @@ import torch
 
 from engine.arena.config import ArenaModelConfig
 from engine.arena.data import training_episode
-from engine.arena.model import ArenaDiT
+from engine.arena.model import ArenaDiT, patchify
 from engine.model.kv_context import AttentionContext
 
 CFG = ArenaModelConfig(layers=2)
@@ -123,3 +123,30 @@ def test_the_warp_reaches_the_output_pixel_for_pixel():
     assert torch.allclose(out[2, 0][..., CFG.height // 2, CFG.width // 2], ep.frames[1, -1][..., CFG.height // 2, 53],
                           atol=1e-5)
     assert not torch.allclose(out[2, 0], ep.frames[1, -1], atol=1e-3)
+
+
+def test_hard_copy_outputs_real_patches_and_training_stays_soft():
+    """``hard_copy``: at inference a copied token is one context patch whole (no blend of several); in
+    training the copy head is the differentiable softmax it was."""
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(CFG, hard_copy=True)
+    model = ArenaDiT(cfg)
+    with torch.no_grad():
+        model.gate.bias.fill_(40.0)                                    # every token copied
+        model.copy_logit_scale.fill_(0.0)                              # a soft copy would blend many
+    ep = _episode()
+    no_memory = ep.ctx_ids.clone()
+    no_memory[:, :K] = -1                                              # the window chunk only
+    args = (ep.frames[None], torch.randn(ep.frames.shape)[None], torch.ones(1, ep.frames.shape[0]), ep.actions[None],
+            ep.cam[None], torch.zeros(1, dtype=torch.long), no_memory[None], ep.mem_shift[None])
+    with torch.no_grad():
+        hard = model.eval().train_forward(*args)[0]
+        soft = model.train().train_forward(*args)[0]
+    p = cfg.patch
+    for c in (1, 4):
+        window = patchify(ep.frames[c - 1], p).flatten(0, 1).unflatten(-1, (cfg.heads, -1))   # [T, H, hd]
+        out = patchify(hard[c], p).flatten(0, 1).unflatten(-1, (cfg.heads, -1))
+        for head in range(cfg.heads):
+            dist = torch.cdist(out[:, head], window[:, head], compute_mode="donot_use_mm_for_euclid_dist")
+            assert dist.min(-1).values.max() < 1e-5                    # every token's part: a window patch's
+        assert not torch.allclose(hard[c], soft[c], atol=1e-3)
