@@ -326,14 +326,14 @@ class ArenaDiT(nn.Module):
 
     @staticmethod
     def _fetch_hard(q, k, v, mask) -> torch.Tensor:
-        """Per token and head, the value of the best-scoring key whole (a real patch, never a blend)."""
+        """Per token the value of the one key its heads attend most (their attention averaged), whole: a
+        real patch, never a blend of several nor a mosaic of the heads' choices."""
         scores = torch.einsum("bthd,bshd->bhts", q, k)                              # [B, H, T, S]
         if mask is not None:
             scores = scores.masked_fill(~mask, -math.inf)
-        best = scores.argmax(-1)                                                   # [B, H, T]
-        vals = v.transpose(1, 2)                                                   # [B, H, S, hd]
-        picked = vals.gather(2, best[..., None].expand(*best.shape, vals.shape[-1]))   # [B, H, T, hd]
-        return picked.transpose(1, 2).flatten(-2)
+        best = scores.softmax(-1).mean(1).argmax(-1)                               # [B, T]
+        b = torch.arange(v.shape[0], device=v.device)[:, None]
+        return v[b, best].flatten(-2)                                              # [B, T, P]
 
     @staticmethod
     def likeliest(x0: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
