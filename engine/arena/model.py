@@ -265,10 +265,13 @@ class ArenaDiT(nn.Module):
 
     def output(self, h: torch.Tensor, cond: torch.Tensor, geom: torch.Tensor, copy_k: torch.Tensor | None,
                copy_v: torch.Tensor | None, copy_mask: torch.Tensor | None,
-               warp: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+               warp: tuple[torch.Tensor, torch.Tensor] | None = None,
+               parts: dict | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x0 candidates ``[B, T, hypotheses, patch_dim]`` and their logits ``[B, T, hypotheses]`` (None
         for one): the generated patch mixed with what the copy head fetched and, with ``warp``
-        (warped patches ``[B, T, patch_dim]``, valid pixels ``[B, T, patch**2]``), the warped pixels."""
+        (warped patches ``[B, T, patch_dim]``, valid pixels ``[B, T, patch**2]``), the warped pixels.
+        ``parts`` (training): filled with the generated candidates, the copy gate's logits, which rows
+        have context and what a hard copy would fetch (no gradient), for a loss on the copy decision."""
         cfg = self.cfg
         shift, scale = (m.unsqueeze(-2) for m in self.final_mod(F.silu(cond)).chunk(2, dim=-1))
         z = modulate(self.final_norm(h), shift, scale)
@@ -279,6 +282,10 @@ class ArenaDiT(nn.Module):
             gen = torch.cat([gen, extra], dim=-2)                                # [B, T, K, P]
             logits = self.hyp_logits(z)
         fetched, has_copy = self._fetch(h, geom, copy_k, copy_v, copy_mask)
+        if parts is not None and fetched is not None:
+            with torch.no_grad():
+                hard = self._fetch(h, geom, copy_k, copy_v, copy_mask, hard=True)[0]
+            parts.update(gen=gen, gate=self.gate(h), has=has_copy, hard=hard)
         if warp is None:
             if fetched is None:
                 return gen, logits
@@ -302,7 +309,7 @@ class ArenaDiT(nn.Module):
             out = out + w[..., 1] * fetched[..., None, :]
         return out, logits
 
-    def _fetch(self, h, geom, copy_k, copy_v, copy_mask):
+    def _fetch(self, h, geom, copy_k, copy_v, copy_mask, hard: bool = False):
         """What the copy head fetched ``[B, T, P]`` (None without context) and which rows have any
         context ``[B, 1, 1]`` bool (None: all)."""
         if copy_k is None or copy_k.shape[1] == 0:
@@ -318,7 +325,7 @@ class ArenaDiT(nn.Module):
             m = copy_mask.clone()
             m[:, 0] |= ~copy_mask.any(-1)
             m = m[:, None, None, :]
-        if self.cfg.hard_copy and not self.training:
+        if hard or (self.cfg.hard_copy and not self.training):
             return self._fetch_hard(q, copy_k, copy_v, m), has
         fetched = F.scaled_dot_product_attention(q.transpose(1, 2), copy_k.transpose(1, 2), copy_v.transpose(1, 2),
                                                  attn_mask=m, scale=1.0).transpose(1, 2).flatten(-2)
@@ -427,9 +434,9 @@ class ArenaDiT(nn.Module):
 
     def train_candidates(self, clean: torch.Tensor, noisy: torch.Tensor, t: torch.Tensor, actions: torch.Tensor,
                          cam: torch.Tensor, start: torch.Tensor, ctx_ids: torch.Tensor,
-                         mem_shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         mem_shift: torch.Tensor, parts: dict | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x0 candidates of every noisy chunk as patches ``[B, C, T, K, P]`` and their logits ``[B, C, T, K]``
-        (None for one candidate).
+        (None for one candidate); ``parts``: see ``output`` (flattened over ``B * C``).
 
         clean, noisy: ``[B, C, F, 3, H, W]``; t: ``[B, C]`` flow time of each noisy chunk; actions
         ``[B, C, F, A]``; cam ``[B, C, F, 4]``; start ``[B]`` latent-frame index of chunk 0;
@@ -482,5 +489,5 @@ class ArenaDiT(nn.Module):
                                             valid[..., -1].flatten())
             warp = (patches, ok)
         x0, logits = self.output(h_n.flatten(0, 1), cond_n.flatten(0, 1), geom.flatten(0, 1), copy_k, copy_v,
-                                 key_mask[:, :s * n_tok], warp)
+                                 key_mask[:, :s * n_tok], warp, parts)
         return x0.unflatten(0, (b, c)), None if logits is None else logits.unflatten(0, (b, c))

@@ -50,6 +50,8 @@ class Recipe:
     p_pure_noise: float = 0.5         # share of chunks trained at t = 1 (what one-step sampling sees)
     wta_share: float = 0.05           # several candidates: the weight the losing ones share (relaxed winner-takes-all)
     choice_weight: float = 0.02       # several candidates: weight of the cross-entropy of the winner's choice
+    copy_decision: float = 0.0        # weight of the copy gate's cross-entropy against "the hard copy is nearer
+                                      # the truth than the generated patch" (what hard_copy decides at inference)
     degrade: float = 0.5              # share of episodes whose clean context is blurred / noised
     self_context: float = 0.5         # share of steps whose context chunks are the model's own predictions
 
@@ -124,16 +126,36 @@ def loss_of(model: ArenaDiT, eps, context, noisy, t, start, r: Recipe = Recipe()
     """MSE on x0 (chunk 0 is given at inference). With several candidates per token: relaxed
     winner-takes-all (the candidate nearest the truth takes ``1 - wta_share`` of the weight) plus the
     cross-entropy of choosing it, so that each candidate is one sharp mode and the choice keeps the likeliest."""
-    cands, logits = model.train_candidates(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
+    parts = {} if r.copy_decision > 0 else None
+    cands, logits = model.train_candidates(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift,
+                                           parts)
     truth = patchify(eps.frames, model.cfg.patch).flatten(2, 3)                # [B, C, T, P]
     err = (cands[:, 1:] - truth[:, 1:, :, None]).pow(2).mean(-1)              # [B, C-1, T, K]
     k = err.shape[-1]
+    decision = copy_decision_loss(parts, truth) * r.copy_decision if parts else 0.0
     if k == 1:
-        return err.mean()
+        return err.mean() + decision
     win = err.detach().argmin(-1)
     weights = torch.full_like(err, r.wta_share / (k - 1)).scatter_(-1, win[..., None], 1.0 - r.wta_share)
     choice = torch.nn.functional.cross_entropy(logits[:, 1:].reshape(-1, k), win.reshape(-1))
-    return (weights * err).sum(-1).mean() + r.choice_weight * choice
+    return (weights * err).sum(-1).mean() + r.choice_weight * choice + decision
+
+
+def copy_decision_loss(parts: dict, truth: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the copy gate against the hard decision's best answer: copy where the patch a hard
+    copy fetches is nearer the truth than the nearest generated candidate (chunks after the first, rows
+    with context)."""
+    b, c = truth.shape[:2]
+    gen = parts["gen"].unflatten(0, (b, c))[:, 1:]                            # [B, C-1, T, K, P]
+    hard = parts["hard"].unflatten(0, (b, c))[:, 1:]                          # [B, C-1, T, P]
+    gate = parts["gate"].unflatten(0, (b, c))[:, 1:, :, 0]                    # [B, C-1, T]
+    t = truth[:, 1:]
+    target = ((hard - t).pow(2).mean(-1) < (gen - t[..., None, :]).pow(2).mean(-1).min(-1).values).float()
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(gate, target, reduction="none")
+    if parts["has"] is not None:
+        has = parts["has"].unflatten(0, (b, c))[:, 1:, 0, 0].float()[..., None]   # [B, C-1, 1]
+        return (loss * has).sum() / (has.sum() * loss.shape[-1]).clamp_min(1)
+    return loss.mean()
 
 
 def _batch_in_worker(args):
@@ -302,6 +324,8 @@ def main(argv=None) -> None:
     p.add_argument("--chunks", type=int, default=Recipe.chunks)
     p.add_argument("--lr", type=float, default=Recipe.lr)
     p.add_argument("--warmup", type=int, default=Recipe.warmup)
+    p.add_argument("--copy-decision", type=float, default=Recipe.copy_decision,
+                   help="weight of the copy gate's hard-decision cross-entropy (0: off)")
     p.add_argument("--seed", type=int, default=Recipe.seed)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--save-every", type=int, default=50)
@@ -314,7 +338,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup)
+    r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup,
+               copy_decision=a.copy_decision)
     result = train(a.out, r, model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses),
                    a.device, a.save_every, a.init, a.quiet,
                    budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)
