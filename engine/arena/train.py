@@ -50,6 +50,7 @@ class Recipe:
     p_pure_noise: float = 0.5         # share of chunks trained at t = 1 (what one-step sampling sees)
     wta_share: float = 0.05           # several candidates: the weight the losing ones share (relaxed winner-takes-all)
     choice_weight: float = 0.02       # several candidates: weight of the cross-entropy of the winner's choice
+    memory_distance: float | None = None   # farthest move of memory keys in latent frames (None: the native table)
     copy_decision: float = 0.0        # weight of the copy gate's cross-entropy against "the hard copy is nearer
                                       # the truth than the generated patch" (what hard_copy decides at inference)
     degrade: float = 0.5              # share of episodes whose clean context is blurred / noised
@@ -95,7 +96,8 @@ def degrade_context(clean: torch.Tensor, gen: torch.Generator, r: Recipe) -> tor
 
 
 def batch_for(r: Recipe, cfg: ArenaModelConfig, step: int):
-    eps = stack([training_episode(r.seed, step, i, cfg, r.chunks, r.retrieve_k) for i in range(r.batch)])
+    eps = stack([training_episode(r.seed, step, i, cfg, r.chunks, r.retrieve_k, r.memory_distance)
+                 for i in range(r.batch)])
     gen = torch.Generator().manual_seed(r.seed * 1_000_003 + step)
     t = flow_times(gen, (r.batch, r.chunks), r)
     noise = torch.randn(eps.frames.shape, generator=gen)
@@ -324,6 +326,8 @@ def main(argv=None) -> None:
     p.add_argument("--chunks", type=int, default=Recipe.chunks)
     p.add_argument("--lr", type=float, default=Recipe.lr)
     p.add_argument("--warmup", type=int, default=Recipe.warmup)
+    p.add_argument("--memory-distance", type=float, default=None,
+                   help="farthest move of memory keys in training, latent frames (default: the native table)")
     p.add_argument("--copy-decision", type=float, default=Recipe.copy_decision,
                    help="weight of the copy gate's hard-decision cross-entropy (0: off)")
     p.add_argument("--seed", type=int, default=Recipe.seed)
@@ -339,7 +343,7 @@ def main(argv=None) -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup,
-               copy_decision=a.copy_decision)
+               copy_decision=a.copy_decision, memory_distance=a.memory_distance)
     result = train(a.out, r, model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses),
                    a.device, a.save_every, a.init, a.quiet,
                    budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)

@@ -69,3 +69,26 @@ def test_a_new_output_design_trains_from_weights_without_it(tmp_path):
     assert all(0 < (e - head).abs().max() < head.abs().max() for e in extra)
     train(tmp_path / "new", RECIPE, cfg, save_every=1, init=plain, quiet=True)
     assert len(_losses(tmp_path / "new")) == 2 and all(v == v for v in _losses(tmp_path / "new"))
+
+
+def test_memory_distance_moves_memory_keys_as_far_as_a_long_session_does():
+    """By default memory keys are moved at most the native table's length back; with ``memory_distance``
+    as far as ``--positions extend`` puts a memory minutes old (what the long benchmark found untrained)."""
+    from engine.arena.config import ArenaModelConfig
+    from engine.arena.data import training_episode
+
+    cfg = ArenaModelConfig()
+
+    def farthest(distance):
+        out = 0.0
+        for step in range(40):
+            ep = training_episode(5, step, 0, cfg, 12, 3, distance)
+            chunk = torch.arange(12)[:, None].float() * cfg.frames_per_chunk
+            slot = ep.ctx_ids[:, :3].float() * cfg.frames_per_chunk
+            moved = chunk - (slot + ep.mem_shift)                # how far back each slot's keys sit
+            used = moved[ep.ctx_ids[:, :3] >= 0]
+            out = max(out, float(used.max())) if len(used) else out
+        return out
+
+    assert farthest(None) <= cfg.rope_table_frames
+    assert farthest(1440.0) > 2 * cfg.rope_table_frames
