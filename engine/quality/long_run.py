@@ -24,9 +24,9 @@ from engine.quality.long_score import score_session
 from engine.quality.session_run import session_config
 
 LONG_ARMS = (WINDOW, INT4)
-FIRST_VISIT = Arm("first", "--set memory.retrieve_visit=first (int4; of near-duplicate views, the first visit)",
-                  _memory(retrieve_visit="first"))
-OPTIONAL_ARMS = {a.name: a for a in (*POSITION_ARMS, FIRST_VISIT)}
+NEWEST = Arm("newest", "--retrieve-visit newest (int4; of near-duplicate views, the latest rendition)",
+             _memory(retrieve_visit="newest"))
+OPTIONAL_ARMS = {a.name: a for a in (*POSITION_ARMS, NEWEST)}
 COUNTERS = ("hits", "misses", "stale", "disk_bytes_read")
 
 
@@ -43,7 +43,7 @@ class LongPlan:
 
 def long_arms(names: list[str]) -> tuple[Arm, ...]:
     """window and int4 always; ``names`` may add the position modes (extend, rerotate6/30/96) and
-    ``first`` (retrieval of first visits)."""
+    ``newest`` (retrieval of the newest of near-duplicate views, the default before first visits)."""
     bad = [n for n in names if n not in OPTIONAL_ARMS and n not in ("window", "int4")]
     if bad:
         raise ConfigError(f"unknown arm {bad[0]!r} for --long (choose from window, int4, {', '.join(OPTIONAL_ARMS)})")
