@@ -32,8 +32,9 @@ def train() -> None:
               help="Processes that render the batches (0: one thread beside the training).")
 @click.option("--warp", is_flag=True, help="A new model's output: add the pixel warp of the window's last frame.")
 @click.option("--hypotheses", type=click.IntRange(min=1), help="A new model's output: candidate patches per token.")
+@click.option("--hard-copy", is_flag=True, help="A new model's output: whole copied patches at inference.")
 def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet, minutes, workers, warp,
-                hypotheses) -> None:
+                hypotheses, hard_copy) -> None:
     """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end."""
     import torch
 
@@ -42,7 +43,8 @@ def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     result = run_training(out, Recipe(seed=seed, steps=steps, batch=batch, chunks=chunks, lr=lr),
-                          model_config(out, init, warp=warp or None, hypotheses=hypotheses), device, init=init,
+                          model_config(out, init, warp=warp or None, hypotheses=hypotheses,
+                                       hard_copy=hard_copy or None), device, init=init,
                           quiet=quiet,
                           budget_s=None if minutes is None else 60.0 * minutes, workers=workers)
     if export:

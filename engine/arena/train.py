@@ -114,11 +114,17 @@ def self_context(model: ArenaDiT, eps, context, start, gen: torch.Generator) -> 
 
     At inference every chunk after the first is the model's output, never the truth; training on its
     own predictions as context teaches it to live with them instead of drifting. Chunk 0 stays the
-    truth (inference is given it)."""
+    truth (inference is given it). A model with ``hard_copy`` predicts them as inference does (whole
+    copied patches): the network runs in eval mode for this pass (it has no dropout or batch norm)."""
     noise = torch.randn(context.shape, generator=gen).to(context.device)
     ones = torch.ones(context.shape[:2], device=context.device)
+    was_training = model.training
     with torch.no_grad():
-        pred = model.train_forward(context, noise, ones, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
+        model.train(not model.cfg.hard_copy and was_training)
+        try:
+            pred = model.train_forward(context, noise, ones, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
+        finally:
+            model.train(was_training)
     out = pred.clamp(-1, 1)
     out[:, 0] = context[:, 0]
     return out
@@ -292,7 +298,7 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
 
 def model_config(out: Path, init: Path | None, **design) -> ArenaModelConfig:
     """The shape to train: a checkpoint's in ``out``; else the ``init`` weights' (their metadata), or the
-    default, with the output ``design`` keys given (``warp``, ``hypotheses``; None: unchanged)."""
+    default, with the output ``design`` keys given (``warp``, ``hypotheses``, ``hard_copy``; None: unchanged)."""
     ckpt = out / "last.pt"
     if ckpt.exists():
         raw = torch.load(ckpt, map_location="cpu", weights_only=True)["config"]
@@ -337,6 +343,7 @@ def main(argv=None) -> None:
     p.add_argument("--init", type=Path, default=None, help="start from these weights (safetensors)")
     p.add_argument("--warp", action="store_true", help="new model: add the pixel warp source (see the config)")
     p.add_argument("--hypotheses", type=int, default=None, help="new model: candidates per token")
+    p.add_argument("--hard-copy", action="store_true", help="new model: hard copies at inference (and in self-context)")
     p.add_argument("--export", type=Path, default=None, help="after training, write fp16 weights here")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
@@ -344,7 +351,8 @@ def main(argv=None) -> None:
         torch.set_num_threads(a.threads)
     r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup,
                copy_decision=a.copy_decision, memory_distance=a.memory_distance)
-    result = train(a.out, r, model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses),
+    result = train(a.out, r, model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses,
+                                          hard_copy=a.hard_copy or None),
                    a.device, a.save_every, a.init, a.quiet,
                    budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)
     if a.export:
