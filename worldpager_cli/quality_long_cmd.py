@@ -1,8 +1,9 @@
 """``worldpager bench quality --long``: the long benchmark's run (click shell only; the work is in
 ``engine.quality.long_run`` and ``long_summary``). Prints, for ``--quick``, first the smoke-test line;
 then one line per session as it is scored (stderr), the tables (``worldpager_cli.quality_long``), then
-one JSON line; writes ``long-rows.jsonl`` (every session's sums), ``long.png`` (the per-minute figure)
-and keeps the first seed's sessions under ``sessions/``. ``--from-rows`` summarises earlier rows."""
+one JSON line; writes ``long-rows.jsonl`` (every session's sums), ``long.png`` (the per-minute figure),
+``long-strip.png`` (truth and each arm, a frame in the middle of every minute, the first seed) and keeps
+the first seed's sessions under ``sessions/``. ``--from-rows`` summarises earlier rows."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,6 +18,7 @@ from worldpager_cli.quality_long import LONG_SMOKE_LINE, echo_long
 
 ROWS = "long-rows.jsonl"
 FIGURE = "long.png"
+STRIP = "long-strip.png"
 
 
 def _rows(paths: tuple[Path, ...]) -> list[dict]:
@@ -36,13 +38,26 @@ def _rows(paths: tuple[Path, ...]) -> list[dict]:
     return rows
 
 
-def _finish(rows: list[dict], out_dir: Path, params: dict) -> None:
+def _strip(plan, rows: list[dict], out_dir: Path) -> dict:
+    from engine.quality.long_strip import long_strip
+
+    kept = [out_dir / "sessions" / f"seed{plan.first_seed}-{a.name}" for a in plan.arms]
+    order = sorted(kept, key=lambda p: p.name.endswith("-window"))          # window-only last
+    sessions = [(p / f"{p.name.split('-', 1)[1]}.log.jsonl", p / f"{p.name.split('-', 1)[1]}.mp4") for p in order]
+    bins = min(len(r["bins"]) for r in rows)
+    return {"strip": str(out_dir / STRIP),
+            **long_strip(sessions, bins, plan.bin_s, out_dir / STRIP)}
+
+
+def _finish(rows: list[dict], out_dir: Path, params: dict, strip: dict | None = None) -> None:
     from engine.quality.long_figure import long_figure
     from engine.quality.long_summary import summarise_long
 
     summary = summarise_long(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary["figure"] = str(long_figure(summary, out_dir / FIGURE))
+    if strip:
+        summary["still"] = strip
     if summary["smoke_test"] and "from_rows" in params:
         click.echo(LONG_SMOKE_LINE)
     echo_long(summary)
@@ -85,8 +100,9 @@ def run_long(seeds: int, seed_start: int, arm_names: str, minutes: float, out_di
             click.echo(_progress(row), err=True)
 
         rows = long_rows(plan, out_dir, on_row)
+    strip = _strip(plan, rows, out_dir)
     params = {"long": True, "seeds": plan.seeds, "seed_start": plan.first_seed, "minutes": shape.minutes,
               "chunks": shape.chunks, "observed_chunks": shape.observed_chunks, "bin_s": plan.bin_s,
               "arms": [a.name for a in arms], "threads": threads, "quick": quick,
               "weights": str(weights) if weights else None}
-    _finish(rows, out_dir, params)
+    _finish(rows, out_dir, params, strip)
