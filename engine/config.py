@@ -345,6 +345,7 @@ class MemoryConfig:
     kv_bits: int = 4                         # 16 = unquantised
     retrieve_k: int = 3                      # past chunks retrieved per chunk
     predictor: str = "constant-velocity"     # pose extrapolation for prefetch: or reuse-current
+    retrieve_visit: str = "first"            # of near-duplicate past views, retrieve the first or the newest
     sink: bool = False                       # keep the first chunk resident as an attention sink
     official_sink: bool = False              # LingBot: its sink_size first latent frames beside the window
     host_mem_gib: float | None = None        # host budget; None = what the machine has
@@ -432,6 +433,8 @@ class SessionConfig:
              f"writeback must be one of {', '.join(WRITEBACK_MODES)}, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),
              f"predictor must be constant-velocity or reuse-current, got {self.memory.predictor!r}"),
+            (self.memory.retrieve_visit in ("first", "newest"),
+             f"retrieve_visit must be first or newest, got {self.memory.retrieve_visit!r}"),
             (math.isfinite(self.chunk_ms) and self.chunk_ms >= 0,
              f"--chunk-ms (chunk_ms) must be a finite number >= 0, got {self.chunk_ms}"),
             (_positive_or_none(self.memory.host_mem_gib),

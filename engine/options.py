@@ -73,8 +73,8 @@ SECTION_OF = {
     **dict.fromkeys(("out", "log"), "Output"),
     **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "seed", "device", "chunk_ms",
                      "kv_scale"), "Model"),
-    **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "sink",
-                     "official_sink", "late_prefetch", "kv_keys"), "Memory"),
+    **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
+                     "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
     **dict.fromkeys(("spill", "spill_max", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
     "positions": "Positions",
     **dict.fromkeys(("chunks", "seconds", "minutes", "save_every", "keep_savepoints", "decode_overlap", "threads",
@@ -152,6 +152,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          "or re-placed). MG2 and LingBot models. Default: post-rope.", "memory.keys", KEY_CONVENTIONS),
     _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw"),
     _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k"),
+    _opt("retrieve_visit", "choice", "Of past chunks that saw the same view, retrieve the first (the place as "
+         "first seen or observed) or the newest (the latest rendition of it). Default: first.",
+         "memory.retrieve_visit", ("first", "newest")),
     _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink"),
     _opt("official_sink", "switch", "LingBot models: the official attention sink, its sink_size first latent "
          "frames beside the window, never re-rotated (not with --sink).", "memory.official_sink"),

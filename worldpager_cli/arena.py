@@ -27,19 +27,29 @@ def train() -> None:
 @click.option("--init", type=click.Path(path_type=Path), help="Start from these weights (safetensors).")
 @click.option("--export", type=click.Path(path_type=Path), help="Afterwards, write fp16 weights here.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet) -> None:
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True),
+              help="Stop after this many minutes of this run's wall time (the learning rate decays over the last fifth).")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Processes that render the batches (0: one thread beside the training).")
+@click.option("--warp", is_flag=True, help="A new model's output: add the pixel warp of the window's last frame.")
+@click.option("--hypotheses", type=click.IntRange(min=1), help="A new model's output: candidate patches per token.")
+@click.option("--hard-copy", is_flag=True, help="A new model's output: whole copied patches at inference.")
+def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet, minutes, workers, warp,
+                hypotheses, hard_copy) -> None:
     """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end."""
     import torch
 
-    from engine.arena.config import ArenaModelConfig
-    from engine.arena.train import Recipe, train as run_training
+    from engine.arena.train import Recipe, model_config, train as run_training
     from engine.arena.weights import export_checkpoint
 
     if export is not None:
         check_output_file(export, "--export")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     result = run_training(out, Recipe(seed=seed, steps=steps, batch=batch, chunks=chunks, lr=lr),
-                          ArenaModelConfig(), device, init=init, quiet=quiet)
+                          model_config(out, init, warp=warp or None, hypotheses=hypotheses,
+                                       hard_copy=hard_copy or None), device, init=init,
+                          quiet=quiet,
+                          budget_s=None if minutes is None else 60.0 * minutes, workers=workers)
     if export:
         export_checkpoint(out / "last.pt", export)
     click.echo(json.dumps(result, separators=(",", ":")))

@@ -72,12 +72,24 @@ def _shape(chunks: int, observed: int):
               help="Run nothing: summarise these quality-rows.jsonl files (of earlier runs) into the tables and figure.")
 @click.option("--quick", is_flag=True,
               help="A smoke test: one short episode of each kind, window, bf16 and int4 (or --arms); "
-                   "positions past a horizon moved to chunk 4.")
+                   "positions past a horizon moved to chunk 4. With --long: one 22-second session per arm.")
+@click.option("--long", "long_mode", is_flag=True,
+              help="Sessions as long as the product's: one path of --minutes per held-out arena (--seeds), "
+                   "window-only and int4 memory (--arms may add extend, rerotate6/30/96), scored per minute "
+                   "on the decoded MP4 against the rendered truth.")
+@click.option("--minutes", type=float, default=5.0, show_default=True, help="With --long: minutes of video a session.")
 def bench_quality(seeds, seed_start, kinds, episode_chunks, observed, arm_names, position_seeds, prefix_chunks,
-                  drift_chunks, block, only, out_dir, weights, workdir, threads, from_rows, quick) -> None:
+                  drift_chunks, block, only, out_dir, weights, workdir, threads, from_rows, quick, long_mode,
+                  minutes) -> None:
     """Revisits to observed and to generated views, retention, positions past the horizon and drift,
-    against the rendered truth."""
+    against the rendered truth; --long: per minute of sessions minutes long."""
     import torch
+
+    if long_mode:
+        from worldpager_cli.quality_long_cmd import run_long
+
+        run_long(seeds, seed_start, arm_names, minutes, out_dir, weights, threads, from_rows, quick)
+        return
 
     from engine.quality.arms import arms_named
     from engine.quality.quick import quick_plan

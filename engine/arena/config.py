@@ -2,8 +2,9 @@
 
 Owns every size the arena model, its training and its pipeline derive from (no literals elsewhere):
 frame size and field of view, patching, width/depth, chunk and window lengths in latent frames, the
-rotary time positions and their native horizon, the camera-ray features, the sampler's timesteps, and
-the ``KVLayout`` the memory stores (the transformer's layers plus one copy layer: geometric keys and
+rotary time positions and their native horizon, the camera-ray features, the sampler's timesteps, the
+output's design (the pixel warp source, the number of hypotheses per token), and the ``KVLayout`` the
+memory stores (the transformer's layers plus one copy layer: geometric keys and
 clean pixel-patch values, which is why ``3 * patch**2`` must equal ``dim``).
 """
 from __future__ import annotations
@@ -39,12 +40,17 @@ class ArenaModelConfig:
     elev_harmonics: int = 4          # harmonics of the ray's elevation
     freq_dim: int = 64               # sinusoidal width of the timestep embedding
     steps: tuple[float, ...] = (1.0,)   # flow-matching timesteps of the sampler (1 = pure noise)
+    warp: bool = False               # a third output source: the window's last frame warped to each frame's view
+    hypotheses: int = 1              # candidate x0 patches per token (> 1: trained winner-takes-all, the likeliest kept)
+    hard_copy: bool = False          # inference: the copy head takes its best-matching patch whole, and a token
+                                     # is either copied or generated (training stays soft)
 
     def __post_init__(self) -> None:
         assert self.height % self.patch == 0 and self.width % self.patch == 0
         assert self.dim % self.heads == 0 and self.patch_dim == self.dim, "copy layer must fit the KV layout"
         assert self.rope_time_dims % 2 == 0 and self.rope_time_dims <= self.head_dim
         assert self.steps and all(0 < s <= 1 for s in self.steps)
+        assert self.hypotheses >= 1
 
     @property
     def head_dim(self) -> int:

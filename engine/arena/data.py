@@ -81,8 +81,10 @@ def retrieval_sets(poses: np.ndarray, chunks: int, cfg: ArenaModelConfig, k: int
 
 
 def episode_tensors(episode: Episode, cfg: ArenaModelConfig, chunks: int, k: int,
-                    rng: np.random.Generator | None = None, arena: Arena | None = None) -> EpisodeTensors:
-    """Render and assemble one episode; ``rng`` turns on the training augmentations."""
+                    rng: np.random.Generator | None = None, arena: Arena | None = None,
+                    memory_distance: float | None = None) -> EpisodeTensors:
+    """Render and assemble one episode; ``rng`` turns on the training augmentations (``memory_distance``:
+    the farthest a memory slot's keys are moved, in latent frames; default the native table)."""
     arena = arena or Arena.generate(episode.arena_seed)
     f_total = chunks * cfg.frames_per_chunk
     cam = latent_camera(episode.poses, cfg, f_total)
@@ -96,7 +98,7 @@ def episode_tensors(episode: Episode, cfg: ArenaModelConfig, chunks: int, k: int
         mem = [] if drop_all else list(sets[c])
         if rng is not None and c >= 2:
             mem = _augment_memory(mem, c, k, cfg, rng)
-            shift[c] = _memory_shifts(mem, c, k, cfg, rng)
+            shift[c] = _memory_shifts(mem, c, k, cfg, rng, memory_distance)
         ctx_ids[c, :len(mem)] = mem
         if c >= 1:
             ctx_ids[c, k] = c - 1
@@ -118,8 +120,12 @@ def _augment_memory(mem: list[int], c: int, k: int, cfg: ArenaModelConfig, rng) 
     return mem
 
 
-def _memory_shifts(mem: list[int], c: int, k: int, cfg: ArenaModelConfig, rng) -> np.ndarray:
-    """Time moves of memory keys: stored position, the rerotate target, or any distance in the table."""
+def _memory_shifts(mem: list[int], c: int, k: int, cfg: ArenaModelConfig, rng,
+                   memory_distance: float | None = None) -> np.ndarray:
+    """Time moves of memory keys: stored position, the rerotate target, or any distance up to
+    ``memory_distance`` latent frames (default the native table; more: what ``--positions extend``
+    meets past the horizon, a memory minutes old)."""
+    far = cfg.rope_table_frames if memory_distance is None else memory_distance
     fpc = cfg.frames_per_chunk
     out = np.zeros(k)
     for s, j in enumerate(mem):
@@ -129,13 +135,13 @@ def _memory_shifts(mem: list[int], c: int, k: int, cfg: ArenaModelConfig, rng) -
         if u < 0.7:
             target = c * fpc - 30.0 / cfg.temporal - fpc                   # rerotate's default offset
         else:
-            target = c * fpc - rng.uniform(2 * fpc, cfg.rope_table_frames - fpc)
+            target = c * fpc - rng.uniform(2 * fpc, far - fpc)
         out[s] = target - j * fpc
     return out
 
 
 def training_episode(seed: int, step: int, index: int, cfg: ArenaModelConfig, chunks: int,
-                     k: int) -> EpisodeTensors:
+                     k: int, memory_distance: float | None = None) -> EpisodeTensors:
     """Episode ``index`` of training step ``step``: a fresh training arena and a mixed trajectory kind."""
     rng = np.random.default_rng([seed, step, index])
     arena_seed = int(rng.integers(0, TRAIN_ARENAS))
@@ -143,7 +149,7 @@ def training_episode(seed: int, step: int, index: int, cfg: ArenaModelConfig, ch
     arena = Arena.generate(arena_seed)
     frames = cfg.video_grid().frames_total(chunks)
     episode = make_episode(arena_seed, kind, frames, rng, arena=arena)
-    return episode_tensors(episode, cfg, chunks, k, rng=rng, arena=arena)
+    return episode_tensors(episode, cfg, chunks, k, rng=rng, arena=arena, memory_distance=memory_distance)
 
 
 def stack(items: list[EpisodeTensors]) -> EpisodeTensors:

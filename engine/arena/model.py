@@ -19,7 +19,12 @@ camera position, harmonics of the ray's heading and elevation through the patch 
 query lines up with the matching part of a retrieved chunk. Conditioning (adaLN-zero, per latent frame):
 the flow-matching time plus the frame's action (keys and mouse). Attention: RMS-normed queries/keys,
 rotary time positions on the first ``rope_time_dims`` channels of each head. Output: x0 in pixel
-patches; a per-token gate mixes in what the copy head fetched.
+patches; a per-token gate mixes in what the copy head fetched. Two options of the output
+(``ArenaModelConfig``): ``warp`` adds a third source, the window's last frame warped pixel for pixel to
+each frame's camera (``engine.arena.warp``; exact for a turn, nearest sampling), mixed per pixel by a
+softmax over (generated, copied, warped); ``hypotheses`` > 1 gives each token several candidate
+patches and a categorical over them (trained winner-takes-all: each candidate becomes one sharp mode
+instead of their average), and the likeliest is kept.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
+from engine.arena.warp import warp_frames
 
 
 # ---------------------------------------------------------------- patches, geometry, time
@@ -120,6 +126,8 @@ class ChunkInputs(NamedTuple):
     action_emb: torch.Tensor                    # [B, F, d]
     tables: tuple[torch.Tensor, torch.Tensor]   # rotary (cos, sin) of the chunk's tokens
     copy_k: torch.Tensor                        # [B, T, H, hd] copy-layer keys
+    cam: torch.Tensor | None = None             # [B, F, 4] the chunk's cameras (the warp's targets)
+    prev_cam: torch.Tensor | None = None        # [B, 4] the camera of the window's last frame (the warp's source)
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
@@ -204,7 +212,27 @@ class ArenaDiT(nn.Module):
         nn.init.zeros_(self.copy_qh.bias)
         self.copy_logit_scale = nn.Parameter(torch.full((cfg.heads,), 3.0))
         self.gate = nn.Linear(d, 1)
+        if cfg.warp:                # per-pixel logit of the warped source (starts nearly unused)
+            self.warp_gate = nn.Linear(d, cfg.patch * cfg.patch)
+            nn.init.zeros_(self.warp_gate.weight)
+            nn.init.constant_(self.warp_gate.bias, -4.0)
+        if cfg.hypotheses > 1:      # the other candidates and the categorical over all of them
+            self.head_extra = nn.Linear(d, (cfg.hypotheses - 1) * cfg.patch_dim)
+            self.hyp_logits = nn.Linear(d, cfg.hypotheses)
+            nn.init.zeros_(self.hyp_logits.weight)
+            nn.init.zeros_(self.hyp_logits.bias)
         self.rope = TimeRope(cfg.rope_time_dims, cfg.rope_theta)
+
+    def init_new_parts(self, missing: list[str], generator: torch.Generator | None = None) -> None:
+        """After loading weights of a model without them: extra candidates start as the generated head
+        plus a little noise (winner-takes-all then pulls them apart)."""
+        if "head_extra.weight" in missing:
+            n = self.cfg.hypotheses - 1
+            with torch.no_grad():
+                w, b = self.head.weight, self.head.bias
+                noise = torch.randn((n, *w.shape), generator=generator) * 0.1 * w.std()
+                self.head_extra.weight.copy_((w[None] + noise.to(w)).flatten(0, 1))
+                self.head_extra.bias.copy_(b.repeat(n))
 
     # ---- shared pieces (shapes: [..., F, ...] per frame, [..., T, ...] per token with T = F * N)
 
@@ -236,32 +264,109 @@ class ArenaDiT(nn.Module):
         return patchify(frames, self.cfg.patch).flatten(-3, -2).unflatten(-1, (self.cfg.heads, -1))
 
     def output(self, h: torch.Tensor, cond: torch.Tensor, geom: torch.Tensor, copy_k: torch.Tensor | None,
-               copy_v: torch.Tensor | None, copy_mask: torch.Tensor | None) -> torch.Tensor:
-        """x0 patches ``[B, T, patch_dim]``: the generated patch mixed with what the copy head fetched."""
+               copy_v: torch.Tensor | None, copy_mask: torch.Tensor | None,
+               warp: tuple[torch.Tensor, torch.Tensor] | None = None,
+               parts: dict | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x0 candidates ``[B, T, hypotheses, patch_dim]`` and their logits ``[B, T, hypotheses]`` (None
+        for one): the generated patch mixed with what the copy head fetched and, with ``warp``
+        (warped patches ``[B, T, patch_dim]``, valid pixels ``[B, T, patch**2]``), the warped pixels.
+        ``parts`` (training): filled with the generated candidates, the copy gate's logits, which rows
+        have context and what a hard copy would fetch (no gradient), for a loss on the copy decision."""
+        cfg = self.cfg
         shift, scale = (m.unsqueeze(-2) for m in self.final_mod(F.silu(cond)).chunk(2, dim=-1))
-        gen = self.head(modulate(self.final_norm(h), shift, scale))
+        z = modulate(self.final_norm(h), shift, scale)
+        gen = self.head(z)[..., None, :]                                        # [B, T, 1, P]
+        logits = None
+        if cfg.hypotheses > 1:
+            extra = self.head_extra(z).unflatten(-1, (cfg.hypotheses - 1, cfg.patch_dim))
+            gen = torch.cat([gen, extra], dim=-2)                                # [B, T, K, P]
+            logits = self.hyp_logits(z)
+        fetched, has_copy = self._fetch(h, geom, copy_k, copy_v, copy_mask)
+        if parts is not None and fetched is not None:
+            with torch.no_grad():
+                hard = self._fetch(h, geom, copy_k, copy_v, copy_mask, hard=True)[0]
+            parts.update(gen=gen, gate=self.gate(h), has=has_copy, hard=hard)
+        if warp is None:
+            if fetched is None:
+                return gen, logits
+            g = torch.sigmoid(self.gate(h))
+            if self.cfg.hard_copy and not self.training:
+                g = (g > 0.5).to(g.dtype)
+            if has_copy is not None:
+                g = g * has_copy.to(g.dtype)
+            return gen + g[..., None, :] * (fetched[..., None, :] - gen), logits
+        warped, valid = warp
+        pixels = cfg.patch * cfg.patch
+        zero = torch.zeros(*h.shape[:-1], pixels, dtype=h.dtype, device=h.device)
+        l_copy = (self.gate(h).expand_as(zero) if fetched is not None else torch.full_like(zero, -math.inf))
+        if has_copy is not None:
+            l_copy = l_copy.masked_fill(~has_copy, -math.inf)
+        l_warp = self.warp_gate(h).masked_fill(~valid, -math.inf)
+        w = torch.softmax(torch.stack([zero, l_copy, l_warp], dim=-1), dim=-1)  # [B, T, pixels, 3]
+        w = w.repeat(1, 1, 3, 1)[..., None, :, :]                               # [B, T, 1, P, 3] (channel-major P)
+        out = w[..., 0] * gen + w[..., 2] * warped[..., None, :]
+        if fetched is not None:
+            out = out + w[..., 1] * fetched[..., None, :]
+        return out, logits
+
+    def _fetch(self, h, geom, copy_k, copy_v, copy_mask, hard: bool = False):
+        """What the copy head fetched ``[B, T, P]`` (None without context) and which rows have any
+        context ``[B, 1, 1]`` bool (None: all)."""
         if copy_k is None or copy_k.shape[1] == 0:
-            return gen
-        q = (self.copy_q(geom).flatten(-3, -2) + self.copy_qh(self.final_norm(h))).unflatten(-1, (self.cfg.heads, -1))
-        q = q * self.copy_logit_scale.exp()[:, None] / math.sqrt(self.cfg.head_dim)
-        m = None
+            return None, None
+        cfg = self.cfg
+        q = (self.copy_q(geom).flatten(-3, -2) + self.copy_qh(self.final_norm(h))).unflatten(-1, (cfg.heads, -1))
+        q = q * self.copy_logit_scale.exp()[:, None] / math.sqrt(cfg.head_dim)
+        m, has = None, None
         if copy_mask is not None:
             # Rows without any context (chunk 0) would softmax over nothing: let them see token 0
-            # and zero their gate below.
+            # and zero their gate.
+            has = copy_mask.any(-1, keepdim=True)[:, None, :]
             m = copy_mask.clone()
             m[:, 0] |= ~copy_mask.any(-1)
             m = m[:, None, None, :]
+        if hard or (self.cfg.hard_copy and not self.training):
+            return self._fetch_hard(q, copy_k, copy_v, m), has
         fetched = F.scaled_dot_product_attention(q.transpose(1, 2), copy_k.transpose(1, 2), copy_v.transpose(1, 2),
                                                  attn_mask=m, scale=1.0).transpose(1, 2).flatten(-2)
-        g = torch.sigmoid(self.gate(h))
-        if copy_mask is not None:
-            g = g * copy_mask.any(-1, keepdim=True)[:, None, :].to(g.dtype)
-        return gen + g * (fetched - gen)
+        return fetched, has
+
+    @staticmethod
+    def _fetch_hard(q, k, v, mask) -> torch.Tensor:
+        """Per token the value of the one key its heads attend most (their attention averaged), whole: a
+        real patch, never a blend of several nor a mosaic of the heads' choices."""
+        scores = torch.einsum("bthd,bshd->bhts", q, k)                              # [B, H, T, S]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -math.inf)
+        best = scores.softmax(-1).mean(1).argmax(-1)                               # [B, T]
+        b = torch.arange(v.shape[0], device=v.device)[:, None]
+        return v[b, best].flatten(-2)                                              # [B, T, P]
+
+    @staticmethod
+    def likeliest(x0: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        """Per token the candidate with the highest logit: ``[B, T, K, P]`` -> ``[B, T, P]``."""
+        if logits is None:
+            return x0[..., 0, :]
+        pick = logits.argmax(-1)[..., None, None].expand(*x0.shape[:-2], 1, x0.shape[-1])
+        return x0.gather(-2, pick)[..., 0, :]
+
+    def warp_patches(self, src: torch.Tensor, src_cam: torch.Tensor, cam: torch.Tensor,
+                     ok: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``src [B, 3, H, W]`` warped to the cameras ``cam [B, F, 4]`` from ``src_cam [B, 4]``, as tokens:
+        patches ``[B, F*N, P]`` and valid pixels ``[B, F*N, patch**2]`` (``ok [B]``: sources that exist)."""
+        p = self.cfg.patch
+        frames, valid = warp_frames(src, src_cam, cam, self.cfg.hfov)
+        if ok is not None:
+            valid = valid & ok[:, None, None, None]
+        patches = patchify(frames, p).flatten(-3, -2)
+        return patches, patchify(valid[:, :, None].to(frames.dtype), p).flatten(-3, -2) > 0.5
 
     # ---- inference: one chunk through the attention context
 
-    def chunk_inputs(self, actions: torch.Tensor, cam: torch.Tensor, start_frame: int) -> ChunkInputs:
-        """What every forward of one chunk shares: ray features, action embedding, rotary tables, copy keys.
+    def chunk_inputs(self, actions: torch.Tensor, cam: torch.Tensor, start_frame: int,
+                     prev_cam: torch.Tensor | None = None) -> ChunkInputs:
+        """What every forward of one chunk shares: ray features, action embedding, rotary tables, copy keys,
+        the cameras (and ``prev_cam [B, 4]``, the window's last frame's: the warp's source).
 
         ``actions`` come in the model's dtype; the ray features are computed from ``cam`` in float32 and
         then cast to it (in bf16 a position of a few world units times the highest octave's frequency
@@ -269,7 +374,21 @@ class ArenaDiT(nn.Module):
         dtype = actions.dtype
         geom = ray_geometry(cam.float(), self.cfg).to(dtype)                   # [B, F, N, G]
         pos = self.token_positions(torch.full((cam.shape[0],), float(start_frame), device=cam.device))
-        return ChunkInputs(geom, self.a_embed(actions), self.rope.tables(pos, dtype), self.copy_keys(geom))
+        return ChunkInputs(geom, self.a_embed(actions), self.rope.tables(pos, dtype), self.copy_keys(geom),
+                           cam.float(), None if prev_cam is None else prev_cam.float())
+
+    def _window_warp(self, copy_state, inputs: ChunkInputs) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The window's last frame (the copy layer's stored pixels) warped to the chunk's cameras."""
+        cfg = self.cfg
+        if not cfg.warp or inputs.prev_cam is None or inputs.cam is None:
+            return None
+        _, v_win = copy_state.window()                                         # [B, Nw, H, hd]
+        if v_win.shape[1] < cfg.tokens_per_frame:
+            return None
+        last = v_win[:, -cfg.tokens_per_frame:].flatten(-2)                    # [B, N, P]
+        src = unpatchify(last, cfg.patch, cfg.height, cfg.width)
+        patches, valid = self.warp_patches(src, inputs.prev_cam, inputs.cam)
+        return patches.to(v_win.dtype), valid
 
     def chunk_forward(self, frames: torch.Tensor, t: torch.Tensor, inputs: ChunkInputs, ctx,
                       output: bool = True) -> torch.Tensor | None:
@@ -296,7 +415,9 @@ class ArenaDiT(nn.Module):
             return None
         k_all, v_all = copy_state.context()
         n_ctx = k_all.shape[1] - cfg.tokens_per_chunk
-        x0 = self.output(h, cond, inputs.geom, k_all[:, :n_ctx], v_all[:, :n_ctx], None)
+        x0, logits = self.output(h, cond, inputs.geom, k_all[:, :n_ctx], v_all[:, :n_ctx], None,
+                                 self._window_warp(copy_state, inputs))
+        x0 = self.likeliest(x0, logits)
         return unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
 
     # ---- training: whole episodes, two streams
@@ -304,7 +425,18 @@ class ArenaDiT(nn.Module):
     def train_forward(self, clean: torch.Tensor, noisy: torch.Tensor, t: torch.Tensor, actions: torch.Tensor,
                       cam: torch.Tensor, start: torch.Tensor, ctx_ids: torch.Tensor,
                       mem_shift: torch.Tensor) -> torch.Tensor:
-        """x0 predicted for every noisy chunk, ``[B, C, F, 3, H, W]``.
+        """x0 predicted for every noisy chunk, ``[B, C, F, 3, H, W]`` (the likeliest candidate, as
+        inference keeps; arguments as ``train_candidates``)."""
+        cfg = self.cfg
+        x0, logits = self.train_candidates(clean, noisy, t, actions, cam, start, ctx_ids, mem_shift)
+        x0 = self.likeliest(x0, logits).unflatten(2, (cfg.frames_per_chunk, -1))
+        return unpatchify(x0, cfg.patch, cfg.height, cfg.width)
+
+    def train_candidates(self, clean: torch.Tensor, noisy: torch.Tensor, t: torch.Tensor, actions: torch.Tensor,
+                         cam: torch.Tensor, start: torch.Tensor, ctx_ids: torch.Tensor,
+                         mem_shift: torch.Tensor, parts: dict | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x0 candidates of every noisy chunk as patches ``[B, C, T, K, P]`` and their logits ``[B, C, T, K]``
+        (None for one candidate); ``parts``: see ``output`` (flattened over ``B * C``).
 
         clean, noisy: ``[B, C, F, 3, H, W]``; t: ``[B, C]`` flow time of each noisy chunk; actions
         ``[B, C, F, A]``; cam ``[B, C, F, 4]``; start ``[B]`` latent-frame index of chunk 0;
@@ -349,7 +481,13 @@ class ArenaDiT(nn.Module):
             h_n = block.finish(h_n, outs[1], mn[2], mn[3], mn[4], mn[5])
         copy_k = self.copy_keys(geom)[gather_b, idx].flatten(2, 3).flatten(0, 1)       # [B*C, S*T, H, hd]
         copy_v = self.copy_values(clean)[gather_b, idx].flatten(2, 3).flatten(0, 1)
-        x0 = self.output(h_n.flatten(0, 1), cond_n.flatten(0, 1), geom.flatten(0, 1), copy_k, copy_v,
-                         key_mask[:, :s * n_tok])
-        x0 = x0.unflatten(0, (b, c)).unflatten(2, (cfg.frames_per_chunk, -1))
-        return unpatchify(x0, cfg.patch, cfg.height, cfg.width)
+        warp = None
+        if cfg.warp:          # the window chunk's last clean frame, warped to each frame's camera
+            win, bb = idx[..., -1], gather_b[..., 0]                                   # [B, C]
+            src, src_cam = clean[bb, win, -1], cam[bb, win, -1]                        # [B, C, 3, H, W], [B, C, 4]
+            patches, ok = self.warp_patches(src.flatten(0, 1), src_cam.flatten(0, 1), cam.flatten(0, 1),
+                                            valid[..., -1].flatten())
+            warp = (patches, ok)
+        x0, logits = self.output(h_n.flatten(0, 1), cond_n.flatten(0, 1), geom.flatten(0, 1), copy_k, copy_v,
+                                 key_mask[:, :s * n_tok], warp, parts)
+        return x0.unflatten(0, (b, c)), None if logits is None else logits.unflatten(0, (b, c))

@@ -13,6 +13,8 @@ Owns what a session of the arena model needs around the network:
   at its poses through the clean pass only.
 * **Denoise.** Later chunks: seeded noise, the sampler's steps (x0 prediction; re-noised between
   steps), then the clean pass at t = 0 that leaves the chunk's K/V (and copy-layer K/V) in the context.
+  A model with the pixel warp also gets the camera of the previous latent frame (the window's last,
+  whose pixels the copy layer holds).
 * **Positions.** Latent-frame time positions; ``native`` stops at the horizon (``rope_table_frames``),
   ``extend`` computes past it, ``rerotate`` moves memory keys with ``rotate_time`` (time rotation of
   the transformer layers; the copy layer has no time position).
@@ -111,7 +113,9 @@ class ArenaPipeline:
         to = dict(device=self.device, dtype=self.dtype)
         actions = torch.from_numpy(self.actions[rows])[None].to(**to)
         cam = torch.from_numpy(self.cam[rows].astype(np.float32))[None].to(self.device)   # float32: see chunk_inputs
-        return self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk), to
+        prev = rows.start - 1       # the window's last latent frame: the warp's source camera
+        prev_cam = torch.from_numpy(self.cam[prev].astype(np.float32))[None].to(self.device) if prev >= 0 else None
+        return self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk, prev_cam), to
 
     def _clean_pass(self, x0: torch.Tensor, inputs, to: dict, ctx) -> torch.Tensor:
         """The pass at t = 0 on ``x0`` [1, F, 3, H, W] that leaves the chunk's K/V in the context."""

@@ -1,5 +1,5 @@
-"""Training the arena model: ``python -m engine.arena.train --out DIR [--steps N]`` (also ``worldpager
-train arena``).
+"""Training the arena model: ``python -m engine.arena.train --out DIR [--steps N | --minutes M]`` (also
+``worldpager train arena``; on a CUDA device ``scripts/device_train.sh``).
 
 Owns the recipe: flow matching with x0 prediction on whole episodes (two streams, see
 ``engine.arena.model``), episodes drawn on the fly from training arenas (``engine.arena.data``), AdamW
@@ -8,7 +8,11 @@ and step; torch is seeded), on CPU or CUDA. Resumable: ``DIR/last.pt`` (model, o
 written atomically every ``--save-every`` steps and read on start; loss goes to ``DIR/train.log.jsonl``
 one line per step; a progress bar shows the moving average. ``--export PATH`` writes the fp16
 safetensors the package ships (``engine/arena/weights/arena.safetensors``) with its config and
-training figures in the metadata.
+training figures in the metadata. ``--minutes M`` bounds a run by its own wall time instead of its
+steps: the learning rate warms up, holds at its peak, and decays linearly over the last
+``DECAY_SHARE`` of the time (the schedule follows the clock, so such a run is not bit-reproducible;
+every step's rate is in the log), then the checkpoint is saved. ``--workers N`` renders batches in N
+processes (a GPU step is faster than one core renders a big batch); the data is the same.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from tqdm import tqdm
 
 from engine.arena.config import ArenaModelConfig
 from engine.arena.data import stack, training_episode
-from engine.arena.model import ArenaDiT
+from engine.arena.model import ArenaDiT, patchify
 from engine.output_files import check_output_dir
 
 
@@ -45,8 +49,24 @@ class Recipe:
     weight_decay: float = 0.01
     clip: float = 1.0
     p_pure_noise: float = 0.5         # share of chunks trained at t = 1 (what one-step sampling sees)
+    wta_share: float = 0.05           # several candidates: the weight the losing ones share (relaxed winner-takes-all)
+    choice_weight: float = 0.02       # several candidates: weight of the cross-entropy of the winner's choice
+    memory_distance: float | None = None   # farthest move of memory keys in latent frames (None: the native table)
+    copy_decision: float = 0.0        # weight of the copy gate's cross-entropy against "the hard copy is nearer
+                                      # the truth than the generated patch" (what hard_copy decides at inference)
     degrade: float = 0.5              # share of episodes whose clean context is blurred / noised
     self_context: float = 0.5         # share of steps whose context chunks are the model's own predictions
+
+
+DECAY_SHARE = 0.2              # of a timed run: the last share of its minutes decays the learning rate
+
+
+def timed_learning_rate(r: Recipe, step: int, elapsed_share: float) -> float:
+    """Warm-up by steps, then the peak, then a linear decay to ``min_lr_ratio`` over the time's last share."""
+    if step < r.warmup:
+        return r.lr * (step + 1) / r.warmup
+    decay = min(1.0, max(0.0, (elapsed_share - (1 - DECAY_SHARE)) / DECAY_SHARE))
+    return r.lr * (1 - (1 - r.min_lr_ratio) * decay)
 
 
 def learning_rate(r: Recipe, step: int) -> float:
@@ -77,7 +97,8 @@ def degrade_context(clean: torch.Tensor, gen: torch.Generator, r: Recipe) -> tor
 
 
 def batch_for(r: Recipe, cfg: ArenaModelConfig, step: int):
-    eps = stack([training_episode(r.seed, step, i, cfg, r.chunks, r.retrieve_k) for i in range(r.batch)])
+    eps = stack([training_episode(r.seed, step, i, cfg, r.chunks, r.retrieve_k, r.memory_distance)
+                 for i in range(r.batch)])
     gen = torch.Generator().manual_seed(r.seed * 1_000_003 + step)
     t = flow_times(gen, (r.batch, r.chunks), r)
     noise = torch.randn(eps.frames.shape, generator=gen)
@@ -94,40 +115,101 @@ def self_context(model: ArenaDiT, eps, context, start, gen: torch.Generator) -> 
 
     At inference every chunk after the first is the model's output, never the truth; training on its
     own predictions as context teaches it to live with them instead of drifting. Chunk 0 stays the
-    truth (inference is given it)."""
+    truth (inference is given it). A model with ``hard_copy`` predicts them as inference does (whole
+    copied patches): the network runs in eval mode for this pass (it has no dropout or batch norm)."""
     noise = torch.randn(context.shape, generator=gen).to(context.device)
     ones = torch.ones(context.shape[:2], device=context.device)
+    was_training = model.training
     with torch.no_grad():
-        pred = model.train_forward(context, noise, ones, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
+        model.train(not model.cfg.hard_copy and was_training)
+        try:
+            pred = model.train_forward(context, noise, ones, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
+        finally:
+            model.train(was_training)
     out = pred.clamp(-1, 1)
     out[:, 0] = context[:, 0]
     return out
 
 
-def loss_of(model: ArenaDiT, eps, context, noisy, t, start) -> torch.Tensor:
-    pred = model.train_forward(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
-    return (pred[:, 1:] - eps.frames[:, 1:]).pow(2).mean()          # chunk 0 is given at inference
+def loss_of(model: ArenaDiT, eps, context, noisy, t, start, r: Recipe = Recipe()) -> torch.Tensor:
+    """MSE on x0 (chunk 0 is given at inference). With several candidates per token: relaxed
+    winner-takes-all (the candidate nearest the truth takes ``1 - wta_share`` of the weight) plus the
+    cross-entropy of choosing it, so that each candidate is one sharp mode and the choice keeps the likeliest."""
+    parts = {} if r.copy_decision > 0 else None
+    cands, logits = model.train_candidates(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift,
+                                           parts)
+    truth = patchify(eps.frames, model.cfg.patch).flatten(2, 3)                # [B, C, T, P]
+    err = (cands[:, 1:] - truth[:, 1:, :, None]).pow(2).mean(-1)              # [B, C-1, T, K]
+    k = err.shape[-1]
+    decision = copy_decision_loss(parts, truth) * r.copy_decision if parts else 0.0
+    if k == 1:
+        return err.mean() + decision
+    win = err.detach().argmin(-1)
+    weights = torch.full_like(err, r.wta_share / (k - 1)).scatter_(-1, win[..., None], 1.0 - r.wta_share)
+    choice = torch.nn.functional.cross_entropy(logits[:, 1:].reshape(-1, k), win.reshape(-1))
+    return (weights * err).sum(-1).mean() + r.choice_weight * choice + decision
+
+
+def copy_decision_loss(parts: dict, truth: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the copy gate against the hard decision's best answer: copy where the patch a hard
+    copy fetches is nearer the truth than the nearest generated candidate (chunks after the first, rows
+    with context)."""
+    b, c = truth.shape[:2]
+    gen = parts["gen"].unflatten(0, (b, c))[:, 1:]                            # [B, C-1, T, K, P]
+    hard = parts["hard"].unflatten(0, (b, c))[:, 1:]                          # [B, C-1, T, P]
+    gate = parts["gate"].unflatten(0, (b, c))[:, 1:, :, 0]                    # [B, C-1, T]
+    t = truth[:, 1:]
+    target = ((hard - t).pow(2).mean(-1) < (gen - t[..., None, :]).pow(2).mean(-1).min(-1).values).float()
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(gate, target, reduction="none")
+    if parts["has"] is not None:
+        has = parts["has"].unflatten(0, (b, c))[:, 1:, 0, 0].float()[..., None]   # [B, C-1, 1]
+        return (loss * has).sum() / (has.sum() * loss.shape[-1]).clamp_min(1)
+    return loss.mean()
+
+
+def _batch_in_worker(args):
+    torch.set_num_threads(1)
+    return batch_for(*args)
 
 
 class Prefetcher:
-    """Builds the next batches on a background thread (rendering overlaps the optimiser step)."""
+    """Builds the next batches on a background thread (rendering overlaps the optimiser step); with
+    ``workers`` > 0 the thread hands the rendering to that many processes, in step order."""
 
-    def __init__(self, r: Recipe, cfg: ArenaModelConfig, first_step: int, depth: int = 2):
-        self.q: queue.Queue = queue.Queue(maxsize=depth)
+    def __init__(self, r: Recipe, cfg: ArenaModelConfig, first_step: int, depth: int = 2, workers: int = 0):
+        self.q: queue.Queue = queue.Queue(maxsize=max(depth, workers))
         self.error: BaseException | None = None
         self._stop = threading.Event()
+        self.workers = workers
         self.thread = threading.Thread(target=self._run, args=(r, cfg, first_step), daemon=True)
         self.thread.start()
 
     def _run(self, r, cfg, step):
         torch.set_num_threads(1)   # per thread: the model's OpenMP team keeps both cores to itself
         try:
+            if self.workers:
+                self._run_pool(r, cfg, step)
+                return
             while not self._stop.is_set() and step < r.steps:
                 self.q.put(batch_for(r, cfg, step))
                 step += 1
         except BaseException as exc:   # reported by get(), never swallowed
             self.error = exc
             self.q.put(None)
+
+    def _run_pool(self, r, cfg, step):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ahead: list = []
+        with ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            while not self._stop.is_set() and (step < r.steps or ahead):
+                while step < r.steps and len(ahead) < 2 * self.workers:
+                    ahead.append(pool.submit(_batch_in_worker, (r, cfg, step)))
+                    step += 1
+                self.q.put(ahead.pop(0).result())
+            for f in ahead:
+                f.cancel()
 
     def get(self):
         item = self.q.get()
@@ -136,7 +218,13 @@ class Prefetcher:
         return item
 
     def close(self):
+        """Stop, and take what the thread is putting so that it sees the stop (and shuts its pool down)."""
         self._stop.set()
+        while self.thread.is_alive():
+            try:
+                self.q.get(timeout=0.1)
+            except queue.Empty:
+                pass
 
 
 def save_checkpoint(path: Path, model, opt, step: int, r: Recipe, cfg: ArenaModelConfig, extra: dict) -> None:
@@ -153,7 +241,8 @@ TRAIN_FILES = ("last.pt", "last.tmp", "train.log.jsonl", "train.log.tmp")
 
 
 def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save_every: int = 50,
-          init: Path | None = None, quiet: bool = False) -> dict:
+          init: Path | None = None, quiet: bool = False, budget_s: float | None = None, workers: int = 0) -> dict:
+    """Train until ``r.steps`` (or ``budget_s`` seconds of this run's wall time) and save ``out/last.pt``."""
     check_output_dir(out, "--out", TRAIN_FILES)   # before anything is built: no FIFO or device among them
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(r.seed)
@@ -167,24 +256,29 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
         opt.load_state_dict(state["opt"])
         step, wall, avg = state["step"], state.get("wall_s", 0.0), state.get("avg_loss")
     elif init is not None:
-        from engine.arena.weights import load_state_dict
-        model.load_state_dict(load_state_dict(init, cfg))
+        from engine.arena.weights import init_from
+        init_from(model, init, torch.Generator().manual_seed(r.seed))
     log_path = out / "train.log.jsonl"
     _truncate_log(log_path, step)
     log = open(log_path, "a", buffering=1)
-    pre = Prefetcher(r, cfg, step)
+    pre = Prefetcher(r, cfg, step, workers=workers)
     bar = tqdm(total=r.steps, initial=step, disable=quiet, desc="arena", unit="step")
+    began = time.perf_counter()
     try:
         while step < r.steps:
+            if budget_s is not None and time.perf_counter() - began >= budget_s:
+                break
             t0 = time.perf_counter()
             eps, context, noisy, t, start = pre.get()
+            rate = (learning_rate(r, step) if budget_s is None else
+                    timed_learning_rate(r, step, (time.perf_counter() - began) / budget_s))
             for g in opt.param_groups:
-                g["lr"] = learning_rate(r, step)
+                g["lr"] = rate
             eps, context, start = eps.to(device), context.to(device), start.to(device)
             gen = torch.Generator().manual_seed(r.seed * 7_000_003 + step)
             if torch.rand(1, generator=gen).item() < r.self_context:
                 context = self_context(model, eps, context, start, gen)
-            loss = loss_of(model, eps, context, noisy.to(device), t.to(device), start)
+            loss = loss_of(model, eps, context, noisy.to(device), t.to(device), start, r)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip)
@@ -194,16 +288,33 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
             value = float(loss.detach())
             avg = value if avg is None else 0.98 * avg + 0.02 * value
             log.write(json.dumps({"step": step, "loss": value, "avg": avg, "grad_norm": float(norm),
-                                  "lr": learning_rate(r, step - 1), "wall_s": round(wall, 2)}) + "\n")
+                                  "lr": rate, "wall_s": round(wall, 2)}) + "\n")
             bar.set_postfix(loss=f"{avg:.4f}")
             bar.update(1)
             if step % save_every == 0 or step == r.steps:
                 save_checkpoint(ckpt_path, model, opt, step, r, cfg, {"wall_s": wall, "avg_loss": avg})
+        if step % save_every:
+            save_checkpoint(ckpt_path, model, opt, step, r, cfg, {"wall_s": wall, "avg_loss": avg})
     finally:
         pre.close()
         bar.close()
         log.close()
     return {"step": step, "wall_s": wall, "avg_loss": avg}
+
+
+def model_config(out: Path, init: Path | None, **design) -> ArenaModelConfig:
+    """The shape to train: a checkpoint's in ``out``; else the ``init`` weights' (their metadata), or the
+    default, with the output ``design`` keys given (``warp``, ``hypotheses``, ``hard_copy``; None: unchanged)."""
+    ckpt = out / "last.pt"
+    if ckpt.exists():
+        raw = torch.load(ckpt, map_location="cpu", weights_only=True)["config"]
+        return ArenaModelConfig(**{**raw, "steps": tuple(raw["steps"])})
+    if init is not None:
+        from engine.arena.weights import config_of
+        cfg = config_of(init)
+    else:
+        cfg = ArenaModelConfig()
+    return dataclasses.replace(cfg, **{k: v for k, v in design.items() if v is not None})
 
 
 def _truncate_log(path: Path, step: int) -> None:
@@ -221,21 +332,35 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m engine.arena.train", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True, help="checkpoint + log directory (resumed if present)")
     p.add_argument("--steps", type=int, default=Recipe.steps)
+    p.add_argument("--minutes", type=float, default=None, help="stop after this much wall time of this run")
+    p.add_argument("--workers", type=int, default=0, help="processes that render batches (0: one thread)")
     p.add_argument("--batch", type=int, default=Recipe.batch)
     p.add_argument("--chunks", type=int, default=Recipe.chunks)
     p.add_argument("--lr", type=float, default=Recipe.lr)
+    p.add_argument("--warmup", type=int, default=Recipe.warmup)
+    p.add_argument("--memory-distance", type=float, default=None,
+                   help="farthest move of memory keys in training, latent frames (default: the native table)")
+    p.add_argument("--copy-decision", type=float, default=Recipe.copy_decision,
+                   help="weight of the copy gate's hard-decision cross-entropy (0: off)")
     p.add_argument("--seed", type=int, default=Recipe.seed)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--init", type=Path, default=None, help="start from these weights (safetensors)")
+    p.add_argument("--warp", action="store_true", help="new model: add the pixel warp source (see the config)")
+    p.add_argument("--hypotheses", type=int, default=None, help="new model: candidates per token")
+    p.add_argument("--hard-copy", action="store_true", help="new model: hard copies at inference (and in self-context)")
     p.add_argument("--export", type=Path, default=None, help="after training, write fp16 weights here")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr)
-    result = train(a.out, r, ArenaModelConfig(), a.device, a.save_every, a.init, a.quiet)
+    r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup,
+               copy_decision=a.copy_decision, memory_distance=a.memory_distance)
+    result = train(a.out, r, model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses,
+                                          hard_copy=a.hard_copy or None),
+                   a.device, a.save_every, a.init, a.quiet,
+                   budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)
     if a.export:
         from engine.arena.weights import export_checkpoint
         export_checkpoint(a.out / "last.pt", a.export)

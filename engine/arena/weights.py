@@ -76,6 +76,18 @@ def load_state_dict(path: Path, cfg: ArenaModelConfig) -> dict[str, torch.Tensor
     return {k: v.float() for k, v in tensors.items()}
 
 
+def init_from(model: ArenaDiT, path: Path, generator: torch.Generator | None = None) -> list[str]:
+    """Start ``model`` from the weights of ``path`` (checked against their own config): every tensor of
+    the file must fit the model; the model's parts the file lacks (an output design the file's model
+    did not have) are initialised by the model (``init_new_parts``). Returns those parts' keys."""
+    tensors = load_state_dict(path, config_of(path))
+    result = model.load_state_dict(tensors, strict=False)
+    if result.unexpected_keys:
+        raise CheckpointError(f"{path}: key {result.unexpected_keys[0]!r} has no place in the model to train")
+    model.init_new_parts(list(result.missing_keys), generator)
+    return list(result.missing_keys)
+
+
 def load_model(path: Path | None = None, device="cpu", dtype=torch.float32) -> ArenaDiT:
     """The arena model with the weights of ``path`` (default: the packaged file), in eval mode."""
     path = Path(path) if path is not None else packaged_weights_path()

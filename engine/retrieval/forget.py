@@ -6,11 +6,12 @@ of the trajectory's poses, so a resumed run drops exactly what the first run dro
 
 Order.
   1. ``redundant`` — a chunk whose view cell (``Retriever.view_cell``: position cell, yaw and pitch
-     bins) holds a newer kept chunk. The retriever reduces its candidates to the newest chunk of each
-     cell before the policy scores them, so such a chunk is never picked while the newer one is kept:
+     bins) holds a kept chunk that stands for the cell. The retriever reduces its candidates to one
+     chunk of each cell before the policy scores them (``Retriever.representatives``: the newest, or
+     with first-visit retrieval the oldest), so such a chunk is never picked while that one is kept:
      dropping it changes no selection. Oldest first. ``sink`` (the first chunk when an attention sink
      keeps its own copy) counts as redundant too: it is never a candidate.
-  2. ``cold`` — the newest chunk of a cell, farthest first from the camera position of chunk ``now``
+  2. ``cold`` — the chunk that stands for a cell, farthest first from the camera position of chunk ``now``
      (the middle frame's position; ties: the older first). The policy never considers candidates
      farther than its ``max_distance``, so these are the chunks the current path would need last.
 """
@@ -29,10 +30,7 @@ def choose_drops(retriever, kept: list[int], pinned: set[int], n: int, now: int,
     """At most ``n`` chunks of ``kept`` to drop, with their reason (see the module docstring)."""
     if n <= 0:
         return []
-    newest = {}
-    for chunk in kept:   # kept is ascending: the last one of a cell wins
-        newest[retriever.cell_of(chunk)] = chunk
-    representatives = set(newest.values())
+    representatives = set(retriever.representatives(list(kept)))
     out: list[tuple[int, str]] = []
     if sink is not None and sink in kept and sink not in pinned:
         out.append((sink, "redundant"))

@@ -10,7 +10,9 @@ make each chunk's selection grow with the session. Candidates are therefore redu
 of each *view cell* (position on a ``cell_size`` grid, yaw and pitch in ``angle_bin`` degree bins): an
 older chunk of the same cell sees the same place from the same direction, and the policy would prefer
 the newer one anyway (its recency term). The number of candidates then grows with the places visited,
-not with the session's length.
+not with the session's length. With ``first_visit`` the *oldest* chunk of each cell stands for it and
+the policy prefers first visits (``FovOverlapPolicy.prefer_first``): a return brings back the place as
+first seen (observed, or generated when the session was youngest), not the latest copy of it.
 """
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ PREDICTORS = {"constant-velocity": ConstantVelocityPredictor, "reuse-current": R
 
 class Retriever:
     def __init__(self, poses: np.ndarray, grid: VideoGrid, policy: RetrievalPolicy | None = None,
-                 predictor: PosePredictor | None = None, cell_size: float = 0.5, angle_bin: float = 10.0):
+                 predictor: PosePredictor | None = None, cell_size: float = 0.5, angle_bin: float = 10.0,
+                 first_visit: bool = False):
         self.poses = np.asarray(poses)                       # [T, 7] xyz + quaternion per video frame
         self.grid = ChunkGrid.of_video(grid)
-        self.policy = policy or FovOverlapPolicy()
+        self.first_visit = first_visit
+        self.policy = policy or FovOverlapPolicy(prefer_first=first_visit)
         self.predictor = predictor or ConstantVelocityPredictor()
         self.cell_size, self.angle_bin = cell_size, angle_bin
         self._keys: dict[int, ChunkPose] = {}
@@ -51,12 +55,13 @@ class Retriever:
         return self._cell_of[chunk]
 
     def representatives(self, candidates: list[int]) -> list[int]:
-        """The newest of ``candidates`` in each view cell (cells cached per chunk)."""
-        newest: dict[tuple, int] = {}
+        """The newest (``first_visit``: the oldest) of ``candidates`` in each view cell (cells cached per chunk)."""
+        kept: dict[tuple, int] = {}
         for chunk in candidates:
             cell = self.cell_of(chunk)
-            newest[cell] = max(chunk, newest.get(cell, -1))
-        return sorted(newest.values())
+            if cell not in kept or (chunk < kept[cell] if self.first_visit else chunk > kept[cell]):
+                kept[cell] = chunk
+        return sorted(kept.values())
 
     def key(self, chunk: int) -> ChunkPose:
         if chunk not in self._keys:

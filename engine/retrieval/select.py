@@ -128,6 +128,9 @@ class FovOverlapPolicy:
       * ``recency_weight`` 0.01 — bonus ``0.01 * id / newest`` (at most ~4 points' worth): between near
         duplicates the newer chunk wins, since it is closer to the current appearance of the place;
         it cannot outweigh a real coverage difference.
+      * ``prefer_first`` False — True turns the bonus round (``0.01 * (1 - id / newest)``): between near
+        duplicates the *first* visit wins, the world as it was first seen or observed rather than the
+        model's latest rendition of it (which, in a long session, is a copy of a copy).
       * ``min_gain`` 0.05 — stop picking when no candidate adds at least 5 % new coverage, so a set can
         be shorter than ``k`` (e.g. an exact revisit covers everything with one chunk).
       * ``seed`` 0 — the sample points are drawn once per policy, so selection is reproducible.
@@ -142,6 +145,7 @@ class FovOverlapPolicy:
     points_per_frame: int = 128
     max_distance: float = 8.0
     recency_weight: float = 0.01
+    prefer_first: bool = False
     min_gain: float = 0.05
     seed: int = 0
     block: int = 512
@@ -218,7 +222,8 @@ class FovOverlapPolicy:
     def _greedy(self, ids: np.ndarray, cover: np.ndarray, k: int, newest: int) -> list[int]:
         """Greedy cover: each round takes the candidate adding the most uncovered points (+ recency)."""
         n_points = cover.shape[1]
-        bonus = self.recency_weight * ids / max(newest, 1)
+        age = ids / max(newest, 1)
+        bonus = self.recency_weight * ((1 - age) if self.prefer_first else age)
         uncovered = np.ones(n_points, dtype=bool)
         free = np.ones(len(ids), dtype=bool)
         picked: list[int] = []

@@ -277,7 +277,8 @@ class Session:
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
                                    device=self.device, keys_before_rotation=pre_rope)
             retriever = Retriever(model.camera_poses(), model.grid,
-                                  predictor=PREDICTORS[self.cfg.memory.predictor]())
+                                  predictor=PREDICTORS[self.cfg.memory.predictor](),
+                                  first_visit=self.cfg.memory.retrieve_visit == "first")
             reopened = self.resume_from is not None and self.fork_of is None   # its own spill directory
             memory = SessionMemory(self.cfg, model.layout, ctx, retriever, self.device, self.dtype,
                                    rerotation=Rerotation.for_session(self.cfg, model),

@@ -141,6 +141,19 @@ def test_redundant_chunks_go_first_and_pinned_never():
     assert picks == choose_drops(retriever, kept, pinned, 30, now=39)        # a pure function
 
 
+def test_with_first_visit_retrieval_the_later_duplicates_are_redundant():
+    """First-visit retrieval keeps the oldest chunk of each view cell: the quota drops the later ones."""
+    poses = revisiting_poses(40, 3, 7)
+    retriever = Retriever(poses, GRID, first_visit=True)
+    first = {}
+    for c in range(40):
+        first.setdefault(retriever.cell_of(c), c)
+    picks = choose_drops(retriever, list(range(40)), set(), 40, now=39)
+    redundant = {c for c, r in picks if r == "redundant"}
+    assert redundant and not redundant & set(first.values())
+    assert redundant == set(range(40)) - set(first.values())
+
+
 @pytest.mark.parametrize("text,expected", [("500M", 500 << 20), ("4G", 4 << 30), ("4GiB", 4 << 30),
                                            ("1.5g", int(1.5 * (1 << 30))), ("65536", 65536), ("2 MB", 2 << 20)])
 def test_sizes(text, expected):

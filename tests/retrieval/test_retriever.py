@@ -28,3 +28,15 @@ def test_revisits_are_still_found_after_pruning():
     # one turn is 20 chunks: the same view as chunk 90 was last seen at chunk 70 (or 50, 30, ...)
     assert chosen and chosen[0] == 70
     assert r.predict_select(90, list(range(88)), 3)[0] == 70
+
+
+def test_first_visit_retrieval_brings_back_the_first_of_the_same_views():
+    """``first_visit``: of the chunks that saw the same view, the first stands for the cell and is
+    picked (the place as first seen, not the latest copy of it); the default keeps the newest."""
+    poses = load_trajectory(packaged_trajectory("yaw.yaml"), MODEL.mode, MODEL.video_frames_total(100)).poses
+    first = Retriever(poses, MODEL.video_grid(), first_visit=True)
+    cells = first.representatives(list(range(88)))
+    assert min(cells) == 0 and max(cells) < 20                # one turn: every cell's first chunk
+    assert first.select(90, list(range(88)), 3)[0] == 10      # chunk 90's view, first seen at chunk 10
+    assert first.predict_select(90, list(range(88)), 3)[0] == 10
+    assert retriever_for("yaw.yaml", 100).select(90, list(range(88)), 3)[0] == 70

@@ -1,0 +1,108 @@
+"""``worldpager bench quality --long``: the long benchmark's run (click shell only; the work is in
+``engine.quality.long_run`` and ``long_summary``). Prints, for ``--quick``, first the smoke-test line;
+then one line per session as it is scored (stderr), the tables (``worldpager_cli.quality_long``), then
+one JSON line; writes ``long-rows.jsonl`` (every session's sums), ``long.png`` (the per-minute figure),
+``long-strip.png`` (truth and each arm, a frame in the middle of every minute, the first seed) and keeps
+the first seed's sessions under ``sessions/``. ``--from-rows`` summarises earlier rows."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import click
+
+from engine.errors import ConfigError
+from worldpager_cli.bench import echo_json, machine
+from worldpager_cli.quality_long import LONG_SMOKE_LINE, echo_long
+
+ROWS = "long-rows.jsonl"
+FIGURE = "long.png"
+STRIP = "long-strip.png"
+
+
+def _rows(paths: tuple[Path, ...]) -> list[dict]:
+    rows = []
+    for path in paths:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                raise ConfigError(f"--from-rows {path}: line {n} is not JSON") from None
+            if row.get("experiment") != "long":
+                raise ConfigError(f"--from-rows {path}: line {n} is not a row of the long benchmark "
+                                  "(read it without --long)")
+            rows.append(row)
+    if not rows:
+        raise ConfigError(f"--from-rows {paths[0]}: no rows")
+    return rows
+
+
+def _strip(plan, rows: list[dict], out_dir: Path) -> dict:
+    from engine.quality.long_strip import long_strip
+
+    kept = [out_dir / "sessions" / f"seed{plan.first_seed}-{a.name}" for a in plan.arms]
+    order = sorted(kept, key=lambda p: p.name.endswith("-window"))          # window-only last
+    sessions = [(p / f"{p.name.split('-', 1)[1]}.log.jsonl", p / f"{p.name.split('-', 1)[1]}.mp4") for p in order]
+    bins = min(len(r["bins"]) for r in rows)
+    return {"strip": str(out_dir / STRIP),
+            **long_strip(sessions, bins, plan.bin_s, out_dir / STRIP)}
+
+
+def _finish(rows: list[dict], out_dir: Path, params: dict, strip: dict | None = None) -> None:
+    from engine.quality.long_figure import long_figure
+    from engine.quality.long_summary import summarise_long
+
+    summary = summarise_long(rows)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary["figure"] = str(long_figure(summary, out_dir / FIGURE))
+    if strip:
+        summary["still"] = strip
+    if summary["smoke_test"] and "from_rows" in params:
+        click.echo(LONG_SMOKE_LINE)
+    echo_long(summary)
+    echo_json("quality-long", summary, machine("cpu"), params)
+
+
+def _progress(row: dict) -> str:
+    bins = row["bins"]
+
+    def mean(b, key="psnr"):
+        return b[key] / b["frames"] if b["frames"] else float("nan")
+
+    sharp = [b["detail"] / b["detail_truth"] if b["detail_truth"] else float("nan") for b in bins]
+    return (f"long {row['arm']:<10} seed {row['seed']} ({row['chunks']} chunks): PSNR per bin "
+            f"{' '.join(f'{mean(b):.2f}' for b in bins)}; sharpness {' '.join(f'{x:.3f}' for x in sharp)}")
+
+
+def run_long(seeds: int, seed_start: int, arm_names: str, minutes: float, out_dir: Path, weights: Path | None,
+             threads: int, from_rows: tuple[Path, ...], quick: bool) -> None:
+    import torch
+
+    from engine.quality.long_paths import LONG, LONG_SMOKE
+    from engine.quality.long_run import LongPlan, long_arms, long_rows
+
+    if from_rows:
+        _finish(_rows(from_rows), out_dir, {"from_rows": [str(p) for p in from_rows]})
+        return
+    arms = long_arms([a for a in arm_names.split(",") if a])
+    shape = LONG_SMOKE if quick else dataclasses.replace(LONG, minutes=minutes).check()
+    plan = LongPlan(seeds=1 if quick else seeds, first_seed=seed_start, shape=shape, arms=arms,
+                    bin_s=5.0 if quick else 60.0, smoke_test=quick, weights=weights)
+    if quick:
+        click.echo(LONG_SMOKE_LINE)
+    torch.set_num_threads(threads)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ROWS, "w", encoding="utf-8") as rows_file:
+        def on_row(row):
+            rows_file.write(json.dumps(row) + "\n")
+            rows_file.flush()
+            click.echo(_progress(row), err=True)
+
+        rows = long_rows(plan, out_dir, on_row)
+    strip = _strip(plan, rows, out_dir)
+    params = {"long": True, "seeds": plan.seeds, "seed_start": plan.first_seed, "minutes": shape.minutes,
+              "chunks": shape.chunks, "observed_chunks": shape.observed_chunks, "bin_s": plan.bin_s,
+              "arms": [a.name for a in arms], "threads": threads, "quick": quick,
+              "weights": str(weights) if weights else None}
+    _finish(rows, out_dir, params, strip)
