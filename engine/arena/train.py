@@ -305,6 +305,7 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
 def model_config(out: Path, init: Path | None, **design) -> ArenaModelConfig:
     """The shape to train: a checkpoint's in ``out``; else the ``init`` weights' (their metadata), or the
     default, with the output ``design`` keys given (``warp``, ``hypotheses``, ``hard_copy``; None: unchanged)."""
+    check_output_dir(out, "--out", TRAIN_FILES)   # a FIFO or device named last.pt is refused, never read
     ckpt = out / "last.pt"
     if ckpt.exists():
         raw = torch.load(ckpt, map_location="cpu", weights_only=True)["config"]

@@ -156,6 +156,7 @@ def test_bench_memory_prints_rss_blocks_then_json(tmp_path):
 
 
 def test_bench_memory_bad_values_are_one_line_errors(tmp_path):
-    one_line_error(run("memory", "--spill", tmp_path / "absent"), "--spill")
+    (tmp_path / "file").write_text("x")   # a directory that is missing is made (bench store, bench memory)
+    one_line_error(run("memory", "--spill", tmp_path / "file"), "--spill", "is a file")
     one_line_error(run("memory", "--spill", tmp_path, "--host-mem", -1), "--host-mem")
     one_line_error(run("memory", "--spill", tmp_path, "--chunks", 10, "--warmup", 10), "--warmup")

@@ -143,7 +143,7 @@ def test_a_fork_after_the_prefix_that_goes_the_parents_way_equals_the_parent(pat
         ",".join([str(i), *(str(int(v)) for v in k), *(repr(float(v)) for v in m)])
         for i, (k, m) in enumerate(zip(traj.actions.keyboard.numpy()[start:], traj.actions.mouse.numpy()[start:]))]
     (paths / "same.csv").write_text("\n".join(rows) + "\n")
-    branch = prepare_fork(parent.out, at, paths / "same.csv", paths / "branch.mp4")
+    branch = prepare_fork(parent.out, at, paths / "same.csv", paths / "branch.mp4", chunks=CHUNKS)
     assert branch.cfg.observe is None
     result = Session(branch.cfg, resume_from=branch.savepoint, fork_of=branch).run()
     assert result.status == "done"
