@@ -3,12 +3,12 @@ training, its memory evaluation and the ground truth of its sessions (click shel
 ``engine.arena``)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from engine.output_files import check_output_file
+from worldpager_cli.json_output import json_line
 
 @click.group()
 def train() -> None:
@@ -36,7 +36,11 @@ def train() -> None:
 @click.option("--hard-copy", is_flag=True, help="A new model's output: whole copied patches at inference.")
 def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet, minutes, workers, warp,
                 hypotheses, hard_copy) -> None:
-    """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end."""
+    """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end.
+
+    How long: after its first 3 steps a run prints its time a step and the rest's. On a 2-core CPU a step
+    of the default recipe takes about 3 s idle, 5-10 s beside other work (20,000 steps: a day or more;
+    use --minutes, or a GPU: scripts/device_train.sh). Killed runs go on from DIR/last.pt (saved every 50 steps)."""
     import torch
 
     from engine.arena.train import Recipe, model_config, train as run_training
@@ -52,7 +56,7 @@ def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet
                           budget_s=None if minutes is None else 60.0 * minutes, workers=workers)
     if export:
         export_checkpoint(out / "last.pt", export)
-    click.echo(json.dumps(result, separators=(",", ":")))
+    click.echo(json_line(result))
 
 
 def _row(name: str, g: dict) -> str:
@@ -94,7 +98,7 @@ def bench_arena(episodes, chunks, weights, workdir, quick, strip, strip_episode)
         click.echo(_row(name, g))
     click.echo(f"retrieval through the store: {result['hits']} hits, {result['misses']} misses, "
                f"{result['disk_bytes_read'] / 2**20:.1f} MiB read back from the spill directory")
-    click.echo(json.dumps(result, separators=(",", ":")))
+    click.echo(json_line(result))
 
 
 @click.group("arena")
@@ -118,4 +122,4 @@ def arena_truth(log, out, poses) -> None:
     height, width = result["size"]
     click.echo(f"wrote the truth of {log}: {result['frames']} frames ({result['frames'] / result['fps']:.1f} s, "
                f"{width}x{height}) of arena {result['arena_seed']} to {result['out']}; poses {result['poses']}")
-    click.echo(json.dumps(result, separators=(",", ":")))
+    click.echo(json_line(result))

@@ -7,14 +7,13 @@ input was bad); 130 when interrupted (the jobs in hand stop after their chunk an
 """
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from pathlib import Path
 
 import click
 
-from worldpager_cli.json_output import emit_json, json_result
+from worldpager_cli.json_output import emit_json, json_line, json_result
 from tqdm import tqdm
 
 from engine.errors import ConfigError
@@ -262,4 +261,4 @@ def _report(result, manifest, backend, out_dir: Path) -> None:
            "ran": ran, "model_loads": result.model_loads, "wall_s": round(result.wall_s, 3),
            "jobs_per_hour": round(3600 * ran / result.wall_s, 1) if result.wall_s > 0 and ran else 0.0,
            "manifest": str(manifest.path), "results": rows}
-    emit_json(json.dumps(doc, separators=(",", ":")))
+    emit_json(json_line(doc))

@@ -9,14 +9,13 @@ To add an experiment, add one ``@bench.command`` function below that does the sa
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
 
 import click
 
-from worldpager_cli.json_output import emit_json, json_result
+from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from engine.bench.bench_dir import bench_directory
 from engine.config import MODEL_CONFIGS, model_config
@@ -93,7 +92,7 @@ def size(nbytes: int) -> str:
 def echo_json(kind: str, result: dict, machine_info: dict, params: dict) -> None:
     """The last line: everything, compact, floats cut to six significant digits."""
     doc = {"bench": kind, **result, "machine": machine_info, "params": params}
-    emit_json(json.dumps(_round(doc), separators=(",", ":")))
+    emit_json(json_line(_round(doc)))
 
 
 def _round(value):
@@ -595,7 +594,7 @@ def quota(seeds: int, kinds: str, chunks: int, observed: int, shares: str, workd
     click.echo(f"bench quota: arena model, {seeds} seed(s) x {', '.join(kind_list)}, {chunks}-chunk episodes "
                f"({observed} observed), int4, k 3, pool 4 chunks, no save points", err=True)
     rows = run_quota(list(range(seeds)), kind_list, shape, fractions,
-                     on_row=lambda r: click.echo(f"  row {json.dumps(_round(r), separators=(',', ':'))}", err=True),
+                     on_row=lambda r: click.echo(f"  row {json_line(_round(r))}", err=True),
                      workdir=workdir)
     lines = summarise(rows)
     echo_table(("quota", "episodes", "disk written", "disk peak", "1st choice", "PSNR obs", "PSNR gen", "stall ms"), [

@@ -4,12 +4,11 @@ one JSON line last. Exit 0 when ``generate`` can run here, 1 when something it n
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from worldpager_cli.json_output import emit_json, json_result
+from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from worldpager_cli.errors import EXIT_BAD_INPUT
 
@@ -32,6 +31,6 @@ def doctor(spill) -> None:
     click.echo(f"worldpager: {'ready' if ready else 'not ready'}: "
                f"{sum(r.status == 'ok' for r in rows)} ok, {sum(r.status == 'warn' for r in rows)} warnings, "
                f"{sum(r.status == 'missing' for r in rows)} missing", err=True)
-    emit_json(json.dumps({"ready": ready, "checks": [r.as_json() for r in rows]}, separators=(",", ":")))
+    emit_json(json_line({"ready": ready, "checks": [r.as_json() for r in rows]}))
     if not ready:
         raise SystemExit(EXIT_BAD_INPUT)

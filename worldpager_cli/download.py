@@ -17,13 +17,12 @@ whether it is already there, the total to fetch and the destination's free space
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import click
 
-from worldpager_cli.json_output import emit_json, json_result
+from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from engine.config import MODEL_CONFIGS, model_config
 from engine.model.hub import MODE_MODELS, REPO_ID, fetch, files_for
@@ -70,8 +69,8 @@ def download(mode: str, local_dir: Path | None, check_as: str | None, model: str
         click.echo(f"  {size / 2**30:8.3f} GiB  {name}")
     click.echo(f"checked as {', '.join(checked)}: every key and shape; use --checkpoint "
                + (str(root) if local_dir is not None else REPO_ID))
-    emit_json(json.dumps({"repo": REPO_ID, "modes": modes, "dir": str(root), "files": files,
-                           "checked_as": checked}, separators=(",", ":")))
+    emit_json(json_line({"repo": REPO_ID, "modes": modes, "dir": str(root), "files": files,
+                           "checked_as": checked}))
 
 
 def _download_lingbot(model: str, local_dir: Path | None, dry_run: bool, quiet: bool) -> None:
@@ -90,8 +89,7 @@ def _download_lingbot(model: str, local_dir: Path | None, dry_run: bool, quiet: 
     for name, size in files.items():
         click.echo(f"  {size / 2**30:8.3f} GiB  {name}")
     click.echo(f"checked as {model}: every file, key and shape; use --checkpoint {root}")
-    emit_json(json.dumps({"model": model, "dir": str(root), "files": files, "checked_as": [model]},
-                          separators=(",", ":")))
+    emit_json(json_line({"model": model, "dir": str(root), "files": files, "checked_as": [model]}))
 
 
 def _cache_destination() -> Path:
@@ -124,6 +122,5 @@ def _print_listing(parts, destination: Path, facts: dict) -> None:
                   + (" - NOT ENOUGH" if todo > free else "")))
     for reason in unknown:
         click.echo(f"sizes unknown for {reason}")
-    emit_json(json.dumps({**facts, "dir": str(destination), "files": [f.as_json() for f in listed],
-                           "bytes_to_fetch": todo, "sizes_unknown": unknown, "free_bytes": free},
-                          separators=(",", ":")))
+    emit_json(json_line({**facts, "dir": str(destination), "files": [f.as_json() for f in listed],
+                           "bytes_to_fetch": todo, "sizes_unknown": unknown, "free_bytes": free}))

@@ -9,7 +9,6 @@ error, 130 interrupted, 141 closed pipe (see ``worldpager_cli.errors``).
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from worldpager_cli.json_output import emit_json, json_result
+from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from engine.config import LINGBOT_MODELS, MODEL_CONFIGS, SessionConfig
 from engine.cpu_threads import apply_cpu_threads
@@ -287,7 +286,7 @@ def _run_and_report(session, progress, grid, say, as_json: bool, cfg, frames_bef
     with progress, _stop_on_signals(session):
         result = session.run()
     if as_json:   # also for an interrupted run (exit 130): a script learns how far it got
-        click.echo(json.dumps(run_summary(result, cfg, grid.fps, frames_before), separators=(",", ":")))
+        click.echo(json_line(run_summary(result, cfg, grid.fps, frames_before)))
     # Seconds per chunk over the chunks this run made: a resumed or forked run inherits the others.
     summary = summary_text(result, grid.fps)
     if result.status == "interrupted":
@@ -378,7 +377,7 @@ def inspect(model: str | None, preset: str | None) -> None:
     width = max(len(k) for k in facts)
     for key, value in facts.items():
         click.echo(f"{key:<{width}}  {value:,}" if isinstance(value, int) else f"{key:<{width}}  {value}")
-    emit_json(json.dumps(facts, separators=(",", ":")))
+    emit_json(json_line(facts))
 
 
 HELP_OPTION_NAMES = ["-h", "--help"]

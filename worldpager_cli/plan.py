@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from worldpager_cli.json_output import emit_json, json_result
+from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from engine.planner import model as planner
 from engine.config import ARENA_MODEL
@@ -258,12 +258,11 @@ def plan(wall_ms, stage_ms, probe_mib, baseline_gib, baseline_from, device_basel
     quota = quota_prediction(cfg, p, planner.window_chunks(m))
     for line in table_lines(p, m, budgets, source, inputs) + _quota_lines(quota, m) + inputs.footnote(budgets):
         say(line)
-    emit_json(json.dumps({**p.summary(), "drive_source": source, "host_baseline_bytes": budgets.host_baseline,
+    emit_json(json_line({**p.summary(), "drive_source": source, "host_baseline_bytes": budgets.host_baseline,
                            "device_weights_bytes": planner.device_weight_bytes(m),
                            "device_baseline_bytes": budgets.device_baseline if budgets.device is not None else None,
                            "device": planned_device(cfg), "assumed": inputs.assumed(budgets),
-                           **({"quota": quota} if quota else {})},
-                          separators=(",", ":")))
+                           **({"quota": quota} if quota else {})}))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ Ctrl-C (aborted at once) or SIGTERM / SIGHUP (stopped after the chunk in hand, a
 from __future__ import annotations
 
 import ipaddress
-import json
 import signal
 import webbrowser
 from datetime import datetime
@@ -27,6 +26,7 @@ from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import LENGTH_KEYS, chunks_for_length, session_options, session_overlay
 from worldpager_cli.run_summary import run_summary, summary_text
 from worldpager_cli.streams import keep_going_without_stdout
+from worldpager_cli.json_output import json_line
 
 PLAY_SECTIONS = {"host": "Serve", "port": "Serve", "open_browser": "Serve", "parent": "Inputs",
                  "overwrite": "Output", "quiet": "Output", "as_json": "Output"}
@@ -166,7 +166,7 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
         run.close()
     if as_json:
         summary = run_summary(result, cfg, grid.fps, frames_before)
-        click.echo(json.dumps({**summary, "recording": str(cfg.trajectory)}, separators=(",", ":")))
+        click.echo(json_line({**summary, "recording": str(cfg.trajectory)}))
     say(f"wrote {summary_text(result, grid.fps)}")
     say(f"worldpager: inputs recorded to {cfg.trajectory}: `worldpager generate --trajectory {cfg.trajectory} "
         f"--chunks {result.chunks}` with the same settings makes this video again (--late-prefetch wait on both: "

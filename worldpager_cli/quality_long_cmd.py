@@ -44,9 +44,11 @@ def _strip(plan, rows: list[dict], out_dir: Path) -> dict:
     kept = [out_dir / "sessions" / f"seed{plan.first_seed}-{a.name}" for a in plan.arms]
     order = sorted(kept, key=lambda p: p.name.endswith("-window"))          # window-only last
     sessions = [(p / f"{p.name.split('-', 1)[1]}.log.jsonl", p / f"{p.name.split('-', 1)[1]}.mp4") for p in order]
+    names = [p.name.split("-", 1)[1] for p in order]
+    names = [n if n != "window" else "window-only" for n in names]
     bins = min(len(r["bins"]) for r in rows)
     return {"strip": str(out_dir / STRIP),
-            **long_strip(sessions, bins, plan.bin_s, out_dir / STRIP)}
+            **long_strip(sessions, bins, plan.bin_s, out_dir / STRIP, names=names)}
 
 
 def _finish(rows: list[dict], out_dir: Path, params: dict, strip: dict | None = None) -> None:

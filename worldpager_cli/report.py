@@ -8,12 +8,11 @@ log with a damaged line before its end, or an output that cannot be written.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from worldpager_cli.json_output import emit_json, json_result
+from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from engine.errors import ConfigError
 from engine.report.live import LiveReport
@@ -30,9 +29,8 @@ def echo_report(report: Report) -> None:
     click.echo(f"page: {report.page}")
     for note in report.notes:
         click.echo(f"worldpager: warning: {note}", err=True)   # a cut log: plotted up to the cut
-    emit_json(json.dumps({"report": str(report.page), "figures": {k: str(v) for k, v in report.figures.items()},
-                           "labels": report.labels, "chunks": report.chunks, "notes": report.notes},
-                          separators=(",", ":")))
+    emit_json(json_line({"report": str(report.page), "figures": {k: str(v) for k, v in report.figures.items()},
+                           "labels": report.labels, "chunks": report.chunks, "notes": report.notes}))
 
 
 def follow_report(log: Path, out: Path, every: int, idle_timeout: float | None) -> Report:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import json
 
 import click
 
@@ -26,6 +25,7 @@ from engine.errors import ConfigError
 from engine.report.live import LiveReport
 from engine.telemetry import LogFollower
 from worldpager_cli.errors import EXIT_UNFINISHED
+from worldpager_cli.json_output import json_line
 
 
 def human_bytes(n: float) -> str:
@@ -125,7 +125,7 @@ def tail(log: Path, follow: bool, idle_timeout: float | None, as_json: bool, plo
         if kind == "chunk" and live is not None:
             live.chunk_seen()
         if as_json:
-            click.echo(json.dumps(record, separators=(",", ":")))
+            click.echo(json_line(record))
         elif kind == "header":
             cfg = record.get("config", {})
             fps = record.get("model", {}).get("fps", fps)

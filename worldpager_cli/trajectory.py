@@ -6,12 +6,11 @@ Prints the files written and one JSON line last. Imports torch only when the com
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from worldpager_cli.json_output import emit_json, json_result
+from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from engine.errors import ConfigError, OutputError
 from engine.output_files import check_output_dir
@@ -56,5 +55,5 @@ def export(out: Path, source: Path, to: str, frames: int | None, repeat: str, ov
     written = export_pose_folder(out, loaded.poses, loaded.actions.keyboard.numpy(), loaded.intrinsics)
     for path in written:
         click.echo(f"wrote {path}")
-    emit_json(json.dumps({"out": str(out), "format": to, "frames": loaded.frames, "source": str(source),
+    emit_json(json_line({"out": str(out), "format": to, "frames": loaded.frames, "source": str(source),
                            "files": [p.name for p in written]}))

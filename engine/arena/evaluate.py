@@ -172,9 +172,11 @@ def summarise(rows: list[dict]) -> dict:
 def comparison_strip(index: int, out: Path, weights: Path | None = None, chunks: int = EVAL_CHUNKS,
                      columns: int = 8, workdir: Path | None = None) -> dict:
     """A PNG of one held-out episode: rows truth | with memory | window-only, ``columns`` latent frames
-    spread over the generated chunks (revisit frames first), enlarged 2x. Returns what it shows."""
+    spread over the generated chunks (revisit frames first), enlarged 2x, each row and column labelled
+    (a column: its time of video, "(return)" at a revisit). Returns what it shows."""
     from engine.arena.weights import config_of, packaged_weights_path
     from engine.io.image import save_png
+    from engine.io.labels import BAND, header, row_labels
 
     ep = eval_episode(index, config_of(weights or packaged_weights_path()).video_grid().frames_total(chunks))
     with tempfile.TemporaryDirectory(prefix="worldpager-arena-strip-", dir=workdir) as tmp:
@@ -189,8 +191,12 @@ def comparison_strip(index: int, out: Path, weights: Path | None = None, chunks:
     image = torch.cat(rows, dim=-2)                                              # [3, 3h, columns w]
     rgb = ((image.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 0)
     rgb = rgb.repeat_interleave(2, 0).repeat_interleave(2, 1).contiguous().numpy()
+    fps = pipeline.cfg.fps / pipeline.cfg.temporal                              # latent frames a second
+    tops = [f"{i / fps:.1f} s" + (" (return)" if revisit[i] else "") for i in picks]
+    rgb = np.concatenate([header([rgb.shape[1] // columns] * columns, tops), rgb], axis=0)
+    left = row_labels([BAND] + [(rgb.shape[0] - BAND) // 3] * 3, ["video time", "truth", "memory", "window-only"], 100)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_png(out, rgb)
+    save_png(out, np.ascontiguousarray(np.concatenate([left, rgb], axis=1)))
     return {"episode": index, "kind": ep.kind, "arena_seed": ep.arena_seed, "frames": picks.tolist(),
             "revisit": revisit[picks].tolist(), "psnr_memory": psnr(memory[picks], truth[picks]).tolist(),
             "psnr_window": psnr(window[picks], truth[picks]).tolist()}

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import queue
 import threading
 import time
@@ -240,6 +241,26 @@ def save_checkpoint(path: Path, model, opt, step: int, r: Recipe, cfg: ArenaMode
 TRAIN_FILES = ("last.pt", "last.tmp", "train.log.jsonl", "train.log.tmp")
 
 
+TIMED_STEPS = 3   # after this many steps of a run, it says how long a step takes and the rest will
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def expected_time_line(per_step_s: float, steps_left: int, budget_s: float | None) -> str:
+    """What the first steps of a run say about the rest: a step's time, and the steps left's (or the budget's)."""
+    line = f"arena: {per_step_s:.2f} s a step over the first {TIMED_STEPS}; {steps_left} steps to go: about " \
+           f"{_duration(per_step_s * steps_left)}"
+    if budget_s is not None and per_step_s * steps_left > budget_s:
+        line += f" (--minutes stops it after {_duration(budget_s)}, near step {int(budget_s / per_step_s)} of them)"
+    return line
+
+
 def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save_every: int = 50,
           init: Path | None = None, quiet: bool = False, budget_s: float | None = None, workers: int = 0) -> dict:
     """Train until ``r.steps`` (or ``budget_s`` seconds of this run's wall time) and save ``out/last.pt``."""
@@ -263,7 +284,7 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
     log = open(log_path, "a", buffering=1)
     pre = Prefetcher(r, cfg, step, workers=workers)
     bar = tqdm(total=r.steps, initial=step, disable=quiet, desc="arena", unit="step")
-    began = time.perf_counter()
+    began, made = time.perf_counter(), 0
     try:
         while step < r.steps:
             if budget_s is not None and time.perf_counter() - began >= budget_s:
@@ -291,6 +312,10 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
                                   "lr": rate, "wall_s": round(wall, 2)}) + "\n")
             bar.set_postfix(loss=f"{avg:.4f}")
             bar.update(1)
+            made += 1
+            if made == TIMED_STEPS and not quiet:
+                tqdm.write(expected_time_line((time.perf_counter() - began) / made, r.steps - step, budget_s),
+                           file=sys.stderr)
             if step % save_every == 0 or step == r.steps:
                 save_checkpoint(ckpt_path, model, opt, step, r, cfg, {"wall_s": wall, "avg_loss": avg})
         if step % save_every:

@@ -1,7 +1,8 @@
 """The still of ``bench quality --long``: what the kept sessions look like, minute by minute.
 
 Owns ``long_strip``: one PNG of rows — the rendered truth, then each kept arm's decoded MP4 frame — and
-one column per bin of video (the frame in the middle of each minute), at the size the sessions show.
+one column per bin of video (the frame in the middle of each minute), at the size the sessions show,
+with each row's name on its left and each column's time of video above it.
 The frames are the first seed's sessions that ``engine.quality.long_run`` keeps under ``sessions/``.
 """
 from __future__ import annotations
@@ -23,9 +24,16 @@ def _frames(video: Path, wanted: list[int]) -> dict[int, np.ndarray]:
     return out
 
 
-def long_strip(sessions: list[tuple[Path, Path]], bins: int, bin_s: float, out: Path) -> dict:
-    """``sessions``: (log, MP4) of each row after the truth (the first's log gives the truth)."""
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
+
+
+def long_strip(sessions: list[tuple[Path, Path]], bins: int, bin_s: float, out: Path,
+               names: list[str] | None = None) -> dict:
+    """``sessions``: (log, MP4) of each row after the truth (the first's log gives the truth); ``names``:
+    their row labels (default: the MP4s' names)."""
     from engine.io.image import save_png
+    from engine.io.labels import BAND, header, row_labels
 
     truth = SessionTruth(sessions[0][0])
     fps, up = truth.fps, truth.model.upscale
@@ -35,6 +43,11 @@ def long_strip(sessions: list[tuple[Path, Path]], bins: int, bin_s: float, out: 
     for _, video in sessions:
         got = _frames(video, picks)
         rows.append(np.concatenate([got[i] for i in picks], axis=1))
+    names = ["truth", *(names or [v.stem for _, v in sessions])]
+    height, width = rows[0].shape[0], rows[0].shape[1] // len(picks)
+    grid = np.concatenate(rows, axis=0)
+    grid = np.concatenate([header([width] * len(picks), [_clock(i / fps) for i in picks]), grid], axis=0)
+    left = row_labels([BAND] + [height] * len(rows), ["video time", *names], 110)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_png(out, np.ascontiguousarray(np.concatenate(rows, axis=0)))
-    return {"frames": picks, "seconds": [i / fps for i in picks], "rows": ["truth", *[str(v) for _, v in sessions]]}
+    save_png(out, np.ascontiguousarray(np.concatenate([left, grid], axis=1)))
+    return {"frames": picks, "seconds": [i / fps for i in picks], "rows": names}

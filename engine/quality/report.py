@@ -57,7 +57,7 @@ def write_videos(kept: Kept, out_dir: Path) -> dict:
     for arm, frames in kept.frames.items():
         if arm == "window":
             continue
-        rows = side_by_side(kept.truth, frames, window)
+        rows = side_by_side(kept.truth, frames, window, labels=["truth", f"memory ({arm})", "window-only"])
         path = out_dir / f"sidebyside-{arm}.mp4"
         write_video(path, rows)
         shown[arm] = str(path)

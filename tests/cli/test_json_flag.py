@@ -55,3 +55,11 @@ def test_json_puts_one_object_on_stdout(args, tmp_path, monkeypatch):
 def test_doctor_json(tmp_path):
     result = CliRunner().invoke(cli, ["doctor", "--spill", str(tmp_path), "--json"])
     assert json.loads(result.stdout)["checks"]
+
+
+def test_json_lines_are_strict_json_with_unmeasured_figures_as_null():
+    from worldpager_cli.json_output import json_line
+
+    line = json_line({"gain_db": float("nan"), "rows": [1.5, float("inf")], "kind": {"se": float("-inf")}})
+    assert line == '{"gain_db":null,"rows":[1.5,null],"kind":{"se":null}}'
+    json.loads(line, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
