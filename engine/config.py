@@ -389,7 +389,8 @@ class SessionConfig:
     save_every: int | None = None      # save point every N chunks; None = about every save_interval_s of wall time; 0 = none
     save_interval_s: float = 30.0      # with save_every None: wall time between save points (a slow machine makes them at fewer chunks)
     keep_savepoints: int = 2           # newest save points kept (each is a chunk a run can be resumed or forked at)
-    decode_overlap: bool = False       # decode and mux chunk c on a worker thread while c+1 denoises (engine/session/decode.py)
+    decode_overlap: bool | None = None   # decode and mux chunk c on a worker thread while c+1 denoises
+                                         # (engine/session/decode.py); None: on a CPU device, off on a GPU
     threads: int | None = None         # torch's intra-op threads on a CPU; None: OMP_NUM_THREADS, else 1 (engine/cpu_threads.py)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)

@@ -132,7 +132,7 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("keep_savepoints", "int", "Newest save points kept (where the run can be resumed or forked). Default: 2.",
          "keep_savepoints"),
     _opt("decode_overlap", "switch", "Decode and mux each chunk on a worker thread while the next one denoises "
-         "(same MP4). Default: off.", "decode_overlap"),
+         "(same MP4). Default: on for a CPU device (its other core decodes), off on a GPU.", "decode_overlap"),
     _opt("threads", "int", "Intra-op threads of torch on a CPU (the CPU's share of a session; a GPU's work is "
          "unaffected). Default: OMP_NUM_THREADS if set, else 1.", "threads"),
     _opt("positions", "choice", "Position handling past the horizon. Default: rerotate.", "positions",

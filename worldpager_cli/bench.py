@@ -605,3 +605,36 @@ def quota(seeds: int, kinds: str, chunks: int, observed: int, shares: str, workd
          num(l.get("psnr_observed")), num(l.get("psnr_generated")), num(l.get("stall_ms"))) for l in lines])
     echo_json("quota", {"summary": lines, "rows": rows}, machine("cpu"),
               {"seeds": seeds, "kinds": kind_list, "chunks": chunks, "observed": observed, "shares": fractions})
+
+
+# ---- bench speed ----------------------------------------------------------------------------------
+
+@bench.command("speed")
+@click.option("--model", default="arena", show_default=True, help="A registered model (generate's --model).")
+@click.option("--chunks", type=click.IntRange(min=2), default=300, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Chunks left out of the medians (start-up, first allocations).")
+@click.option("--threads", type=click.IntRange(min=1),
+              help="Intra-op threads on a CPU (generate's --threads). Default: as generate.")
+@click.option("--decode-overlap/--no-decode-overlap", "overlap", default=None,
+              help="Decode on a worker while the next chunk denoises. Default: as generate (on for a CPU).")
+@click.option("--device", default=None, help="cpu or cuda. Default: as generate.")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Where the temporary session goes. Default: the system temp.")
+@json_result
+def speed(model: str, chunks: int, warmup: int, threads: int | None, overlap: bool | None, device: str | None,
+          workdir: Path | None) -> None:
+    """A session's chunk time step by step: medians after --warmup, chunks a second."""
+    from engine.bench.speed import STEPS, bench_speed
+
+    flags = {"model": model, "chunks": chunks, "threads": threads, "decode_overlap": overlap, "device": device}
+    flags = {k: v for k, v in flags.items() if v is not None}
+    r = bench_speed(flags, warmup, workdir)
+    m = r["medians_ms"]
+    decode = "decode on a worker" if r["decode_overlap"] else "decode in the loop"
+    click.echo(f"bench speed: {r['model']} on {r['device']}, {r['threads']} intra-op thread(s), {decode}; medians of "
+               f"chunks {warmup}-{r['chunks'] - 1} ({r['measured']} chunks), status {r['status']}")
+    echo_table(("step", "median ms"), [(name.removesuffix("_ms"), num(m[name])) for name in STEPS])
+    rate = r["chunks_per_s"]
+    click.echo(f"{'n/a' if rate is None else f'{rate:.1f}'} chunks/s (median chunk); mean chunk {num(r['wall_ms_mean'])} ms"
+               + ("; decode runs beside the wall time, on the worker" if r["decode_overlap"] else ""))
+    echo_json("speed", r, machine(r["device"]), {"chunks": chunks, "warmup": warmup, **flags})

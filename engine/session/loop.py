@@ -45,6 +45,7 @@ from typing import Callable
 import torch
 
 from engine.cleanup import Cleanup
+from engine.cpu_threads import decode_overlap
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError, WorldPagerError
 from engine.limits import limit_error
@@ -481,7 +482,8 @@ class Session:
 
     def _chunks(self, ctx, memory, start, frames_total, saver, schedule) -> tuple[int, int]:
         model = self.model
-        stage = DecodeStage(self._decode, self.writer, overlap=self.cfg.decode_overlap, frames_total=frames_total)
+        stage = DecodeStage(self._decode, self.writer, overlap=decode_overlap(self.cfg, self.device),
+                            frames_total=frames_total)
         # A chunk's wall time runs from the end of the one before (save points and log lines included), so
         # that the chunks' wall times and pauses tile the loop: a pause is in exactly one chunk's.
         self._wall_from, self._paused_before = time.perf_counter(), self._pauses.paused_s()

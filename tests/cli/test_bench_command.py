@@ -160,3 +160,22 @@ def test_bench_memory_bad_values_are_one_line_errors(tmp_path):
     one_line_error(run("memory", "--spill", tmp_path / "file"), "--spill", "is a file")
     one_line_error(run("memory", "--spill", tmp_path, "--host-mem", -1), "--host-mem")
     one_line_error(run("memory", "--spill", tmp_path, "--chunks", 10, "--warmup", 10), "--warmup")
+
+
+def test_bench_speed_reports_the_steps_medians_and_leaves_nothing_behind(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    result = CliRunner().invoke(cli, ["bench", "speed", "--chunks", "6", "--warmup", "2", "--workdir", str(work)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("bench speed: arena on cpu, 1 intra-op thread(s), decode on a worker")
+    doc = json.loads(lines[-1])
+    assert doc["bench"] == "speed" and doc["status"] == "done" and doc["chunks"] == 6 and doc["measured"] == 4
+    assert set(doc["medians_ms"]) == {"wall_ms", "compute_ms", "memory_ms", "store_ms", "decode_ms", "stall_ms"}
+    assert doc["chunks_per_s"] > 0 and doc["threads"] == 1 and doc["decode_overlap"] is True
+    assert list(work.iterdir()) == []
+    off = CliRunner().invoke(cli, ["bench", "speed", "--chunks", "3", "--warmup", "1", "--no-decode-overlap",
+                                   "--threads", "2", "--workdir", str(work), "--json"])
+    assert off.exit_code == 0, off.output
+    doc = json.loads(off.stdout)
+    assert doc["decode_overlap"] is False and doc["threads"] == 2

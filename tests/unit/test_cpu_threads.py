@@ -1,4 +1,5 @@
-"""The CPU's threads for a session: --threads, else OMP_NUM_THREADS, else one (engine.cpu_threads)."""
+"""The CPU's threads for a session: --threads, else OMP_NUM_THREADS, else one; decoding on the other core by
+default on a CPU, not on a GPU (engine.cpu_threads)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 from engine.config import SessionConfig
-from engine.cpu_threads import DEFAULT_CPU_THREADS, apply_cpu_threads, cpu_threads
+from engine.cpu_threads import DEFAULT_CPU_THREADS, apply_cpu_threads, cpu_threads, decode_overlap
 from engine.session.save import config_digest
 from tests_support import one_line_error
 from worldpager_cli.main import cli
@@ -20,6 +21,12 @@ from worldpager_cli.main import cli
 ])
 def test_the_policy(threads, env, wanted):
     assert cpu_threads(SessionConfig(threads=threads), env) == wanted
+
+
+@pytest.mark.parametrize("given, device, wanted", [
+    (None, "cpu", True), (None, "cuda", False), (False, "cpu", False), (True, "cuda", True)])
+def test_decoding_overlaps_by_default_on_a_cpu_only(given, device, wanted):
+    assert decode_overlap(SessionConfig(decode_overlap=given), torch.device(device)) is wanted
 
 
 def test_it_is_applied_on_a_cpu_only():
