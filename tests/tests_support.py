@@ -106,6 +106,16 @@ def one_line_error(result, *needles: str, code: int = 1) -> str:
     return lines[0]
 
 
+def inline_decode(cfg):
+    """``cfg`` decoding in the loop: each chunk is logged (``on_chunk``) before the next one is made, so a
+    stop asked for from chunk c's record lands before chunk c + 1. With the decode worker (a CPU's
+    default) the record comes a chunk later, after c + 1 was made; the MP4 is the same bytes either way
+    (``tests/unit/test_session_decode.py``), and a run resumed with the worker goes on from either."""
+    import dataclasses
+
+    return dataclasses.replace(cfg, decode_overlap=False)
+
+
 def resumed_equals_uninterrupted(whole, cut, stop_after: int):
     """Run ``whole``; run ``cut`` (the same session with save points and its own outputs), stopped after
     chunk ``stop_after``; resume it from its newest save point; its MP4 must be byte-identical to the
@@ -114,7 +124,7 @@ def resumed_equals_uninterrupted(whole, cut, stop_after: int):
     from engine.session.resume import resume_point
 
     assert Session(whole).run().status == "done"
-    session = Session(cut, on_chunk=lambda r: r["chunk"] == stop_after and session.request_stop())
+    session = Session(inline_decode(cut), on_chunk=lambda r: r["chunk"] == stop_after and session.request_stop())
     assert session.run().status == "interrupted"
     again, sp, _ = resume_point(cut.out)
     assert Session(again, resume_from=sp).run().status == "done"

@@ -86,8 +86,13 @@ def job_config(job: Job, out_dir: Path) -> SessionConfig:
         raise type(exc)(f"{job.where}: {exc}") from None
 
 
+# Options that change how a job runs, not the video it makes (the save point's config digest leaves them
+# out too, engine.session.save): a batch run again with other values of them resumes its stopped jobs.
+NOT_FINGERPRINTED = frozenset({"decode_overlap", "threads", "keep_savepoints"})
+
+
 def fingerprint(job: Job) -> str:
-    return repr(sorted((k, str(v)) for k, v in job.options.items()))
+    return repr(sorted((k, str(v)) for k, v in job.options.items() if k not in NOT_FINGERPRINTED))
 
 
 def plan_jobs(jobs: list[Job], out_dir: Path, workers: int, device: str, host_mem_gib: float | None,

@@ -186,7 +186,8 @@ def test_a_jobs_file_changed_by_the_user_after_its_attempt_is_refused(tmp_path):
     from engine.batch.plan import plan_jobs
 
     jobs = write_jobs(tmp_path / "jobs.jsonl", {"name": "x", "chunks": 6})
-    shared = {"model": "micro", "pool_slots": 4, "save_every": 1, "spill": str(tmp_path / "spill" / "{job}")}
+    shared = {"model": "micro", "pool_slots": 4, "save_every": 1, "spill": str(tmp_path / "spill" / "{job}"),
+              "decode_overlap": False}   # decoded in the loop: the stop lands after chunk 2
     out = tmp_path / "out"
     plans = plan_jobs(load_jobs(str(jobs), shared), out, 1, "cpu", None, 8 << 30, 0)
     with Manifest(out) as m:
@@ -223,7 +224,8 @@ def test_a_cut_short_jobs_video_replaced_by_the_user_is_refused(tmp_path, replac
     from engine.batch.plan import plan_jobs
 
     jobs = write_jobs(tmp_path / "jobs.jsonl", {"name": "x", "chunks": 6})
-    shared = {"model": "micro", "pool_slots": 4, "save_every": 1, "spill": str(tmp_path / "spill" / "{job}")}
+    shared = {"model": "micro", "pool_slots": 4, "save_every": 1, "spill": str(tmp_path / "spill" / "{job}"),
+              "decode_overlap": False}   # decoded in the loop: the stop lands after chunk 2
     out = tmp_path / "out"
     plans = plan_jobs(load_jobs(str(jobs), shared), out, 1, "cpu", None, 8 << 30, 0)
     with Manifest(out) as m:

@@ -18,7 +18,7 @@ from engine.options import SECTIONS, SESSION_OPTIONS
 from engine.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.telemetry import read_log
-from tests_support import PATIENCE_S, WORLDPAGER, one_line_error
+from tests_support import PATIENCE_S, WORLDPAGER, inline_decode, one_line_error
 from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNFINISHED, EXIT_USAGE
 from worldpager_cli.main import cli
 from worldpager_cli.run_summary import RUN_SUMMARY_KEYS
@@ -111,7 +111,7 @@ def test_generate_prints_only_its_json_on_stdout(tmp_path):
 def test_resume_json_counts_the_chunks_it_made(tmp_path):
     cfg = resolve_session_config(None, {"model": "micro", "chunks": 4, "out": tmp_path / "r.mp4", "save_every": 1,
                                         "memory": {"spill": tmp_path / "sp", "pool_slots": 4}})
-    session = Session(cfg, on_chunk=lambda r: r["chunk"] == 1 and session.request_stop())
+    session = Session(inline_decode(cfg), on_chunk=lambda r: r["chunk"] == 1 and session.request_stop())
     assert session.run().status == "interrupted"
     result = shell("resume", "r.mp4", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -229,7 +229,9 @@ def _spellings(tmp_path: Path, name: str) -> dict[str, str]:
 
 def test_a_running_video_or_log_under_another_name_is_refused_and_left_whole(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    proc, out, log = start_generate(tmp_path, "a", 400, "--quiet", "--pool-slots", "4", "--save-every", "0")
+    # far more chunks than it can make before the SIGTERM below, on a bounded spill directory
+    proc, out, log = start_generate(tmp_path, "a", 100000, "--quiet", "--pool-slots", "4", "--save-every", "0",
+                                    "--spill", "sp", "--spill-max", "64M")
     wait_for_chunks(log, 1, proc)
     try:
         for how, other in _spellings(tmp_path, "a.mp4").items():

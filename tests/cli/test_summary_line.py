@@ -8,13 +8,14 @@ from click.testing import CliRunner
 
 from engine.overlay import resolve_session_config
 from engine.session.loop import Session
+from tests_support import inline_decode
 from worldpager_cli.main import cli
 
 
 def test_a_resumed_run_reports_the_chunks_it_made(tmp_path):
     cfg = resolve_session_config(None, {"model": "micro", "chunks": 5, "out": tmp_path / "r.mp4", "save_every": 1,
                                         "memory": {"spill": tmp_path / "sp", "pool_slots": 4}})
-    session = Session(cfg, on_chunk=lambda r: r["chunk"] == 2 and session.request_stop())
+    session = Session(inline_decode(cfg), on_chunk=lambda r: r["chunk"] == 2 and session.request_stop())
     assert session.run().status == "interrupted"
     result = CliRunner().invoke(cli, ["resume", str(tmp_path / "r.mp4")], catch_exceptions=False)
     assert result.exit_code == 0, result.output
