@@ -126,3 +126,14 @@ def test_a_preset_and_set_reach_the_same_keys(tmp_path):
     by_set = resolve_session_config(None, overlay({"set": ("calibration.mouse_step=0.3", "memory.retrieve_k=2")}))
     assert by_preset == by_set
     assert Path(preset).is_file()
+
+
+def test_a_jobs_fingerprint_leaves_out_what_does_not_change_its_video():
+    from engine.batch.plan import fingerprint
+
+    def job(**extra):
+        return Job("j", typed_options({"chunks": 7, "seed": 3, **extra}, "line 1"), "line 1")
+
+    same = fingerprint(job())
+    assert fingerprint(job(decode_overlap=False, threads=2, keep_savepoints=5)) == same
+    assert fingerprint(job(kv_bits=8)) != same and fingerprint(job(chunks=8)) != same
