@@ -8,8 +8,12 @@ process stops, so the stop shows as a gap between two looks at the clock (the th
 The gap and the SIGCONT are seen in either order: after a continue, the first look may come before the
 signal's byte is in the pipe (the look then only remembers the gap) or after it. The byte is read under
 the lock the count is kept under, so a ``paused_s()`` after a continue never returns the count without
-the stop the byte announced (the kernel hands SIGCONT to the main thread, whose C-level handler writes
-the byte before that thread runs on). ``paused_s()`` is the total so far (monotonic). ``stop()`` restores
+the stop the byte announced. The kernel may hand SIGCONT to any thread, so other threads can run on
+before the byte is written: each stop is kept as an interval of the clock the steps are timed with,
+and ``paused_between(a, b)`` is how much of ``[a, b]`` the stops confirmed so far cover. Asked once at
+the end of a chunk about each of its steps and its whole wall time, it can never count a stop in a step
+and again as paused (a stop confirmed later is in neither); ``settle()`` first waits up to one tick for
+the byte of a gap seen but not yet explained. ``paused_s()`` is the total so far (monotonic). ``stop()`` restores
 the previous handler and wakeup fd. Where it cannot be installed (not the main thread, a wakeup fd in
 use, no SIGCONT, a thread that cannot start) ``paused_s()`` stays 0. A suspended machine needs no
 counting: the monotonic clock the steps are timed with does not advance while suspended.
@@ -21,8 +25,10 @@ import select
 import signal
 import threading
 import time
+from collections import deque
 
 TICK_S = 0.05
+KEPT_STOPS = 256   # stop intervals remembered; a chunk asks only about its own time
 
 
 class PauseClock:
@@ -30,7 +36,8 @@ class PauseClock:
         self._lock = threading.Lock()
         self._paused = 0.0
         self._last_tick = time.perf_counter()   # the clock the loop times its steps with
-        self._gap = 0.0   # the latest gap between two looks not yet explained by a SIGCONT
+        self._gap: tuple[float, float] | None = None   # the latest gap between two looks no SIGCONT explained yet
+        self._stops: deque[tuple[float, float]] = deque(maxlen=KEPT_STOPS)
         self._pipe: tuple[int, int] | None = None
         self._previous = None
         self._closed = threading.Event()
@@ -70,6 +77,20 @@ class PauseClock:
         with self._lock:
             return self._paused
 
+    def paused_between(self, start: float, end: float) -> float:
+        """Seconds of ``[start, end]`` (``time.perf_counter()`` values) the confirmed stops cover."""
+        self._check(wait=0.0)
+        with self._lock:
+            stops = list(self._stops)
+        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in stops)
+
+    def settle(self) -> None:
+        """Wait up to one tick for the SIGCONT of a gap already seen (the byte may still be on its way)."""
+        with self._lock:
+            pending = self._gap is not None
+        if pending:
+            self._check(wait=TICK_S)
+
     def _run(self) -> None:
         while not self._closed.is_set():
             self._check(wait=TICK_S)
@@ -91,10 +112,11 @@ class PauseClock:
             gap = max(0.0, now - self._last_tick - TICK_S)
             self._last_tick = now
             if gap > TICK_S:   # a whole tick missed: the latest such gap is a stop's, if a SIGCONT follows
-                self._gap = gap
-            if signal.SIGCONT in got:
-                self._paused += self._gap
-                self._gap = 0.0
+                self._gap = (now - gap, now)
+            if signal.SIGCONT in got and self._gap is not None:
+                self._stops.append(self._gap)
+                self._paused += self._gap[1] - self._gap[0]
+                self._gap = None
 
     def stop(self) -> None:
         """Put back what ``start()`` changed (idempotent)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from engine.output_files import check_output_file
-from worldpager_cli.json_output import json_line
+from worldpager_cli.json_output import emit_json, json_line, json_result
 
 @click.group()
 def train() -> None:
@@ -34,6 +34,7 @@ def train() -> None:
 @click.option("--warp", is_flag=True, help="A new model's output: add the pixel warp of the window's last frame.")
 @click.option("--hypotheses", type=click.IntRange(min=1), help="A new model's output: candidate patches per token.")
 @click.option("--hard-copy", is_flag=True, help="A new model's output: whole copied patches at inference.")
+@json_result
 def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet, minutes, workers, warp,
                 hypotheses, hard_copy) -> None:
     """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end.
@@ -56,7 +57,7 @@ def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet
                           budget_s=None if minutes is None else 60.0 * minutes, workers=workers)
     if export:
         export_checkpoint(out / "last.pt", export)
-    click.echo(json_line(result))
+    emit_json(json_line(result))
 
 
 def _row(name: str, g: dict) -> str:
@@ -74,6 +75,7 @@ def _row(name: str, g: dict) -> str:
 @click.option("--quick", is_flag=True, help="6 episodes of 12 chunks (a smoke run).")
 @click.option("--strip", type=click.Path(path_type=Path), help="Also write a PNG: truth | memory | window-only.")
 @click.option("--strip-episode", type=int, default=1, show_default=True, help="Which episode the strip shows.")
+@json_result
 def bench_arena(episodes, chunks, weights, workdir, quick, strip, strip_episode) -> None:
     """Memory vs window-only on held-out arenas, through the real store (int4, 4-slot pool, spill)."""
     from engine.arena.evaluate import comparison_strip, evaluate
@@ -98,7 +100,7 @@ def bench_arena(episodes, chunks, weights, workdir, quick, strip, strip_episode)
         click.echo(_row(name, g))
     click.echo(f"retrieval through the store: {result['hits']} hits, {result['misses']} misses, "
                f"{result['disk_bytes_read'] / 2**20:.1f} MiB read back from the spill directory")
-    click.echo(json_line(result))
+    emit_json(json_line(result))
 
 
 @click.group("arena")
@@ -111,6 +113,7 @@ def arena() -> None:
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="The truth's MP4.")
 @click.option("--poses", type=click.Path(path_type=Path),
               help="The per-frame pose CSV (frame, x, y, z, yaw, pitch). Default: OUT's name with .poses.csv.")
+@json_result
 def arena_truth(log, out, poses) -> None:
     """Render the ground truth of the arena session that wrote LOG (its .log.jsonl): the world's exact
     view at the pose of every video frame the session wrote, at the model's size enlarged as the session
@@ -122,4 +125,4 @@ def arena_truth(log, out, poses) -> None:
     height, width = result["size"]
     click.echo(f"wrote the truth of {log}: {result['frames']} frames ({result['frames'] / result['fps']:.1f} s, "
                f"{width}x{height}) of arena {result['arena_seed']} to {result['out']}; poses {result['poses']}")
-    click.echo(json_line(result))
+    emit_json(json_line(result))

@@ -15,6 +15,7 @@ import click
 from engine.errors import ConfigError
 from engine.output_files import check_output_dir
 from worldpager_cli.bench import echo_json, machine
+from worldpager_cli.json_output import json_result
 from worldpager_cli.quality_tables import SMOKE_LINE, echo_tables
 
 EXPERIMENTS = ("revisit", "positions", "drift")
@@ -78,6 +79,7 @@ def _shape(chunks: int, observed: int):
                    "window-only and int4 memory (--arms may add extend, rerotate6/30/96), scored per minute "
                    "on the decoded MP4 against the rendered truth.")
 @click.option("--minutes", type=float, default=5.0, show_default=True, help="With --long: minutes of video a session.")
+@json_result
 def bench_quality(seeds, seed_start, kinds, episode_chunks, observed, arm_names, position_seeds, prefix_chunks,
                   drift_chunks, block, only, out_dir, weights, workdir, threads, from_rows, quick, long_mode,
                   minutes) -> None:

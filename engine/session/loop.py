@@ -486,7 +486,7 @@ class Session:
                             frames_total=frames_total)
         # A chunk's wall time runs from the end of the one before (save points and log lines included), so
         # that the chunks' wall times and pauses tile the loop: a pause is in exactly one chunk's.
-        self._wall_from, self._paused_before = time.perf_counter(), self._pauses.paused_s()
+        self._wall_from = time.perf_counter()
         try:
             for chunk in range(start, self.cfg.chunks):
                 # 1. the chunk's inputs (a live source may wait for its player: a pause, not a stall)
@@ -510,15 +510,15 @@ class Session:
                 if stopping:
                     self._log_decoded(stage.close())
                     return chunk, stage.frames_total
-                t0, p0 = time.perf_counter(), self._pauses.paused_s()
+                t0 = time.perf_counter()
                 # 2–4. memory (select, take staged, stage the next chunk's set)
                 mem = memory.prepare(chunk)
-                t1, p1 = time.perf_counter(), self._pauses.paused_s()
+                t1 = time.perf_counter()
                 # 5. denoise (the chunk's clean K/V end up in the context's current region); an
                 #    observed chunk only runs the clean pass on what was observed
                 observed = chunk < self.observed_chunks
                 latents = model.observe(chunk, ctx) if observed else model.denoise(chunk, ctx)
-                t2, p2 = time.perf_counter(), self._pauses.paused_s()
+                t2 = time.perf_counter()
                 self.on_output(chunk, latents)
                 # 6. store the chunk's KV, then roll the window
                 tiers = memory.store_chunk(chunk)
@@ -528,22 +528,26 @@ class Session:
                     raise self._drive_stopped(failure, chunk + 1, memory)
                 mem["stall_ms"] += tiers.get("put_wait_ms", 0.0)   # waiting for write-back to free a slot
                 ctx.commit()
-                t3, p3 = time.perf_counter(), self._pauses.paused_s()
+                t3 = time.perf_counter()
                 # 7. decode and mux: here, or (decode_overlap) on a worker while the next chunk denoises
                 record = {"chunk": chunk, "frames": 0, "frames_total": 0, "wall_ms": 0.0,
-                          # a stopped process's time (SIGSTOP) is paused time, not the step's
-                          "compute_ms": _ms(t2 - t1, p2 - p1), "memory_ms": _ms(t1 - t0, p1 - p0),
-                          "store_ms": _ms(t3 - t2, p3 - p2), "decode_ms": 0.0, **mem, **tiers,
+                          "compute_ms": 0.0, "memory_ms": 0.0, "store_ms": 0.0, "decode_ms": 0.0, **mem, **tiers,
                           "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device),
                           **({"observed": True} if observed else {}), **inputs.facts}
                 if inputs.waited_ms:
                     record["input_wait_ms"] = inputs.waited_ms
                 done = stage.submit(chunk, latents, record)
-                now, paused = time.perf_counter(), self._pauses.paused_s()
+                now = time.perf_counter()
                 record["wall_ms"] = (now - self._wall_from) * 1e3
+                # a stopped process's time (SIGSTOP) is paused time, not a step's: each is asked of the
+                # stops confirmed by now, once, so none is in a step and in paused_ms both
+                self._pauses.settle()
+                stopped = self._pauses.paused_between
+                record.update(memory_ms=_ms(t1 - t0, stopped(t0, t1)), compute_ms=_ms(t2 - t1, stopped(t1, t2)),
+                              store_ms=_ms(t3 - t2, stopped(t2, t3)))
                 # a stopped process and (live play) the wait for the player's inputs, in wall_ms
-                record["paused_ms"] = (paused - self._paused_before) * 1e3 + inputs.waited_ms
-                self._wall_from, self._paused_before = now, paused
+                record["paused_ms"] = stopped(self._wall_from, now) * 1e3 + inputs.waited_ms
+                self._wall_from = now
                 record["decode_wait_ms"] = stage.wait_ms   # waiting for the chunk before to be in the file
                 # 8. log the chunks now in the file (this one, or with decode_overlap the one before)
                 self._log_decoded(done)

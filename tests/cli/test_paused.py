@@ -127,15 +127,20 @@ def test_a_stop_inside_a_step_is_paused_time_not_the_steps(tmp_path, step):
 # continue the clock is looked at (the gap seen) before the SIGCONT is handled (the byte in the pipe);
 # prints the pause it counted.
 GAP_BEFORE_SIGNAL = r"""
-import signal, sys
+import signal, sys, time
 from engine.pause_clock import PauseClock
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})   # the clock's thread inherits the mask
 clock = PauseClock().start()
+before = time.perf_counter()
 print("ready", flush=True)
 sys.stdin.readline()            # continued: SIGCONT is pending, not handled
+seen = time.perf_counter()
 clock.paused_s()                # a look after the stop, before the signal
+unconfirmed = clock.paused_between(before, seen)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCONT})   # now the handler writes the byte
-print(clock.paused_s(), flush=True)
+clock.settle()
+print(clock.paused_s(), unconfirmed, clock.paused_between(before, time.perf_counter()),
+      clock.paused_between(before - 10.0, before), flush=True)
 clock.stop()
 """
 
@@ -152,4 +157,8 @@ def test_a_stop_seen_before_its_sigcont_is_still_counted():
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    assert float(out) >= 0.8 * STOPPED_S, out
+    total, unconfirmed, covered, earlier = map(float, out.split())
+    assert total >= 0.8 * STOPPED_S, out
+    assert unconfirmed == 0.0, out   # a gap no SIGCONT explained yet is in no window
+    assert covered == pytest.approx(total), out   # the stop is one interval, inside the window around it
+    assert earlier == 0.0, out       # and in no window before it
