@@ -34,9 +34,14 @@ def train() -> None:
 @click.option("--warp", is_flag=True, help="A new model's output: add the pixel warp of the window's last frame.")
 @click.option("--hypotheses", type=click.IntRange(min=1), help="A new model's output: candidate patches per token.")
 @click.option("--hard-copy", is_flag=True, help="A new model's output: whole copied patches at inference.")
+@click.option("--codebook", type=click.IntRange(min=2),
+              help="A new model's output: each 4x4 sub-patch classified over this many k-means codes.")
+@click.option("--code-weight", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Weight of the codebook cross-entropy.")
+@click.option("--head-only", is_flag=True, help="Train the codebook head alone (every other weight frozen).")
 @json_result
 def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet, minutes, workers, warp,
-                hypotheses, hard_copy) -> None:
+                hypotheses, hard_copy, codebook, code_weight, head_only) -> None:
     """Train the arena model (flow matching with retrieved memory); prints a JSON line at the end.
 
     How long: after its first 3 steps a run prints its time a step and the rest's. On a 2-core CPU a step
@@ -50,9 +55,12 @@ def train_arena(out, steps, batch, chunks, lr, seed, device, init, export, quiet
     if export is not None:
         check_output_file(export, "--export")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    result = run_training(out, Recipe(seed=seed, steps=steps, batch=batch, chunks=chunks, lr=lr),
-                          model_config(out, init, warp=warp or None, hypotheses=hypotheses,
-                                       hard_copy=hard_copy or None), device, init=init,
+    cfg = model_config(out, init, warp=warp or None, hypotheses=hypotheses, hard_copy=hard_copy or None,
+                       codebook=codebook)
+    if head_only and not cfg.codebook:
+        raise click.BadParameter("trains a codebook head: give --codebook K", param_hint="--head-only")
+    result = run_training(out, Recipe(seed=seed, steps=steps, batch=batch, chunks=chunks, lr=lr,
+                                      code_weight=code_weight, head_only=head_only), cfg, device, init=init,
                           quiet=quiet,
                           budget_s=None if minutes is None else 60.0 * minutes, workers=workers)
     if export:

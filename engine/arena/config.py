@@ -44,6 +44,9 @@ class ArenaModelConfig:
     hypotheses: int = 1              # candidate x0 patches per token (> 1: trained winner-takes-all, the likeliest kept)
     hard_copy: bool = False          # inference: the copy head takes its best-matching patch whole, and a token
                                      # is either copied or generated (training stays soft)
+    codebook: int = 0                # > 0: a categorical output over this many codes of code_patch x code_patch pixels
+                                     # (engine.arena.codebook); inference takes each sub-patch's likeliest code
+    code_patch: int = 4
 
     def __post_init__(self) -> None:
         assert self.height % self.patch == 0 and self.width % self.patch == 0
@@ -51,6 +54,7 @@ class ArenaModelConfig:
         assert self.rope_time_dims % 2 == 0 and self.rope_time_dims <= self.head_dim
         assert self.steps and all(0 < s <= 1 for s in self.steps)
         assert self.hypotheses >= 1
+        assert self.codebook >= 0 and self.patch % self.code_patch == 0
 
     @property
     def head_dim(self) -> int:

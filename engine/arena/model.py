@@ -35,28 +35,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.arena.codebook import decode as codebook_decode
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
+from engine.arena.patches import patchify, unpatchify
 from engine.arena.warp import warp_frames
 
 
-# ---------------------------------------------------------------- patches, geometry, time
-
-def patchify(frames: torch.Tensor, p: int) -> torch.Tensor:
-    """``[..., 3, H, W]`` -> tokens ``[..., (H/p)(W/p), 3 p p]`` (row-major patches)."""
-    *lead, c, h, w = frames.shape
-    x = frames.reshape(*lead, c, h // p, p, w // p, p)
-    n = len(lead)
-    x = x.permute(*range(n), n + 1, n + 3, n, n + 2, n + 4)             # [..., rows, cols, c, p, p]
-    return x.reshape(*lead, (h // p) * (w // p), c * p * p)
-
-
-def unpatchify(tokens: torch.Tensor, p: int, h: int, w: int) -> torch.Tensor:
-    *lead, n_tok, d = tokens.shape
-    n = len(lead)
-    x = tokens.reshape(*lead, h // p, w // p, 3, p, p)
-    x = x.permute(*range(n), n + 2, n, n + 3, n + 1, n + 4)             # [..., c, rows, p, cols, p]
-    return x.reshape(*lead, 3, h, w)
-
+# ---------------------------------------------------------------- geometry, time
 
 def ray_geometry(cam: torch.Tensor, cfg: ArenaModelConfig) -> torch.Tensor:
     """Camera-ray features ``[..., tokens_per_frame, geom_dim]`` of camera states ``[..., 4]`` =
@@ -221,6 +206,10 @@ class ArenaDiT(nn.Module):
             self.hyp_logits = nn.Linear(d, cfg.hypotheses)
             nn.init.zeros_(self.hyp_logits.weight)
             nn.init.zeros_(self.hyp_logits.bias)
+        if cfg.codebook:            # per token, its sub-patches' logits over the codes (and the codes themselves)
+            subs = (cfg.patch // cfg.code_patch) ** 2
+            self.code_head = nn.Linear(d, subs * cfg.codebook)
+            self.register_buffer("codes", torch.zeros(cfg.codebook, 3 * cfg.code_patch ** 2))
         self.rope = TimeRope(cfg.rope_time_dims, cfg.rope_theta)
 
     def init_new_parts(self, missing: list[str], generator: torch.Generator | None = None) -> None:
@@ -233,6 +222,10 @@ class ArenaDiT(nn.Module):
                 noise = torch.randn((n, *w.shape), generator=generator) * 0.1 * w.std()
                 self.head_extra.weight.copy_((w[None] + noise.to(w)).flatten(0, 1))
                 self.head_extra.bias.copy_(b.repeat(n))
+        if "code_head.weight" in missing:   # codes fitted on training renders; the head starts as their nearest
+            from engine.arena import codebook
+            self.codes.copy_(codebook.fit_codes(self.cfg))
+            codebook.init_head(self.code_head, self.head, self.codes, self.cfg)
 
     # ---- shared pieces (shapes: [..., F, ...] per frame, [..., T, ...] per token with T = F * N)
 
@@ -277,6 +270,12 @@ class ArenaDiT(nn.Module):
         z = modulate(self.final_norm(h), shift, scale)
         gen = self.head(z)[..., None, :]                                        # [B, T, 1, P]
         logits = None
+        if cfg.codebook:
+            code_logits = self.code_head(z)                                     # [B, T, S * codes]
+            if parts is not None:
+                parts["code_logits"] = code_logits
+            if not self.training:   # a real patch per sub-patch: its likeliest code
+                gen = codebook_decode(code_logits, self.codes, cfg)[..., None, :]
         if cfg.hypotheses > 1:
             extra = self.head_extra(z).unflatten(-1, (cfg.hypotheses - 1, cfg.patch_dim))
             gen = torch.cat([gen, extra], dim=-2)                                # [B, T, K, P]

@@ -27,13 +27,14 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
+from engine.arena.codebook import nearest, split
 from engine.arena.config import ArenaModelConfig
 from engine.arena.data import stack, training_episode
-from engine.arena.model import ArenaDiT, patchify
+from engine.arena.model import ArenaDiT
+from engine.arena.patches import patchify
 from engine.output_files import check_output_dir
 
 
@@ -57,6 +58,8 @@ class Recipe:
                                       # the truth than the generated patch" (what hard_copy decides at inference)
     degrade: float = 0.5              # share of episodes whose clean context is blurred / noised
     self_context: float = 0.5         # share of steps whose context chunks are the model's own predictions
+    code_weight: float = 1.0          # a codebook: weight of the cross-entropy of each sub-patch's code (the truth's nearest)
+    head_only: bool = False           # train the codebook head alone (every other weight frozen)
 
 
 DECAY_SHARE = 0.2              # of a timed run: the last share of its minutes decays the learning rate
@@ -122,7 +125,7 @@ def self_context(model: ArenaDiT, eps, context, start, gen: torch.Generator) -> 
     ones = torch.ones(context.shape[:2], device=context.device)
     was_training = model.training
     with torch.no_grad():
-        model.train(not model.cfg.hard_copy and was_training)
+        model.train(not (model.cfg.hard_copy or model.cfg.codebook) and was_training)
         try:
             pred = model.train_forward(context, noise, ones, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift)
         finally:
@@ -136,19 +139,30 @@ def loss_of(model: ArenaDiT, eps, context, noisy, t, start, r: Recipe = Recipe()
     """MSE on x0 (chunk 0 is given at inference). With several candidates per token: relaxed
     winner-takes-all (the candidate nearest the truth takes ``1 - wta_share`` of the weight) plus the
     cross-entropy of choosing it, so that each candidate is one sharp mode and the choice keeps the likeliest."""
-    parts = {} if r.copy_decision > 0 else None
+    parts = {} if r.copy_decision > 0 or model.cfg.codebook else None
     cands, logits = model.train_candidates(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift,
                                            parts)
     truth = patchify(eps.frames, model.cfg.patch).flatten(2, 3)                # [B, C, T, P]
     err = (cands[:, 1:] - truth[:, 1:, :, None]).pow(2).mean(-1)              # [B, C-1, T, K]
     k = err.shape[-1]
-    decision = copy_decision_loss(parts, truth) * r.copy_decision if parts else 0.0
+    decision = copy_decision_loss(parts, truth) * r.copy_decision if r.copy_decision > 0 else 0.0
+    if model.cfg.codebook:
+        decision = decision + r.code_weight * code_loss(model, parts["code_logits"], truth)
     if k == 1:
         return err.mean() + decision
     win = err.detach().argmin(-1)
     weights = torch.full_like(err, r.wta_share / (k - 1)).scatter_(-1, win[..., None], 1.0 - r.wta_share)
     choice = torch.nn.functional.cross_entropy(logits[:, 1:].reshape(-1, k), win.reshape(-1))
     return (weights * err).sum(-1).mean() + r.choice_weight * choice + decision
+
+
+def code_loss(model: ArenaDiT, code_logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of every sub-patch's code logits against the code nearest the truth (chunks after the first)."""
+    cfg = model.cfg
+    b, c = truth.shape[:2]
+    logits = code_logits.unflatten(0, (b, c))[:, 1:]                           # [B, C-1, T, S * codes]
+    target = nearest(split(truth[:, 1:], cfg), model.codes)                    # [B, C-1, T, S]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.codebook), target.reshape(-1))
 
 
 def copy_decision_loss(parts: dict, truth: torch.Tensor) -> torch.Tensor:
@@ -279,6 +293,11 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
     elif init is not None:
         from engine.arena.weights import init_from
         init_from(model, init, torch.Generator().manual_seed(r.seed))
+    elif cfg.codebook:   # a new model's codes: fitted on training renders
+        model.init_new_parts(["code_head.weight"])
+    if r.head_only:   # only the codebook head learns (AdamW skips weights without gradients)
+        for name, param in model.named_parameters():
+            param.requires_grad_(name.startswith("code_head."))
     log_path = out / "train.log.jsonl"
     _truncate_log(log_path, step)
     log = open(log_path, "a", buffering=1)
@@ -376,15 +395,19 @@ def main(argv=None) -> None:
     p.add_argument("--warp", action="store_true", help="new model: add the pixel warp source (see the config)")
     p.add_argument("--hypotheses", type=int, default=None, help="new model: candidates per token")
     p.add_argument("--hard-copy", action="store_true", help="new model: hard copies at inference (and in self-context)")
+    p.add_argument("--codebook", type=int, default=None, help="new model: a categorical output over this many codes")
+    p.add_argument("--code-weight", type=float, default=Recipe.code_weight, help="weight of the codebook cross-entropy")
+    p.add_argument("--head-only", action="store_true", help="train the codebook head alone")
     p.add_argument("--export", type=Path, default=None, help="after training, write fp16 weights here")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup,
-               copy_decision=a.copy_decision, memory_distance=a.memory_distance)
+               copy_decision=a.copy_decision, memory_distance=a.memory_distance, code_weight=a.code_weight,
+               head_only=a.head_only)
     result = train(a.out, r, model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses,
-                                          hard_copy=a.hard_copy or None),
+                                          hard_copy=a.hard_copy or None, codebook=a.codebook),
                    a.device, a.save_every, a.init, a.quiet,
                    budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)
     if a.export:

@@ -10,7 +10,8 @@ import torch
 
 from engine.arena.config import ArenaModelConfig
 from engine.arena.data import training_episode
-from engine.arena.model import ArenaDiT, patchify
+from engine.arena.model import ArenaDiT
+from engine.arena.patches import patchify
 from engine.model.kv_context import AttentionContext
 
 CFG = ArenaModelConfig(layers=2)
