@@ -14,6 +14,8 @@ and 0.72 of the truth's detail (8 x 8 codes: 21.7 dB, 0.32), the ceiling of this
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from engine.arena.config import ArenaModelConfig
@@ -26,8 +28,13 @@ INIT_TEMPERATURE = 1.0     # the head's start: logits = -|mean - code|^2 / (2 * 
 
 
 def sub_index(cfg: ArenaModelConfig) -> torch.Tensor:
-    """``[S, 3 * c * c]``: where each sub-patch's pixels sit in a token's patch vector (channel-major)."""
-    p, c = cfg.patch, cfg.code_patch
+    """``[S, 3 * c * c]``: where each sub-patch's pixels sit in a token's patch vector (channel-major).
+    Built once per shape (inference decodes every chunk through it); callers must not write to it."""
+    return _sub_index(cfg.patch, cfg.code_patch)
+
+
+@lru_cache(maxsize=None)
+def _sub_index(p: int, c: int) -> torch.Tensor:
     n = p // c
     ch, qy, qx = torch.meshgrid(torch.arange(3), torch.arange(c), torch.arange(c), indexing="ij")
     rows = []

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.arena.codebook import decode as codebook_decode
+from engine.arena import codebook
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
 from engine.arena.patches import patchify, unpatchify
 from engine.arena.warp import warp_frames
@@ -223,7 +223,6 @@ class ArenaDiT(nn.Module):
                 self.head_extra.weight.copy_((w[None] + noise.to(w)).flatten(0, 1))
                 self.head_extra.bias.copy_(b.repeat(n))
         if "code_head.weight" in missing:   # codes fitted on training renders; the head starts as their nearest
-            from engine.arena import codebook
             self.codes.copy_(codebook.fit_codes(self.cfg))
             codebook.init_head(self.code_head, self.head, self.codes, self.cfg)
 
@@ -275,7 +274,7 @@ class ArenaDiT(nn.Module):
             if parts is not None:
                 parts["code_logits"] = code_logits
             if not self.training:   # a real patch per sub-patch: its likeliest code
-                gen = codebook_decode(code_logits, self.codes, cfg)[..., None, :]
+                gen = codebook.decode(code_logits, self.codes, cfg)[..., None, :]
         if cfg.hypotheses > 1:
             extra = self.head_extra(z).unflatten(-1, (cfg.hypotheses - 1, cfg.patch_dim))
             gen = torch.cat([gen, extra], dim=-2)                                # [B, T, K, P]
