@@ -44,6 +44,18 @@ def _share_the_cores_between_workers() -> None:
 
 
 _share_the_cores_between_workers()
+_THREADS_AT_START = torch.get_num_threads()
+
+
+@pytest.fixture(autouse=True)
+def _threads_as_they_were():
+    """A test that runs a session in-process with ``--threads N`` leaves torch's intra-op thread count
+    at N; the next test in the same worker then computes on another number of threads than it would
+    alone, and results that compare bytes become a matter of test order. Each test starts from the
+    worker's own count."""
+    if torch.get_num_threads() != _THREADS_AT_START:
+        torch.set_num_threads(_THREADS_AT_START)
+    yield
 
 
 def _sigint_as_in_a_terminal() -> None:
