@@ -385,6 +385,7 @@ class SessionConfig:
     kv_scale: float = 1.0              # synthetic model only: KV bytes relative to MG2 (via layers)
     arena_seed: int = DEFAULT_ARENA_SEED  # arena model only: which procedural world
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
+    arena_reproject: float | None = None  # arena model only: re-projection radius in world units; None = the weights'
     prompt: str | None = None          # LingBot-World-Fast from a release folder: the text the scene follows
     save_every: int | None = None      # save point every N chunks; None = about every save_interval_s of wall time; 0 = none
     save_interval_s: float = 30.0      # with save_every None: wall time between save points (a slow machine makes them at fewer chunks)
@@ -448,6 +449,10 @@ class SessionConfig:
              f"--pool-slots (memory.pool_slots) must be at least 1 chunk, got {self.memory.pool_slots}"),
             (0 < self.kv_scale <= 16, f"kv_scale must be in (0, 16], got {self.kv_scale}"),
             (0 <= self.arena_seed < 2 ** 63, f"arena_seed must be a non-negative integer, got {self.arena_seed}"),
+            (self.arena_reproject is None or (isinstance(self.arena_reproject, (int, float))
+                                              and 0 <= self.arena_reproject < math.inf),
+             f"--arena-reproject (arena_reproject) must be a non-negative number of world units, "
+             f"got {self.arena_reproject}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -71,7 +71,7 @@ SECTIONS = ("Inputs", "Output", "Model", "Memory", "Disk tier", "Positions", "Ru
 SECTION_OF = {
     **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat", "prompt"), "Inputs"),
     **dict.fromkeys(("out", "log"), "Output"),
-    **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "seed", "device", "chunk_ms",
+    **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "arena_reproject", "seed", "device", "chunk_ms",
                      "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
                      "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
@@ -94,7 +94,8 @@ RANGES = {"chunks": (1, False, "chunks"), "seconds": (0, True, "seconds"), "minu
           "save_every": (0, False, "chunks"), "keep_savepoints": (1, False, "save points"),
           "chunk_ms": (0, False, "ms"), "kv_scale": (0, True, "times MG2's KV"), "host_mem": (0, True, "GiB"),
           "pool_slots": (1, False, "chunk slots"), "device_mem": (0, True, "GiB"), "retrieve_k": (0, False, "chunks"),
-          "io_deadline": (0, True, "seconds"), "threads": (1, False, "threads")}
+          "io_deadline": (0, True, "seconds"), "threads": (1, False, "threads"),
+          "arena_reproject": (0, False, "world units")}
 
 
 SESSION_OPTIONS: tuple[Option, ...] = (
@@ -125,6 +126,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("arena_seed", "text", "Arena model: which procedural world (a non-negative integer). Default: 1000017.",
          "arena_seed"),
     _opt("arena_weights", "path", "Arena model: weights file. Default: the packaged ones.", "arena_weights"),
+    _opt("arena_reproject", "float", "Arena model: a generated frame takes the pixels of memory frames seen from "
+         "within this many world units of its camera, turned to its view (0: off). Default: the weights' own (0.15).",
+         "arena_reproject"),
     _opt("seed", "int", "Seed of the noise. Default: 0.", "seed"),
     _opt("device", "text", "auto, cpu, cuda or cuda:N. Default: auto.", "device"),
     _opt("save_every", "int", "Save point every N chunks (0: none). Default: about every 30 s of wall time.",

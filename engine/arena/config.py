@@ -3,7 +3,7 @@
 Owns every size the arena model, its training and its pipeline derive from (no literals elsewhere):
 frame size and field of view, patching, width/depth, chunk and window lengths in latent frames, the
 rotary time positions and their native horizon, the camera-ray features, the sampler's timesteps, the
-output's design (the pixel warp source, the number of hypotheses per token), and the ``KVLayout`` the
+output's design (the pixel warp source, the number of hypotheses per token, the re-projection radius), and the ``KVLayout`` the
 memory stores (the transformer's layers plus one copy layer: geometric keys and
 clean pixel-patch values, which is why ``3 * patch**2`` must equal ``dim``).
 """
@@ -47,6 +47,9 @@ class ArenaModelConfig:
     codebook: int = 0                # > 0: a categorical output over this many codes of code_patch x code_patch pixels
                                      # (engine.arena.codebook); inference takes each sub-patch's likeliest code
     code_patch: int = 4
+    reproject: float = 0.15          # inference: pixels of context frames seen from within this many world units
+                                     # of a frame's camera, warped to its view, replace the x0 (engine.arena.reproject;
+                                     # 0: off); a session's --arena-reproject overrides it
 
     def __post_init__(self) -> None:
         assert self.height % self.patch == 0 and self.width % self.patch == 0
@@ -55,6 +58,7 @@ class ArenaModelConfig:
         assert self.steps and all(0 < s <= 1 for s in self.steps)
         assert self.hypotheses >= 1
         assert self.codebook >= 0 and self.patch % self.code_patch == 0
+        assert self.reproject >= 0
 
     @property
     def head_dim(self) -> int:

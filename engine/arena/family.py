@@ -3,7 +3,8 @@
 Owns the arena-specific parts of a session's set-up: the world is ``cfg.arena_seed``'s arena, the start
 is that world's rendered view (a start image is refused: the arena model cannot place an arbitrary
 picture in its world), the default path is the packaged ``arena_tour.yaml``, the weights come from
-``cfg.arena_weights`` or the package. The model's shape is read from the weights file's metadata, so a
+``cfg.arena_weights`` or the package, and ``cfg.arena_reproject`` (when given) overrides the weights'
+re-projection radius. The model's shape is read from the weights file's metadata, so a
 retrained model of another size needs no code change.
 """
 from __future__ import annotations
@@ -84,7 +85,7 @@ def build(cfg, image, trajectory, device, dtype, cache):
     path = _weights(cfg)
     model = cache.get(("arena", weights_stamp(path), str(device), dtype), lambda: load_model(path, device, dtype))
     return ArenaPipeline(model, Arena.generate(cfg.arena_seed), trajectory, cfg.seed, cfg.positions, device, dtype,
-                         weights=str(path))
+                         weights=str(path), reproject=cfg.arena_reproject)
 
 
 def header_facts(cfg) -> dict:
@@ -95,6 +96,7 @@ def header_facts(cfg) -> dict:
             "frame": [m.height, m.width], "video": list(m.video_size), "fps": m.fps,
             "frames_per_chunk": m.frames_per_chunk, "tokens_per_chunk": m.tokens_per_chunk,
             "window_frames": m.window_frames, "sampler_steps": list(m.steps),
+            "reproject": float(m.reproject if cfg.arena_reproject is None else cfg.arena_reproject),
             "kv_bytes_per_chunk_fp32": layout.bytes_per_chunk(4.0), "horizon_chunk": m.horizon_chunk}
 
 

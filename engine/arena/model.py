@@ -24,7 +24,9 @@ patches; a per-token gate mixes in what the copy head fetched. Two options of th
 each frame's camera (``engine.arena.warp``; exact for a turn, nearest sampling), mixed per pixel by a
 softmax over (generated, copied, warped); ``hypotheses`` > 1 gives each token several candidate
 patches and a categorical over them (trained winner-takes-all: each candidate becomes one sharp mode
-instead of their average), and the likeliest is kept.
+instead of their average), and the likeliest is kept. At inference, given its context frames' cameras
+(``ChunkInputs.ctx_cam``), ``chunk_forward`` re-projects the pixels of context frames seen from the same
+place into the x0 (``engine.arena.reproject``; ``ArenaModelConfig.reproject``, on by default).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from torch import nn
 from engine.arena import codebook
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
 from engine.arena.patches import patchify, unpatchify
+from engine.arena.reproject import reproject
 from engine.arena.warp import warp_frames
 
 
@@ -113,6 +116,8 @@ class ChunkInputs(NamedTuple):
     copy_k: torch.Tensor                        # [B, T, H, hd] copy-layer keys
     cam: torch.Tensor | None = None             # [B, F, 4] the chunk's cameras (the warp's targets)
     prev_cam: torch.Tensor | None = None        # [B, 4] the camera of the window's last frame (the warp's source)
+    ctx_cam: torch.Tensor | None = None         # [B, S, 4] the cameras of the context's frames, copy-layer order
+    reproject: float = 0.0                      # re-projection radius (engine.arena.reproject; 0: off)
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
@@ -362,9 +367,12 @@ class ArenaDiT(nn.Module):
     # ---- inference: one chunk through the attention context
 
     def chunk_inputs(self, actions: torch.Tensor, cam: torch.Tensor, start_frame: int,
-                     prev_cam: torch.Tensor | None = None) -> ChunkInputs:
+                     prev_cam: torch.Tensor | None = None, ctx_cam: torch.Tensor | None = None,
+                     reproject: float = 0.0) -> ChunkInputs:
         """What every forward of one chunk shares: ray features, action embedding, rotary tables, copy keys,
-        the cameras (and ``prev_cam [B, 4]``, the window's last frame's: the warp's source).
+        the cameras (and ``prev_cam [B, 4]``, the window's last frame's: the warp's source; ``ctx_cam
+        [B, S, 4]``, those of the context's frames in the copy layer's order, with the ``reproject``
+        radius: the re-projection's sources).
 
         ``actions`` come in the model's dtype; the ray features are computed from ``cam`` in float32 and
         then cast to it (in bf16 a position of a few world units times the highest octave's frequency
@@ -373,7 +381,8 @@ class ArenaDiT(nn.Module):
         geom = ray_geometry(cam.float(), self.cfg).to(dtype)                   # [B, F, N, G]
         pos = self.token_positions(torch.full((cam.shape[0],), float(start_frame), device=cam.device))
         return ChunkInputs(geom, self.a_embed(actions), self.rope.tables(pos, dtype), self.copy_keys(geom),
-                           cam.float(), None if prev_cam is None else prev_cam.float())
+                           cam.float(), None if prev_cam is None else prev_cam.float(),
+                           None if ctx_cam is None else ctx_cam.float(), float(reproject))
 
     def _window_warp(self, copy_state, inputs: ChunkInputs) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The window's last frame (the copy layer's stored pixels) warped to the chunk's cameras."""
@@ -416,7 +425,20 @@ class ArenaDiT(nn.Module):
         x0, logits = self.output(h, cond, inputs.geom, k_all[:, :n_ctx], v_all[:, :n_ctx], None,
                                  self._window_warp(copy_state, inputs))
         x0 = self.likeliest(x0, logits)
-        return unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
+        x0 = unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
+        return self._reprojected(x0, v_all[:, :n_ctx], inputs)
+
+    def _reprojected(self, x0: torch.Tensor, v_ctx: torch.Tensor, inputs: ChunkInputs) -> torch.Tensor:
+        """``x0 [B, F, 3, H, W]`` with the context frames' pixels (the copy layer's values ``v_ctx``) seen
+        from the same place re-projected into it (``engine.arena.reproject``), when asked for."""
+        cfg = self.cfg
+        if inputs.reproject <= 0 or inputs.ctx_cam is None or v_ctx.shape[1] == 0:
+            return x0
+        frames = v_ctx.flatten(-2).unflatten(1, (-1, cfg.tokens_per_frame))          # [B, S, N, P]
+        if frames.shape[1] != inputs.ctx_cam.shape[1]:
+            raise ValueError(f"{frames.shape[1]} context frames but {inputs.ctx_cam.shape[1]} context cameras")
+        frames = unpatchify(frames, cfg.patch, cfg.height, cfg.width)
+        return reproject(x0, frames, inputs.ctx_cam, inputs.cam, inputs.reproject, cfg.hfov)[0]
 
     # ---- training: whole episodes, two streams
 

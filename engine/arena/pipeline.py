@@ -14,7 +14,9 @@ Owns what a session of the arena model needs around the network:
 * **Denoise.** Later chunks: seeded noise, the sampler's steps (x0 prediction; re-noised between
   steps), then the clean pass at t = 0 that leaves the chunk's K/V (and copy-layer K/V) in the context.
   A model with the pixel warp also gets the camera of the previous latent frame (the window's last,
-  whose pixels the copy layer holds).
+  whose pixels the copy layer holds); with re-projection (``reproject`` > 0, the model's or the
+  session's ``arena_reproject``) the cameras of every context frame, from which chunks the session's
+  memory placed in the context (``AttentionContext.memory_chunks``) and the window's.
 * **Positions.** Latent-frame time positions; ``native`` stops at the horizon (``rope_table_frames``),
   ``extend`` computes past it, ``rerotate`` moves memory keys with ``rotate_time`` (time rotation of
   the transformer layers; the copy layer has no time position).
@@ -40,8 +42,10 @@ class ArenaPipeline:
     name = "arena"
 
     def __init__(self, model: ArenaDiT, arena: Arena, trajectory, seed: int, positions: str,
-                 device: torch.device, dtype: torch.dtype, weights: str):
+                 device: torch.device, dtype: torch.dtype, weights: str, reproject: float | None = None):
+        """``reproject``: the re-projection radius in world units (0: off; None: the model's own)."""
         cfg: ArenaModelConfig = model.cfg
+        self.reproject = float(cfg.reproject if reproject is None else reproject)
         self.model, self.cfg, self.arena = model, cfg, arena
         self.positions, self.device, self.dtype, self.weights = positions, device, dtype, weights
         self.layout, self.grid = cfg.kv_layout(), cfg.video_grid()
@@ -103,7 +107,9 @@ class ArenaPipeline:
         """The arena's true latent frames of ``chunk`` ``[F, 3, H, W]`` (the prompt for chunk 0)."""
         return torch.from_numpy(render_latents(self.arena, self.cam[self._frames(chunk)], self.cfg))
 
-    def _inputs(self, chunk: int):
+    def _inputs(self, chunk: int, ctx=None):
+        """The chunk's ``ChunkInputs`` (with ``ctx``, a generated chunk's: its context frames' cameras for
+        the re-projection) and the tensor options."""
         cfg = self.cfg
         if self.positions == "native" and chunk >= self.horizon_chunk:
             raise HorizonError(f"chunk {chunk} is past the arena model's positional horizon (time positions "
@@ -115,7 +121,24 @@ class ArenaPipeline:
         cam = torch.from_numpy(self.cam[rows].astype(np.float32))[None].to(self.device)   # float32: see chunk_inputs
         prev = rows.start - 1       # the window's last latent frame: the warp's source camera
         prev_cam = torch.from_numpy(self.cam[prev].astype(np.float32))[None].to(self.device) if prev >= 0 else None
-        return self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk, prev_cam), to
+        ctx_cam = self.context_cameras(chunk, ctx) if ctx is not None and self.reproject > 0 else None
+        return self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk, prev_cam, ctx_cam,
+                                       self.reproject), to
+
+    def context_cameras(self, chunk: int, ctx) -> torch.Tensor:
+        """The cameras ``[1, S, 4]`` of ``chunk``'s context frames in the copy layer's order: the memory's
+        chunks as the session placed them (``ctx.memory_chunks``), then the window's (the chunks just
+        before ``chunk``)."""
+        kv = ctx.layers[self.cfg.layers].self_kv
+        per_chunk = self.cfg.tokens_per_chunk
+        memory = list(ctx.memory_chunks)
+        if len(memory) * per_chunk != kv.memory_valid:
+            raise ValueError(f"memory of {kv.memory_valid} tokens but chunks {memory} placed")
+        window = kv.window_valid // per_chunk
+        chunks = memory + list(range(chunk - window, chunk))
+        rows = np.concatenate([np.arange(c * self.cfg.frames_per_chunk, (c + 1) * self.cfg.frames_per_chunk)
+                               for c in chunks]) if chunks else np.zeros(0, dtype=np.int64)
+        return torch.from_numpy(self.cam[rows].astype(np.float32).reshape(1, -1, 4)).to(self.device)
 
     def _clean_pass(self, x0: torch.Tensor, inputs, to: dict, ctx) -> torch.Tensor:
         """The pass at t = 0 on ``x0`` [1, F, 3, H, W] that leaves the chunk's K/V in the context."""
@@ -134,7 +157,7 @@ class ArenaPipeline:
         if chunk == 0:                     # the prompt: the world's true view
             return self.observe(0, ctx)
         cfg = self.cfg
-        inputs, to = self._inputs(chunk)
+        inputs, to = self._inputs(chunk, ctx)
         shape = (1, cfg.frames_per_chunk, 3, cfg.height, cfg.width)
         x = torch.randn(shape, generator=self.rng).to(**to)
         steps = list(cfg.steps)

@@ -181,6 +181,9 @@ class AttentionContext:
                                keys_before_rotation))
             for _ in range(layout.layers)]
         self.chunks_committed = 0
+        # Which chunk each valid memory slot holds, in context order (set by whoever fills the memory
+        # region; a model that looks up its context frames' cameras reads it).
+        self.memory_chunks: list[int] = []
 
     def current_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer (k, v) views [B, chunk tokens, H, D] of the current chunk (valid until the next forward)."""

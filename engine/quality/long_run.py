@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ConfigError
-from engine.quality.arms import INT4, POSITION_ARMS, WINDOW, Arm, _memory
+from engine.quality.arms import INT4, NO_REPROJECT, POSITION_ARMS, WINDOW, Arm, _memory
 from engine.quality.long_paths import LONG, LongEpisode, LongShape, long_episode
 from engine.quality.long_score import score_session
 from engine.quality.session_run import session_config
@@ -26,7 +26,7 @@ from engine.quality.session_run import session_config
 LONG_ARMS = (WINDOW, INT4)
 NEWEST = Arm("newest", "--retrieve-visit newest (int4; of near-duplicate views, the latest rendition)",
              _memory(retrieve_visit="newest"))
-OPTIONAL_ARMS = {a.name: a for a in (*POSITION_ARMS, NEWEST)}
+OPTIONAL_ARMS = {a.name: a for a in (*POSITION_ARMS, NEWEST, NO_REPROJECT)}
 COUNTERS = ("hits", "misses", "stale", "disk_bytes_read")
 
 
@@ -42,8 +42,9 @@ class LongPlan:
 
 
 def long_arms(names: list[str]) -> tuple[Arm, ...]:
-    """window and int4 always; ``names`` may add the position modes (extend, rerotate6/30/96) and
-    ``newest`` (retrieval of the newest of near-duplicate views, the default before first visits)."""
+    """window and int4 always; ``names`` may add the position modes (extend, rerotate6/30/96),
+    ``newest`` (retrieval of the newest of near-duplicate views, the default before first visits) and
+    ``noreproject`` (the arena model's x0 alone: ``--arena-reproject 0``)."""
     bad = [n for n in names if n not in OPTIONAL_ARMS and n not in ("window", "int4")]
     if bad:
         raise ConfigError(f"unknown arm {bad[0]!r} for --long (choose from window, int4, {', '.join(OPTIONAL_ARMS)})")

@@ -457,6 +457,8 @@ class SessionMemory:
         tokens = self.slots.valid_tokens(self.layout.tokens_per_chunk)
         for state in self.ctx.layers:
             state.self_kv.set_memory_valid(tokens)
+        slots = self.slots
+        self.ctx.memory_chunks = [int(c) for c in slots.chunk_in[slots.total - slots.filled:]]
 
     # ---- step 6 -----------------------------------------------------------------------------------
 
