@@ -44,6 +44,7 @@ REVISIT_ARMS = (
     Arm("sink", "--sink", _memory(sink=True)),
     Arm("on-demand", "--store on-demand", _memory(store="on-demand")),
     Arm("sync", "--store sync", _memory(store="sync")),
+    NO_REPROJECT,
 )
 
 BELOW = Arm("below", "the same path from chunk 0 (--positions rerotate; below the horizon every mode is the same)")

@@ -9,7 +9,6 @@ re-projection the frames there are the observed pixels (up to int4), without it 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from engine.arena.config import ArenaModelConfig

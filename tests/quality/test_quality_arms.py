@@ -30,3 +30,13 @@ def test_arms_by_name_keep_the_references():
     assert [a.name for a in arms_named(["int2"])] == ["window", "bf16", "int2"]
     with pytest.raises(ConfigError, match="int3"):
         arms_named(["int3"])
+
+
+def test_the_long_benchmark_can_run_the_model_without_re_projection(tmp_path):
+    from engine.quality.long_run import long_arms
+
+    arms = long_arms(["noreproject"])
+    assert [a.name for a in arms] == ["window", "int4", "noreproject"]
+    cfg = session_config(arms[-1], leave_and_return(0, 3).episode, 10, tmp_path)
+    assert cfg.arena_reproject == 0.0 and cfg.memory.kv_bits == 4
+    assert session_config(arms[1], leave_and_return(0, 3).episode, 10, tmp_path).arena_reproject is None
