@@ -14,13 +14,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-PSNR_CAP_DB = 100.0          # identical frames: reported as this instead of infinity
+PSNR_CAP_DB = 100.0          # identical frames (and any closer than this): reported as this, not infinity
+                             # or a float rounding's 150 dB, so that exact copies weigh alike in a mean
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per-frame PSNR in dB of frames in [-1, 1]."""
     mse = (a.float() - b.float()).pow(2).flatten(-3).mean(-1)
-    return torch.where(mse > 0, 10 * torch.log10(4.0 / mse.clamp_min(1e-20)), torch.full_like(mse, PSNR_CAP_DB))
+    return (10 * torch.log10(4.0 / mse.clamp_min(1e-20))).clamp_max(PSNR_CAP_DB)
 
 
 def _gaussian(size: int = 11, sigma: float = 1.5) -> torch.Tensor:

@@ -14,6 +14,7 @@ def test_psnr_of_a_constant_offset():
     b = a + 0.1                                      # MSE 0.01 over a range of 2: 10 log10(4 / 0.01)
     assert torch.allclose(psnr(a, b), torch.full((2,), 10 * math.log10(400.0)))
     assert psnr(a, a).tolist() == [PSNR_CAP_DB, PSNR_CAP_DB]
+    assert psnr(a, a + 1e-7).tolist() == [PSNR_CAP_DB, PSNR_CAP_DB]     # a float rounding apart: capped alike
 
 
 def test_ssim_identity_and_known_cases():
