@@ -71,8 +71,8 @@ SECTIONS = ("Inputs", "Output", "Model", "Memory", "Disk tier", "Positions", "Ru
 SECTION_OF = {
     **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat", "prompt"), "Inputs"),
     **dict.fromkeys(("out", "log"), "Output"),
-    **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "arena_reproject", "seed", "device", "chunk_ms",
-                     "kv_scale"), "Model"),
+    **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "arena_reproject", "seed", "device",
+                     "chunk_ms", "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
                      "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
     **dict.fromkeys(("spill", "spill_max", "drive_bw", "io_deadline", "writeback"), "Disk tier"),

@@ -3,8 +3,8 @@
 Owns every size the arena model, its training and its pipeline derive from (no literals elsewhere):
 frame size and field of view, patching, width/depth, chunk and window lengths in latent frames, the
 rotary time positions and their native horizon, the camera-ray features, the sampler's timesteps, the
-output's design (the pixel warp source, the number of hypotheses per token, the re-projection radius), and the ``KVLayout`` the
-memory stores (the transformer's layers plus one copy layer: geometric keys and
+output's design (the pixel warp source, the number of hypotheses per token, the re-projection radius),
+and the ``KVLayout`` the memory stores (the transformer's layers plus one copy layer: geometric keys and
 clean pixel-patch values, which is why ``3 * patch**2`` must equal ``dim``).
 """
 from __future__ import annotations
