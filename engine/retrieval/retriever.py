@@ -10,9 +10,16 @@ make each chunk's selection grow with the session. Candidates are therefore redu
 of each *view cell* (position on a ``cell_size`` grid, yaw and pitch in ``angle_bin`` degree bins): an
 older chunk of the same cell sees the same place from the same direction, and the policy would prefer
 the newer one anyway (its recency term). The number of candidates then grows with the places visited,
-not with the session's length. With ``first_visit`` the *oldest* chunk of each cell stands for it and
-the policy prefers first visits (``FovOverlapPolicy.prefer_first``): a return brings back the place as
-first seen (observed, or generated when the session was youngest), not the latest copy of it.
+not with the session's length. With ``first_visit`` the policy prefers first visits
+(``FovOverlapPolicy.prefer_first``): a return brings back the place as first seen (observed, or generated
+when the session was youngest), not the latest copy of it. There a chunk stands for a cell when it is
+the oldest chunk to have stood in it with *any* of its video frames (``view_cells``), and a chunk that
+stands for none is a pure revisit — every view it holds was seen before, so what it holds is a copy —
+and never a candidate. The middle frame alone is not enough for that: a chunk turning 54 degrees covers
+five angle bins, and a later chunk whose middle frame falls in a bin the first only crossed would win
+the coverage ranking with the copy (measured on the long benchmark: a slow turn at the start pose
+retrieved its own earlier copies instead of the observed tour, and the re-projected views lost detail
+copy by copy).
 """
 from __future__ import annotations
 
@@ -22,6 +29,16 @@ from engine.geometry import euler_from_quat
 from engine.layout import VideoGrid
 from engine.retrieval.predict import ConstantVelocityPredictor, PosePredictor, ReuseCurrentPredictor
 from engine.retrieval.select import ChunkGrid, ChunkPose, FovOverlapPolicy, RetrievalPolicy
+
+SNAP = 1e-4    # of a cell: a coordinate this close to a cell's edge is on it (numeric drift, not a move)
+
+
+def _bin(values: np.ndarray, size: float) -> np.ndarray:
+    """Bins of width ``size`` (integers), snapping first to ``SNAP`` of a bin: a walk out and back
+    returns to the start within 1e-6 units, and without the snap a start on a cell edge (the origin)
+    would land in the cell below and count as a view never seen."""
+    return np.floor(np.round(values / size / SNAP) * SNAP).astype(int)
+
 
 PREDICTORS = {"constant-velocity": ConstantVelocityPredictor, "reuse-current": ReuseCurrentPredictor}
 
@@ -38,15 +55,27 @@ class Retriever:
         self.cell_size, self.angle_bin = cell_size, angle_bin
         self._keys: dict[int, ChunkPose] = {}
         self._cell_of: dict[int, tuple] = {}                 # chunk -> view cell
+        self._cells_of: dict[int, tuple[tuple, ...]] = {}    # chunk -> every view cell of its frames
+
+    def _cells(self, frames: np.ndarray) -> list[tuple]:
+        """The view cells of video ``frames``: grid cell of the position, yaw and pitch bins (``_bin``)."""
+        pose = self.poses[frames]                                            # [n, 7]
+        yaw, pitch, _ = euler_from_quat(pose[:, 3:])
+        xyz = _bin(pose[:, :3], self.cell_size)
+        yaw_bin = _bin(np.asarray(yaw, dtype=np.float64), self.angle_bin) % int(round(360 / self.angle_bin))
+        pitch_bin = _bin(np.asarray(pitch, dtype=np.float64), self.angle_bin)
+        return [(*p, int(y), int(q)) for p, y, q in zip(xyz.tolist(), yaw_bin, pitch_bin)]
 
     def view_cell(self, chunk: int) -> tuple:
         """The chunk's middle-frame pose, quantised: grid cell of its position, yaw and pitch bins."""
-        frame = self.grid.summary_frames(chunk, 1)[0]
-        pose = self.poses[frame]
-        yaw, pitch, _ = euler_from_quat(pose[3:])
-        return (*np.floor(pose[:3] / self.cell_size).astype(int).tolist(),
-                int(np.floor(float(yaw) / self.angle_bin)) % int(round(360 / self.angle_bin)),
-                int(np.floor(float(pitch) / self.angle_bin)))
+        return self._cells(self.grid.summary_frames(chunk, 1))[0]
+
+    def view_cells(self, chunk: int) -> tuple[tuple, ...]:
+        """Every view cell one of the chunk's video frames stands in (each once, cached)."""
+        if chunk not in self._cells_of:
+            frames = self.grid.frames(chunk)
+            self._cells_of[chunk] = tuple(dict.fromkeys(self._cells(np.arange(frames.start, frames.stop))))
+        return self._cells_of[chunk]
 
     def cell_of(self, chunk: int) -> tuple:
         """``view_cell(chunk)``, cached."""
@@ -55,11 +84,17 @@ class Retriever:
         return self._cell_of[chunk]
 
     def representatives(self, candidates: list[int]) -> list[int]:
-        """The newest (``first_visit``: the oldest) of ``candidates`` in each view cell (cells cached per chunk)."""
+        """The newest of ``candidates`` in each view cell (its middle frame's); with ``first_visit`` the
+        chunks that are the oldest of ``candidates`` in at least one of their frames' cells."""
         kept: dict[tuple, int] = {}
+        if self.first_visit:
+            for chunk in sorted(candidates):
+                for cell in self.view_cells(chunk):
+                    kept.setdefault(cell, chunk)
+            return sorted(set(kept.values()))
         for chunk in candidates:
             cell = self.cell_of(chunk)
-            if cell not in kept or (chunk < kept[cell] if self.first_visit else chunk > kept[cell]):
+            if cell not in kept or chunk > kept[cell]:
                 kept[cell] = chunk
         return sorted(kept.values())
 
