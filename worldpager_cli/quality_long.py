@@ -59,6 +59,12 @@ def echo_long(s: dict) -> None:
                    f"sharpness x {_ci(d['last_over_first_sharpness'], 3)}; sharpness in the first 3 s of "
                    f"generation {_ci(d['early']['sharpness'], 3)}, after them {_ci(d['late']['sharpness'], 3)}; "
                    f"self-consistency beyond a different view {_ci(d['specific_db'], sign='+')} dB")
+        if "late_stood" in d:
+            stood, new = d["late_stood"], d["late_new"]
+            share = stood["frames"] / max(1, stood["frames"] + new["frames"])
+            click.echo(f"{arm}: after the first 3 s, where the camera has stood before ({share:.0%} of the frames): "
+                       f"sharpness {_ci(stood['sharpness'], 3)}, PSNR {_ci(stood['psnr'])} dB; at places new to "
+                       f"the session: sharpness {_ci(new['sharpness'], 3)}, PSNR {_ci(new['psnr'])} dB")
     for arm, g in s["gain_over_window"].items():
         d, w = per[arm]["session"], per[ref]["session"]
         click.echo(f"{arm} over window-only, whole sessions: returns to observed views {_f(d['observed_psnr'])} / "

@@ -13,7 +13,10 @@ memory), per bin of ``bin_s`` seconds of video (a minute by default):
   Laplacian of the luminance (3 x 3, valid region), summed beside the truth's, so that a bin's
   **sharpness ratio** is ``sum detail / sum detail of the truth`` (the share of the truth's fine
   detail the frames hold; a blurred average scores near 0, the truth 1). The same for the first
-  ``EARLY_S`` seconds of generation and for the rest (``early``, ``late``).
+  ``EARLY_S`` seconds of generation and for the rest (``early``, ``late``), and the rest split by
+  where the camera stands (``late_stood``: within ``STOOD_RADIUS`` of the camera of a latent frame of
+  an earlier chunk, observed or generated, so memory may hold that place's view; ``late_new``: a
+  place the camera has not stood at before, whose frames can only be the model's invention).
 * **Returns** (``engine.quality.revisits`` on the latent frames: video frame ``temporal * f`` is latent
   frame f's exact view). Returns to **observed** views: PSNR and SSIM against the truth. Returns to
   **generated** views: against the truth; against the same session's frame at the first visit of
@@ -41,6 +44,7 @@ from engine.metrics import psnr, ssim
 from engine.quality.revisits import MIN_GAP_CHUNKS, classify
 
 EARLY_S = 3.0               # seconds of generation counted as "early" (the rest is "late")
+STOOD_RADIUS = 0.15         # world units: a camera this close to an earlier one stands where it has stood
 CONTROL_YAW = 45.0          # degrees: a control view differs from the return's by at least this ...
 CONTROL_DIST = 1.5          # ... or by this many world units
 BATCH = 240                 # video frames scored at a time
@@ -106,6 +110,22 @@ class SessionTruth:
     def same_path(self, other: "SessionTruth") -> bool:
         return self.poses.shape == other.poses.shape and bool(np.abs(self.poses - other.poses).max() < 1e-9)
 
+    def stood_before(self, radius: float = STOOD_RADIUS) -> np.ndarray:
+        """Per video frame: whether the camera stands within ``radius`` (x, z) of the camera of a latent
+        frame of an earlier chunk."""
+        chunk = self.chunk_of_frame()
+        fpc = self.model.frames_per_chunk
+        latent_chunk = np.arange(len(self.latent_cam)) // fpc
+        pos = self.poses[:, [0, 2]]
+        out = np.zeros(len(pos), dtype=bool)
+        for c in np.unique(chunk):
+            earlier = self.latent_cam[latent_chunk < c, :2]
+            if len(earlier):
+                rows = chunk == c
+                d = np.hypot(pos[rows, None, 0] - earlier[None, :, 0], pos[rows, None, 1] - earlier[None, :, 1])
+                out[rows] = d.min(1) <= radius
+        return out
+
     def chunk_of_frame(self) -> np.ndarray:
         """The chunk of every video frame (``first_frames`` in chunk 0, ``frames_per_chunk`` after)."""
         v = np.arange(len(self.poses))
@@ -148,8 +168,9 @@ def score_session(log: Path, video: Path, observed_chunks: int, bin_s: float = 6
     generated = chunk >= observed_chunks
     t_gen0 = np.flatnonzero(generated)[0] / fps if generated.any() else 0.0
     early = generated & (np.arange(n) / fps < t_gen0 + EARLY_S)
+    stood = truth.stood_before()
     per_bin = [_empty(SUMS) for _ in range(n_bins)]
-    phases = {"early": _empty(SUMS), "late": _empty(SUMS)}
+    phases = {"early": _empty(SUMS), "late": _empty(SUMS), "late_stood": _empty(SUMS), "late_new": _empty(SUMS)}
     latent = torch.zeros(len(truth.latent_cam), 3, m.height, m.width)
     count = 0
     pending: list[torch.Tensor] = []
@@ -166,7 +187,10 @@ def score_session(log: Path, video: Path, observed_chunks: int, bin_s: float = 6
         values = {"psnr": psnr(g, t).double(), "ssim": ssim(g, t).double(), "detail": detail(g).double(),
                   "detail_truth": detail(t).double()}
         for j, v in enumerate(idx[sel]):
-            for target in (per_bin[bins[v]], phases["early" if early[v] else "late"]):
+            targets = [per_bin[bins[v]], phases["early" if early[v] else "late"]]
+            if not early[v]:
+                targets.append(phases["late_stood" if stood[v] else "late_new"])
+            for target in targets:
                 target["frames"] += 1
                 for key, val in values.items():
                     target[key] += float(val[j])

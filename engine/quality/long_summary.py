@@ -68,6 +68,12 @@ def figure(rows: list[dict], name: str, bins: list[int] | None = None, phase: st
     return pooled(e["num"], e["den"])
 
 
+def _phase(rows: list[dict], phase: str) -> dict:
+    """PSNR and sharpness of a phase of the sessions, and its frames."""
+    return {n: figure(rows, n, phase=phase) for n in ("psnr", "sharpness")} | {
+        "frames": int(sum(r[phase]["frames"] for r in rows))}
+
+
 def _paired(a_rows: list[dict], b_rows: list[dict], name: str, a_bins=None, b_bins=None, ratio=False,
             b_name: str | None = None) -> dict:
     """Per episode: figure of ``a`` minus figure ``b_name`` (default the same) of ``b`` (or their ratio),
@@ -111,6 +117,8 @@ def summarise_long(rows: list[dict]) -> dict:
             "session": {n: figure(mine, n) for n in names},
             "early": {n: figure(mine, n, phase="early") for n in ("psnr", "sharpness")},
             "late": {n: figure(mine, n, phase="late") for n in ("psnr", "sharpness")},
+            # split by where the camera stands (rows from before the split have no such phases)
+            **{phase: _phase(mine, phase) for phase in ("late_stood", "late_new") if all(phase in r for r in mine)},
             "last_minus_first_db": _paired(mine, mine, "psnr", [n_bins - 1], [0]),
             # how much of the self-consistency is the view's own, not the world's shared colours
             "specific_db": _paired(mine, mine, "self_consistency", b_name="control"),

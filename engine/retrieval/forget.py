@@ -5,11 +5,11 @@ Contract. ``choose_drops(retriever, kept, pinned, n, now)`` returns at most ``n`
 of the trajectory's poses, so a resumed run drops exactly what the first run dropped.
 
 Order.
-  1. ``redundant`` — a chunk whose view cell (``Retriever.view_cell``: position cell, yaw and pitch
-     bins) holds a kept chunk that stands for the cell. The retriever reduces its candidates to one
-     chunk of each cell before the policy scores them (``Retriever.representatives``: the newest, or
-     with first-visit retrieval the oldest), so such a chunk is never picked while that one is kept:
-     dropping it changes no selection. Oldest first. ``sink`` (the first chunk when an attention sink
+  1. ``redundant`` — a kept chunk that stands for no view cell (``Retriever.representatives``: the
+     retriever reduces its candidates to the chunks that stand for a cell before the policy scores
+     them; by default the newest chunk whose middle frame is in the cell, with first-visit retrieval
+     every chunk that is the oldest to stand in one of its frames' cells), so it is never picked while
+     the others are kept: dropping it changes no selection. Oldest first. ``sink`` (the first chunk when an attention sink
      keeps its own copy) counts as redundant too: it is never a candidate.
   2. ``cold`` — the chunk that stands for a cell, farthest first from the camera position of chunk ``now``
      (the middle frame's position; ties: the older first). The policy never considers candidates

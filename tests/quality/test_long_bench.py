@@ -18,7 +18,7 @@ from engine.io.video import count_frames
 from engine.metrics import psnr
 from engine.plots import read_png_data
 from engine.quality.long_paths import LONG_SMOKE, long_episode
-from engine.quality.long_score import SessionTruth, score_session
+from engine.quality.long_score import STOOD_RADIUS, SessionTruth, score_session
 from engine.quality.long_summary import FIGURES
 from worldpager_cli.main import cli
 
@@ -88,6 +88,21 @@ def test_long_smoke_runs_and_scores_decoded_frames(tmp_path):
     assert count_frames(video) == row["frames"]
     mean, n = _first_bin_psnr(video, log, row["observed_chunks"], int(row["fps"] * row["bin_s"]))
     assert n == row["bins"][0]["frames"] and abs(mean - row["bins"][0]["psnr"] / n) < 1e-3
+
+    # After the first seconds the frames split by where the camera stands: a place it has stood at
+    # before (an earlier chunk's latent camera within STOOD_RADIUS, checked here frame by frame) or not.
+    assert row["late_stood"]["frames"] + row["late_new"]["frames"] == row["late"]["frames"]
+    assert row["late_stood"]["frames"] > 0 and row["late_new"]["frames"] > 0
+    truth = SessionTruth(log)
+    stood, chunk = truth.stood_before(), truth.chunk_of_frame()
+    fpc = truth.model.frames_per_chunk
+    for v in range(0, len(stood), 7):
+        earlier = truth.latent_cam[: chunk[v] * fpc, :2]
+        near = any(np.hypot(*(truth.poses[v, [0, 2]] - e)) <= STOOD_RADIUS for e in earlier)
+        assert stood[v] == near, v
+    d = summary["per_arm"]["int4"]
+    assert d["late_stood"]["frames"] == row["late_stood"]["frames"] and d["late_new"]["sharpness"]["value"] > 0
+    assert "where the camera has stood before" in result.output
 
     # The session's truth written as an MP4 and scored in its place scores as the truth: the scores read
     # the file they are given.
