@@ -79,10 +79,13 @@ def _shape(chunks: int, observed: int):
                    "window-only and int4 memory (--arms may add extend, rerotate6/30/96), scored per minute "
                    "on the decoded MP4 against the rendered truth.")
 @click.option("--minutes", type=float, default=5.0, show_default=True, help="With --long: minutes of video a session.")
+@click.option("--no-baselines", "no_baselines", is_flag=True,
+              help="With --long: run only the --arms named, not window and int4 (merge their rows with "
+                   "another run's by --from-rows).")
 @json_result
 def bench_quality(seeds, seed_start, kinds, episode_chunks, observed, arm_names, position_seeds, prefix_chunks,
                   drift_chunks, block, only, out_dir, weights, workdir, threads, from_rows, quick, long_mode,
-                  minutes) -> None:
+                  minutes, no_baselines) -> None:
     """Revisits to observed and to generated views, retention, positions past the horizon and drift,
     against the rendered truth; --long: per minute of sessions minutes long."""
     import torch
@@ -90,7 +93,8 @@ def bench_quality(seeds, seed_start, kinds, episode_chunks, observed, arm_names,
     if long_mode:
         from worldpager_cli.quality_long_cmd import run_long
 
-        run_long(seeds, seed_start, arm_names, minutes, out_dir, weights, threads, from_rows, quick)
+        run_long(seeds, seed_start, arm_names, minutes, out_dir, weights, threads, from_rows, quick,
+                 baselines=not no_baselines)
         return
 
     from engine.quality.arms import arms_named

@@ -41,14 +41,20 @@ class LongPlan:
     weights: Path | None = None
 
 
-def long_arms(names: list[str]) -> tuple[Arm, ...]:
-    """window and int4 always; ``names`` may add the position modes (extend, rerotate6/30/96),
-    ``newest`` (retrieval of the newest of near-duplicate views, the default before first visits) and
+def long_arms(names: list[str], baselines: bool = True) -> tuple[Arm, ...]:
+    """window and int4 (unless ``baselines`` is off: their rows then come from another run, merged
+    with ``--from-rows``); ``names`` may add the position modes (extend, rerotate6/30/96), ``newest``
+    (retrieval of the newest of near-duplicate views, the default before first visits) and
     ``noreproject`` (the arena model's x0 alone: ``--arena-reproject 0``)."""
     bad = [n for n in names if n not in OPTIONAL_ARMS and n not in ("window", "int4")]
     if bad:
         raise ConfigError(f"unknown arm {bad[0]!r} for --long (choose from window, int4, {', '.join(OPTIONAL_ARMS)})")
-    return LONG_ARMS + tuple(OPTIONAL_ARMS[n] for n in OPTIONAL_ARMS if n in names)
+    added = tuple(OPTIONAL_ARMS[n] for n in OPTIONAL_ARMS if n in names)
+    if baselines:
+        return LONG_ARMS + added
+    if not added:
+        raise ConfigError("--no-baselines: name the arms to run with --arms (extend, rerotate6, ...)")
+    return added
 
 
 def run_session(arm: Arm, ep: LongEpisode, folder: Path, weights: Path | None):

@@ -40,3 +40,11 @@ def test_the_long_benchmark_can_run_the_model_without_re_projection(tmp_path):
     cfg = session_config(arms[-1], leave_and_return(0, 3).episode, 10, tmp_path)
     assert cfg.arena_reproject == 0.0 and cfg.memory.kv_bits == 4
     assert session_config(arms[1], leave_and_return(0, 3).episode, 10, tmp_path).arena_reproject is None
+
+
+def test_the_long_benchmark_can_run_only_the_named_arms():
+    from engine.quality.long_run import long_arms
+
+    assert [a.name for a in long_arms(["extend", "rerotate96"], baselines=False)] == ["extend", "rerotate96"]
+    with pytest.raises(ConfigError, match="--no-baselines"):
+        long_arms([], baselines=False)
