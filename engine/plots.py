@@ -104,9 +104,26 @@ def save_png(figure: Figure, path: Path) -> Path:
 # Panel margins in inches: the y label and ticks, the legend (right of the axes, never over the
 # data), the x label, the panel's title. Fixed margins instead of a layout engine, which draws twice.
 _LEFT, _RIGHT, _BOTTOM, _TOP, _HEAD = 0.75, 2.3, 0.5, 0.35, 0.45
+_SLANT_ROOM = 0.45      # inches more below a panel whose bar names are slanted
+_SLANT_OVER = 6         # bars named more than this many: their names would run into each other, so slanted
+
+
+def _categories(panel: "Panel") -> list[str]:
+    return list(dict.fromkeys(str(c) for s in panel.series for c in s.x))   # every series' in order
+
+
+def _slanted(panel: "Panel") -> bool:
+    return panel.kind == "bar" and len(_categories(panel)) > _SLANT_OVER
 
 
 def png_bytes(figure: Figure) -> bytes:
+    out = io.BytesIO()
+    drawn(figure).savefig(out, format="png", metadata={DATA_KEY: _encode(figure.as_data()), "Software": "worldpager"})
+    return out.getvalue()
+
+
+def drawn(figure: Figure):
+    """The matplotlib figure of ``figure``, drawn on an Agg canvas (no display)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as MplFigure
 
@@ -128,16 +145,15 @@ def png_bytes(figure: Figure) -> bytes:
     for i, panel in enumerate(figure.panels):
         row, col = divmod(i, cols)
         x0 = (col * width + _LEFT) / fig_w
-        y0 = (fig_h - head - (row + 1) * height + _BOTTOM) / fig_h
+        bottom = _BOTTOM + _SLANT_ROOM * _slanted(panel)
+        y0 = (fig_h - head - (row + 1) * height + bottom) / fig_h
         # A report's side-by-side panels (cumulative counts, which leave their upper left empty) keep
         # their legend inside, so that their axes get the width.
         inside = cols > 1 and not figure.draw_title
         right = 0.3 if inside else _RIGHT
-        ax = mpl.add_axes((x0, y0, (width - _LEFT - right) / fig_w, (height - _BOTTOM - top) / fig_h))
+        ax = mpl.add_axes((x0, y0, (width - _LEFT - right) / fig_w, (height - bottom - top) / fig_h))
         _draw_panel(ax, panel, fs, titled, inside)
-    out = io.BytesIO()
-    mpl.savefig(out, format="png", metadata={DATA_KEY: _encode(figure.as_data()), "Software": "worldpager"})
-    return out.getvalue()
+    return mpl
 
 
 def read_png_data(path: Path) -> dict:
@@ -210,11 +226,12 @@ def _draw_stacked(ax, panel: Panel, colours: dict[str, str]) -> None:
 def _draw_bars(ax, panel: Panel, colours: dict[str, str]) -> None:
     if not panel.series:
         return
-    categories = list(dict.fromkeys(str(c) for s in panel.series for c in s.x))   # every series' in order
+    categories = _categories(panel)
     width = 0.8 / len(panel.series)
     for i, s in enumerate(panel.series):
         by_category = dict(zip((str(c) for c in s.x), s.y))
         offsets = [k + (i - (len(panel.series) - 1) / 2) * width for k in range(len(categories))]
         ax.bar(offsets, [by_category.get(c, 0.0) for c in categories], width=width, label=s.label,
                color=colours[s.label])
-    ax.set_xticks(range(len(categories)), categories)
+    slant = _slanted(panel)
+    ax.set_xticks(range(len(categories)), categories, rotation=35 if slant else 0, ha="right" if slant else "center")

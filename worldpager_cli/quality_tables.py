@@ -81,7 +81,8 @@ def echo_revisit(rv: dict) -> None:
         if d["pairs"]:
             click.echo(f"{what}, every revisit frame: {_f(d['mean'], 3, '+')} dB "
                        f"{shown(d['ci'], d['pairs'], 3, '+')}")
-    click.echo(f"int4 memory counters: {rv['hits']} hits, {rv['misses']} misses, {rv['stale']} stale slots")
+    if rv["hits"] or rv["misses"]:  # none: the int4 arm was not run
+        click.echo(f"int4 memory counters: {rv['hits']} hits, {rv['misses']} misses, {rv['stale']} stale slots")
     click.echo(NOT_COVERED)
 
 

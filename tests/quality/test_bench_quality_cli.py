@@ -60,6 +60,14 @@ def test_quick_is_a_smoke_test_of_everything_end_to_end(tmp_path):
 
     again = run("--from-rows", str(out / "quality-rows.jsonl"), "--out-dir", str(tmp_path / "again"))
     assert again.output.startswith("smoke test") and json.loads(again.output.strip().splitlines()[-1])["smoke_test"]
+    assert "named the same arm and episode" not in again.output
+
+    # Two runs merged: the baselines each run holds count once, and the figures are the single run's.
+    twice = run("--from-rows", str(out / "quality-rows.jsonl"), "--from-rows", str(out / "quality-rows.jsonl"),
+                "--out-dir", str(tmp_path / "twice"))
+    assert f"{len(rows)} row(s) named the same arm and episode" in twice.output
+    merged = json.loads(twice.output.strip().splitlines()[-1])["revisit"]
+    assert merged["classes"] == json.loads(again.output.strip().splitlines()[-1])["revisit"]["classes"]
 
 
 def test_bad_options_are_one_line_errors(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from engine.plots import Figure, Panel, RefLine, Series, read_png_data, save_png
+from engine.plots import Figure, Panel, RefLine, Series, drawn, read_png_data, save_png
 
 
 def _figure() -> Figure:
@@ -45,3 +45,18 @@ def test_a_png_without_data_is_a_key_error(tmp_path):
 def test_mismatched_series_is_our_bug():
     with pytest.raises(AssertionError):
         Series("x", [0, 1], [1.0])
+
+
+@pytest.mark.parametrize("names", [4, 11])
+def test_bar_names_stay_inside_the_picture(names):
+    arms = ["window", "bf16", "int4", "noreproject", "int8", "int2", "k1", "k6", "sink", "on-demand", "sync"][:names]
+    bars = tuple(Series(label, arms, [float(i) for i in range(names)]) for label in ("observed", "generated"))
+    mpl = drawn(Figure("arms", (Panel("psnr", bars, kind="bar"), Panel("again", bars, kind="bar")), columns=2))
+    renderer = mpl.canvas.get_renderer()
+    for ax in mpl.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_text()]
+        assert [t.get_text() for t in labels] == arms
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert min(b.y0 for b in boxes) >= 0, "a bar's name runs off the bottom of the picture"
+        if names > 6:   # many names are slanted, so that they do not run into each other
+            assert all(t.get_rotation() > 0 for t in labels)
