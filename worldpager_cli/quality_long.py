@@ -42,11 +42,13 @@ def echo_long(s: dict) -> None:
                "95 % intervals over episodes.")
     per = s["per_arm"]
     unit = "min" if s["bin_s"] == 60 else "bin"
-    header = (unit, "frames", f"PSNR {mem}", "window", "SSIM mem / win", "sharp mem / win",
+    lead = mem if mem in per else arms[0]   # a run of named arms only (--no-baselines) leads with its first
+    header = (unit, "frames", f"PSNR {lead}", "window", "SSIM mem / win", "sharp mem / win",
               "obs. returns mem / win", "gen. returns vs truth", "self-consist. mem / win", "other view")
     rows = []
     for b in range(s["bins"]):
-        m, w = per[mem]["bins"][b], per.get(ref, per[mem])["bins"][b]
+        m = per[lead]["bins"][b]
+        w = per[ref]["bins"][b] if ref in per else dict.fromkeys(m)
         rows.append((str(b + 1), str(m["frames"]), _ci(m["psnr"]), _f(w["psnr"]),
                      f"{_f(m['ssim'], 3)} / {_f(w['ssim'], 3)}", f"{_f(m['sharpness'], 3)} / {_f(w['sharpness'], 3)}",
                      f"{_f(m['observed_psnr'])} / {_f(w['observed_psnr'])}",

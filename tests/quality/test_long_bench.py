@@ -117,6 +117,15 @@ def test_long_smoke_runs_and_scores_decoded_frames(tmp_path):
     assert again.exit_code == 0 and again.output.startswith("smoke test")
     assert json.loads(again.output.strip().splitlines()[-1])["per_arm"] == summary["per_arm"]
 
+    # The rows of a run of named arms only (--no-baselines): no window-only, no int4 to lead the table.
+    named = tmp_path / "named.jsonl"
+    named.write_text("".join(json.dumps({**r, "arm": "extend"}) + "\n" for r in
+                             map(json.loads, (out / "long-rows.jsonl").read_text().splitlines()) if r["arm"] == "int4"))
+    alone = run("--from-rows", str(named), "--out-dir", str(tmp_path / "named"))
+    assert alone.exit_code == 0, alone.output
+    assert "PSNR extend" in next(line for line in alone.output.splitlines() if line.startswith("bin "))
+    assert "over window-only" not in alone.output
+
 
 def test_long_bad_values_are_one_line_errors(tmp_path):
     for args, named in ((["--arms", "int3"], "int3"), (["--minutes", "0"], "--minutes 0")):
