@@ -16,6 +16,7 @@ from engine.errors import ConfigError
 from engine.output_files import check_output_dir
 from worldpager_cli.bench import echo_json, machine
 from worldpager_cli.json_output import json_result
+from worldpager_cli.merged_rows import once_each, repeated_line
 from worldpager_cli.quality_tables import SMOKE_LINE, echo_tables
 
 EXPERIMENTS = ("revisit", "positions", "drift")
@@ -155,30 +156,14 @@ def _from_rows(paths: tuple[Path, ...], out_dir: Path) -> None:
             if rows[-1].get("experiment") == "revisit" and "classes" not in rows[-1]:
                 raise ConfigError(f"--from-rows {path}: line {n} is a revisit row of the earlier leave-and-return "
                                   "benchmark (no frame classes); run the revisit experiment again")
-    rows, repeated = _once_each(rows)
+    rows, repeated = once_each(rows)
     summary = summary_from_rows(rows, out_dir)
     if summary.get("smoke_test"):
         click.echo(SMOKE_LINE)
     if repeated:
-        click.echo(f"{repeated} row(s) named the same arm and episode as an earlier one (the baselines of two runs "
-                   "merged): the first of each was kept")
+        click.echo(repeated_line(repeated))
     echo_tables(summary)
     echo_json("quality", summary, machine("cpu"), {"from_rows": [str(p) for p in paths], "rows": len(rows)})
-
-
-ROW_IDENTITY = ("experiment", "arm", "seed", "kind", "arena_seed", "block_start", "chunks")
-
-
-def _once_each(rows: list[dict]) -> tuple[list[dict], int]:
-    """The rows with each (experiment, arm, episode) kept once — the first — and how many repeats were dropped:
-    two runs merged with ``--from-rows`` both hold the window-only and bf16 baselines of the same episodes."""
-    seen, kept = set(), []
-    for row in rows:
-        key = tuple(row.get(k) for k in ROW_IDENTITY)
-        if key not in seen:
-            seen.add(key)
-            kept.append(row)
-    return kept, len(rows) - len(kept)
 
 
 def _progress(row: dict) -> str:

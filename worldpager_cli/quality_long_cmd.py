@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from engine.errors import ConfigError
+from worldpager_cli.merged_rows import once_each, repeated_line
 from worldpager_cli.bench import echo_json, machine
 from worldpager_cli.quality_long import LONG_SMOKE_LINE, echo_long
 
@@ -35,6 +36,9 @@ def _rows(paths: tuple[Path, ...]) -> list[dict]:
             rows.append(row)
     if not rows:
         raise ConfigError(f"--from-rows {paths[0]}: no rows")
+    rows, repeated = once_each(rows)
+    if repeated:
+        click.echo(repeated_line(repeated))
     return rows
 
 

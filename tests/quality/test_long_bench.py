@@ -116,6 +116,10 @@ def test_long_smoke_runs_and_scores_decoded_frames(tmp_path):
     again = run("--from-rows", str(out / "long-rows.jsonl"), "--out-dir", str(tmp_path / "again"))
     assert again.exit_code == 0 and again.output.startswith("smoke test")
     assert json.loads(again.output.strip().splitlines()[-1])["per_arm"] == summary["per_arm"]
+    twice = run("--from-rows", str(out / "long-rows.jsonl"), "--from-rows", str(out / "long-rows.jsonl"),
+                "--out-dir", str(tmp_path / "twice"))    # two runs merged: rows of the same episode count once
+    assert twice.exit_code == 0 and "row(s) named the same arm and episode" in twice.output
+    assert json.loads(twice.output.strip().splitlines()[-1])["per_arm"] == summary["per_arm"]
 
     # The rows of a run of named arms only (--no-baselines): no window-only, no int4 to lead the table.
     named = tmp_path / "named.jsonl"
