@@ -10,9 +10,19 @@ memory's transfer threads keep their own single threads. A GPU session is unaffe
 count in force, for the log's header. Owns ``decode_overlap(cfg, device)`` too: the decode worker
 runs by default on a CPU (one intra-op thread for the model, the other core decodes: the setting that
 won idle and beside CPU burners), off on a GPU (where decode would contend for the device's memory).
+And ``one_intra_op_thread(device)``, the scope the VAE computes in on a CPU: oneDNN's convolutions with a
+bias, and its 3-D convolutions, sum in another order on two threads than on one (the tiny model's
+start-image encoder: 1x1 conv 64 -> 192 with bias, one thread vs two), so a VAE run on the loop's N
+threads and one run on the decode worker's single thread gave different frames, and a run resumed with
+another ``--threads`` or decode overlap another MP4. On one thread everywhere the VAE's output depends on
+neither (tests/unit/test_cpu_threads.py). The denoisers' matrix products are another matter: MKL splits a
+long reduction between threads (LingBot's text projection, 4096 -> 128 features), so a CPU run resumed
+with another ``--threads`` than its own may differ in the last bits from then on; resumed with its own
+(the saved config's, what ``resume`` uses unless told otherwise) it is the same bytes.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 DEFAULT_CPU_THREADS = 1
@@ -43,3 +53,19 @@ def decode_overlap(cfg, device) -> bool:
     if cfg.decode_overlap is not None:
         return bool(cfg.decode_overlap)
     return getattr(device, "type", str(device)) == "cpu"
+
+
+@contextlib.contextmanager
+def one_intra_op_thread(device):
+    """Compute on one intra-op thread inside the block (on a CPU; elsewhere nothing changes)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if getattr(device, "type", str(device)) != "cpu" or before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

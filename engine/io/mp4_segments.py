@@ -63,12 +63,18 @@ class EncoderSettings:
         codec.gop_size = self.fps  # long writes still get a keyframe (a random-access point) per second
         # No B-frames: dts == pts, so timestamps never step back where one segment meets the next.
         codec.max_b_frames = 0
-        # One encoder thread: the output is the same for the same frames on any machine, and x264's
+        # One encoder thread: the output does not depend on how x264's threads are scheduled, and x264's
         # threads do not compete with a CPU model's (measured with the arena model on 2 cores: a chunk
         # 79.6 -> 68.0 ms; at these frame sizes one thread is ample).
         codec.thread_count = 1
         # Scene cuts would let the content place keyframes; they are placed by frame count.
-        codec.options = {"crf": str(self.crf), "preset": self.preset, "x264-params": "scenecut=0"}
+        # cpu-independent: x264's canonical algorithms instead of the CPU's own. Without it the IDR
+        # frame's intra search runs x264's AVX-512 "x9" functions, which gave a different first sample
+        # for the same frames in about 1 of 50 encodes in one process (0 of 10,000 with it): resumed
+        # runs then differed from uninterrupted ones (tests/unit/test_video_determinism.py). It also
+        # makes the bytes the same on machines with other instruction sets.
+        codec.options = {"crf": str(self.crf), "preset": self.preset,
+                         "x264-params": "scenecut=0:cpu-independent=1"}
 
 
 def _scaler_threads_option() -> dict:

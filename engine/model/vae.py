@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from engine.config import VAEConfig
+from engine.cpu_threads import one_intra_op_thread
 from engine.errors import CheckpointError, ConfigError, InputError
 from engine.state_tensors import as_int, integer, nest, optional, sub
 from engine.model.vae_blocks import CausalConv3d, Decoder3d, Encoder3d, StreamState
@@ -150,9 +151,10 @@ class StreamingDecoder(_CausalStream):
         vae = self.vae
         if latents.dim() != 5 or latents.shape[1] != vae.config.z_dim:
             raise InputError(f"latents must be [B, {vae.config.z_dim}, F, h, w], got {tuple(latents.shape)}")
-        z = vae.conv2(vae.denormalise(latents.to(vae.device, vae.dtype)))   # [B, z, F, h, w]
-        # The decoder is causal: one latent frame per call keeps its per-call work bounded.
-        pieces = [vae.decoder(z[:, :, f:f + 1], self.state) for f in range(z.shape[2])]
+        with one_intra_op_thread(vae.device):   # the same frames on the loop and on the decode worker
+            z = vae.conv2(vae.denormalise(latents.to(vae.device, vae.dtype)))   # [B, z, F, h, w]
+            # The decoder is causal: one latent frame per call keeps its per-call work bounded.
+            pieces = [vae.decoder(z[:, :, f:f + 1], self.state) for f in range(z.shape[2])]
         self.latents_seen += z.shape[2]
         video = torch.cat(pieces, dim=2)                              # [B, 3, T, H, W]
         return video.transpose(1, 2).float()                          # [B, T, 3, H, W]
@@ -244,9 +246,10 @@ class StartImageEncoder:
             b, _, _, h, w = self.image.shape
             frames = self.image.new_zeros(b, 3, vae.config.temporal_factor, h, w)   # [B, 3, t, H, W]
         before = self.state.snapshot()
-        encoder_out = vae.encoder(frames, self.state)                 # [B, 2z, 1, h, w]
+        with one_intra_op_thread(vae.device):
+            encoder_out = vae.encoder(frames, self.state)             # [B, 2z, 1, h, w]
+            mu_raw = vae.conv1(encoder_out)[:, :vae.config.z_dim]     # [B, z, 1, h, w]
         self.encoder_calls += 1
-        mu_raw = vae.conv1(encoder_out)[:, :vae.config.z_dim]         # [B, z, 1, h, w]
         step = EncodedLatent(encoder_out, mu_raw, vae.normalise(mu_raw))
         # The state check alone proves the fixed point (same state, same zero input from now on); the
         # output check is a cheap second guard.
@@ -305,8 +308,9 @@ class StreamingEncoder(_CausalStream):
         frames = frames.to(vae.device, vae.dtype)
         bounds = ([(0, 1)] if first else []) + [(s, s + t) for s in range(first, frames.shape[2], t)]
         latents = []
-        for start, stop in bounds:
-            encoder_out = vae.encoder(frames[:, :, start:stop], self.state)        # [B, 2z, 1, h, w]
-            latents.append(vae.normalise(vae.conv1(encoder_out)[:, :vae.config.z_dim]))
+        with one_intra_op_thread(vae.device):
+            for start, stop in bounds:
+                encoder_out = vae.encoder(frames[:, :, start:stop], self.state)    # [B, 2z, 1, h, w]
+                latents.append(vae.normalise(vae.conv1(encoder_out)[:, :vae.config.z_dim]))
         self.frames_seen += frames.shape[2]
         return torch.cat(latents, dim=2)

@@ -45,3 +45,43 @@ def test_threads_do_not_change_what_a_run_resumes():
 
 def test_zero_threads_is_a_usage_error():
     one_line_error(CliRunner().invoke(cli, ["generate", "--threads", "0"]), "--threads", "at least 1", code=2)
+
+
+def test_one_intra_op_thread_is_a_scope_on_a_cpu_only():
+    from engine.cpu_threads import one_intra_op_thread
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with one_intra_op_thread(torch.device("cpu")):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with one_intra_op_thread(torch.device("meta")):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_vae_gives_the_same_latents_and_frames_on_any_thread_count():
+    """The tiny model's VAE (start image 176x320, 64 channels at the bottom): its attention's 1x1 conv
+    with a bias summed in another order on two threads than on one before the VAE computed on one thread
+    wherever it runs; a decode on the loop's threads and one on the decode worker's then differed."""
+    from engine.config import VAEConfig
+    from engine.model.seeded_weights import fill_module_
+    from engine.model.vae import StartImageEncoder, StreamingDecoder, WanVAE
+
+    vae = fill_module_(WanVAE(VAEConfig(dim=16)), 5).eval()
+    image = torch.rand(1, 3, 176, 320, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    before = torch.get_num_threads()
+    out = {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            encoder = StartImageEncoder(vae, image)
+            latents = encoder.latents(2)
+            frames = StreamingDecoder(vae).decode_chunk(latents)
+            out[threads] = (latents, frames)
+            assert torch.get_num_threads() == threads   # the scope gave the count back
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(out[1][0], out[2][0]) and torch.equal(out[1][1], out[2][1])
