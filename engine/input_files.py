@@ -17,6 +17,7 @@ wait for a writer forever; reading it would wait for data), a socket, a device, 
 * ``read_input_bytes(path, name, limit)`` — the whole file, refused past ``limit`` bytes.
 * ``shown(path)`` — a name as messages print it: as it is, or quoted with its control characters escaped
   (a name with a newline stays on the error's one line).
+* ``pseudo_root(path)`` — ``/proc``, ``/sys`` or ``/dev`` when ``path`` resolves under one (not ``/dev/shm``).
 
 Every failure is an ``InputError`` (exit 1) whose message names the path and what it is.
 """
@@ -31,6 +32,7 @@ from pathlib import Path
 from engine.errors import InputError
 
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+ORDINARY_UNDER_PSEUDO = ("/dev/shm",)   # a tmpfs of ordinary files: a fine place to read and write
 
 _KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
@@ -55,9 +57,17 @@ def _fix(name: str, fix: str | None) -> str:
     return fix or f"name a regular file as {name}"
 
 
-def _pseudo_root(path: Path) -> str | None:
+def _under(real: str, root: str) -> bool:
+    return real == root or real.startswith(root + "/")
+
+
+def pseudo_root(path) -> str | None:
+    """The pseudo file system (``/proc``, ``/sys``, ``/dev``) that ``path`` resolves into, or None
+    (``/dev/shm`` is an ordinary tmpfs, not one of them)."""
     real = os.path.realpath(path)
-    return next((root for root in PSEUDO_ROOTS if real == root or real.startswith(root + "/")), None)
+    if any(_under(real, ordinary) for ordinary in ORDINARY_UNDER_PSEUDO):
+        return None
+    return next((root for root in PSEUDO_ROOTS if _under(real, root)), None)
 
 
 def _stat(path: Path, name: str, fix: str | None) -> os.stat_result:
@@ -88,7 +98,7 @@ def check_input_file(path, name: str, fix: str | None = None) -> os.stat_result:
     st = _stat(path, name, fix)
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{name} {shown(path)} is {_what(path, st.st_mode)}, not a regular file; {_fix(name, fix)}")
-    root = _pseudo_root(path)
+    root = pseudo_root(path)
     if root is not None:
         raise InputError(f"{name} {shown(path)} is a file under {root}, not a regular file on a drive; "
                          f"{_fix(name, fix)}")
@@ -102,7 +112,7 @@ def check_input_dir(path, name: str, fix: str | None = None) -> os.stat_result:
     if not stat.S_ISDIR(st.st_mode):
         what = "a regular file" if stat.S_ISREG(st.st_mode) else _what(path, st.st_mode)
         raise InputError(f"{name} {shown(path)} is {what}, not a directory; {fix or f'name a directory as {name}'}")
-    root = _pseudo_root(path)
+    root = pseudo_root(path)
     if root is not None:
         raise InputError(f"{name} {shown(path)} is under {root}, not a directory on a drive; "
                          f"{fix or f'name a directory as {name}'}")
