@@ -82,9 +82,9 @@ def run_long(seeds: int, seed_start: int, arm_names: str, minutes: float, out_di
     shape = LONG_SMOKE if quick else dataclasses.replace(LONG, minutes=minutes).check()
     plan = LongPlan(seeds=1 if quick else seeds, first_seed=seed_start, shape=shape, arms=arms,
                     bin_s=5.0 if quick else 60.0, smoke_test=quick, weights=weights)
+    make_output_dir(out_dir, "--out-dir", (ROWS, FIGURE, STRIP))   # before the runs: no FIFO or device
     if quick:
         click.echo(LONG_SMOKE_LINE)
-    make_output_dir(out_dir, "--out-dir", (ROWS, FIGURE, STRIP))   # before the runs: no FIFO or device
     torch.set_num_threads(threads)
     with open(out_dir / ROWS, "w", encoding="utf-8") as rows_file:
         def on_row(row):
