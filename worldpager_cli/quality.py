@@ -2,7 +2,8 @@
 in ``engine.quality``, the tables' layout in ``worldpager_cli.quality_tables``). Prints, for
 ``--quick``, first the smoke-test line; then one line per session as it finishes (stderr), the tables,
 then one JSON line; writes the figure, side-by-side MP4s and a still, and every session's scores (JSON
-Lines)."""
+Lines). Its flags are checked before anything runs (``worldpager_cli.quality_flags``: ranges, names, the
+flags of the other benchmark: usage errors); ``--from-rows`` files are read by ``worldpager_cli.merged_rows``."""
 from __future__ import annotations
 
 import dataclasses
@@ -59,7 +60,8 @@ def _shape(chunks: int, observed: int):
               help="Still chunks before the leave-and-return path, to run it past the horizon (chunk 80).")
 @click.option("--drift-chunks", type=_count(0, MAX_CHUNKS, "chunks"), default=3000, show_default=True,
               help="Length of the long sessions (int4 and bf16); 0 = no drift experiment.")
-@click.option("--block", type=_count(1, MAX_CHUNKS, "chunks"), default=100, show_default=True, help="Chunks per drift block.")
+@click.option("--block", type=_count(1, MAX_CHUNKS, "chunks"), default=100, show_default=True,
+              help="Chunks per drift block.")
 @click.option("--only", default="revisit,positions,drift", show_default=True, help="Experiments to run.")
 @click.option("--out-dir", type=click.Path(path_type=Path), default=Path("quality"), show_default=True,
               help="Where the figure, videos, still and per-session scores go.")
@@ -68,7 +70,8 @@ def _shape(chunks: int, observed: int):
 @click.option("--threads", type=_count(1, MAX_THREADS, "threads"), default=1, show_default=True,
               help="Intra-op threads of the model (on a shared CPU, a team of two waits at every barrier for a preempted thread).")
 @click.option("--from-rows", "from_rows", multiple=True, type=click.Path(path_type=Path),
-              help="Run nothing: summarise these quality-rows.jsonl files (of earlier runs) into the tables and figure.")
+              help="Run nothing: summarise these rows files of earlier runs (quality-rows.jsonl; with --long "
+                   "long-rows.jsonl) into the tables and figure; once for each file.")
 @click.option("--quick", is_flag=True,
               help="A smoke test: one short episode of each kind, window, bf16 and int4 (or --arms); "
                    "positions past a horizon moved to chunk 4. With --long: one 22-second session per arm.")
@@ -76,7 +79,8 @@ def _shape(chunks: int, observed: int):
               help="Sessions as long as the product's: one path of --minutes per held-out arena (--seeds), "
                    "window-only and int4 memory (--arms may add extend, rerotate6/30/96), scored per minute "
                    "on the decoded MP4 against the rendered truth.")
-@click.option("--minutes", type=BoundedNumber(False, 0, MAX_MINUTES, low_open=True, unit="minutes"), default=5.0, show_default=True, help="With --long: minutes of video a session.")
+@click.option("--minutes", type=BoundedNumber(False, 0, MAX_MINUTES, low_open=True, unit="minutes"), default=5.0,
+              show_default=True, help=f"With --long: minutes of video a session (at most {MAX_MINUTES}).")
 @click.option("--no-baselines", "no_baselines", is_flag=True,
               help="With --long: run only the --arms named, not window and int4 (merge their rows with "
                    "another run's by --from-rows).")

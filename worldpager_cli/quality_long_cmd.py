@@ -78,7 +78,7 @@ def run_long(seeds: int, seed_start: int, arm_names: str, minutes: float, out_di
     if from_rows:
         _finish(_rows(from_rows), out_dir, {"from_rows": [str(p) for p in from_rows]})
         return
-    arms = long_arms([a for a in arm_names.split(",") if a], baselines)
+    arms = long_arms([a.strip() for a in arm_names.split(",") if a.strip()], baselines)
     shape = LONG_SMOKE if quick else dataclasses.replace(LONG, minutes=minutes).check()
     plan = LongPlan(seeds=1 if quick else seeds, first_seed=seed_start, shape=shape, arms=arms,
                     bin_s=5.0 if quick else 60.0, smoke_test=quick, weights=weights)
