@@ -5,14 +5,17 @@ the resolved config, the output's lock, a fork's staged files, a report's page a
 video, a pose folder's arrays, a training checkpoint, a benchmark's strip), is a regular file or is not
 there yet. Anything else is refused with one line before anything is written: a named pipe (opening it
 for writing would wait for a reader forever), a socket, a device (``/dev/null`` would swallow the video),
-a directory. A symlink is judged by what it points to: to a regular file, or to a name not there yet in
-a directory that exists, it is fine; to a FIFO it is not. Paths are judged with ``os.stat``/``os.lstat``,
-never by opening them.
+a directory, a name under ``/proc``, ``/sys`` or ``/dev`` (kernel views, not a drive: ``/proc/self/x``
+cannot be made). A symlink is judged by what it points to: to a regular file, or to a name not there
+yet in a directory that exists, it is fine; to a FIFO it is not. Paths are judged with
+``os.stat``/``os.lstat``, never by opening them.
 
 * ``check_output_file(path, name, fix)`` — the check above, for one file (``name`` is how the message
   calls it, e.g. ``--log``; ``fix`` says what to do instead).
 * ``check_output_dir(path, name, files, fix)`` — a directory output (a report, a pose folder, a training
   directory): not there yet, or a directory; and each of ``files`` in it passes ``check_output_file``.
+* ``make_output_dir(path, name, files, fix)`` — ``check_output_dir``, then the directory made (with its
+  parents); a drive that refuses (a part of the path is a file, no permission) is one ``OutputError``.
 * ``refuse_in_use(path, name)`` — ``OutputInUseError`` when another process writes the file at ``path``,
   under this name or another (a hard link, a symlink, ``dir/../x``): its writer holds a flock on it
   (below). A momentary probe, taken and given back at once; the error names the holder's pid.
@@ -37,6 +40,7 @@ from pathlib import Path
 
 from engine.errors import OutputError
 from engine.file_lock import lock_holder, try_lock_fd
+from engine.input_files import PSEUDO_ROOTS
 
 LOCK_TRIES = 50          # a probe (``refuse_in_use``) holds a file's lock for microseconds: wait out one
 LOCK_RETRY_S = 0.01
@@ -72,12 +76,22 @@ def _fix(name: str, fix: str | None) -> str:
     return fix or f"choose another {name}"
 
 
+def _refuse_pseudo(path: Path, name: str, fix: str | None) -> None:
+    """A name under /proc, /sys or /dev (through symlinks) is no place for an output."""
+    real = os.path.realpath(path)
+    root = next((r for r in PSEUDO_ROOTS if real == r or real.startswith(r + "/")), None)
+    if root is not None:
+        raise OutputError(f"{name} {path} is under {root}, not on a drive: it cannot hold the output (nothing "
+                          f"was written); {_fix(name, fix)}")
+
+
 def check_output_file(path: Path, name: str, fix: str | None = None) -> None:
     """``path`` may be written as a file (see the module docstring); else a one-line ``OutputError``."""
     path = Path(path)
     try:
         st = os.stat(path)   # through symlinks
     except (FileNotFoundError, NotADirectoryError):
+        _refuse_pseudo(path, name, fix)
         _check_dangling(path, name, fix)   # not there yet (the caller checks its directory)
         return
     except OSError as exc:
@@ -85,6 +99,7 @@ def check_output_file(path: Path, name: str, fix: str | None = None) -> None:
             raise OutputError(f"{name} {path} is a symlink loop; {_fix(name, fix)}") from None
         raise OutputError(f"cannot check {name} {path}: {exc.strerror or exc}; {_fix(name, fix)}") from None
     if stat.S_ISREG(st.st_mode):
+        _refuse_pseudo(path, name, fix)
         return
     raise OutputError(f"{name} {path} is {_what(path, st.st_mode)}, not a regular file: it cannot hold the "
                       f"output (nothing was written); {_fix(name, fix)}")
@@ -113,14 +128,25 @@ def check_output_dir(path: Path, name: str, files: tuple[str, ...] = (), fix: st
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
+        _refuse_pseudo(path, name, fix)
         return
     except OSError as exc:
         raise OutputError(f"cannot check {name} {path}: {exc.strerror or exc}; {_fix(name, fix)}") from None
     if not stat.S_ISDIR(st.st_mode):
         what = "a regular file" if stat.S_ISREG(st.st_mode) else _what(path, st.st_mode)
         raise OutputError(f"{name} {path} is {what}, not a directory; {_fix(name, fix)}")
+    _refuse_pseudo(path, name, fix)
     for file in files:
         check_output_file(path / file, f"{name} {path}: its file", fix or f"move it away, or choose another {name}")
+
+
+def make_output_dir(path: Path, name: str, files: tuple[str, ...] = (), fix: str | None = None) -> None:
+    """``check_output_dir``, then ``path`` made (parents too); a refused ``mkdir`` is one ``OutputError``."""
+    check_output_dir(path, name, files, fix)
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot make {name} {path}: {write_failure(exc)}; {_fix(name, fix)}") from None
 
 
 def refuse_in_use(path: Path, name: str) -> None:

@@ -2,7 +2,8 @@
 in ``engine.quality``, the tables' layout in ``worldpager_cli.quality_tables``). Prints, for
 ``--quick``, first the smoke-test line; then one line per session as it finishes (stderr), the tables,
 then one JSON line; writes the figure, side-by-side MP4s and a still, and every session's scores (JSON
-Lines)."""
+Lines). Its flags are checked before anything runs (``worldpager_cli.quality_flags``: ranges, names, the
+flags of the other benchmark: usage errors); ``--from-rows`` files are read by ``worldpager_cli.merged_rows``."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,24 +13,21 @@ from pathlib import Path
 
 import click
 
-from engine.errors import ConfigError
-from engine.output_files import check_output_dir
+from engine.output_files import make_output_dir
 from worldpager_cli.bench import echo_json, machine
 from worldpager_cli.json_output import json_result
-from worldpager_cli.merged_rows import once_each, repeated_line
+from worldpager_cli.merged_rows import read_rows, repeated_line
+from worldpager_cli.quality_flags import (MAX_CHUNKS, MAX_MINUTES, MAX_SEED, MAX_SEEDS, MAX_THREADS, BoundedNumber,
+                                          check_flags)
 from worldpager_cli.quality_tables import SMOKE_LINE, echo_tables
 
-EXPERIMENTS = ("revisit", "positions", "drift")
+
+def _count(low: int, high: int, unit: str = "") -> BoundedNumber:
+    return BoundedNumber(True, low, high, unit=unit)
 
 
-def _kinds(text: str) -> tuple[str, ...]:
-    from engine.quality.revisit_paths import KINDS
-
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    bad = [k for k in kinds if k not in KINDS] or ([] if kinds else [text])
-    if bad:
-        raise ConfigError(f"--kinds {bad[0]!r}: choose from {', '.join(KINDS)}")
-    return kinds
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
 def _shape(chunks: int, observed: int):
@@ -37,41 +35,43 @@ def _shape(chunks: int, observed: int):
     from engine.quality.revisits import MIN_GAP_CHUNKS
 
     if chunks <= MIN_GAP_CHUNKS:
-        raise ConfigError(f"--chunks {chunks}: an episode needs more than {MIN_GAP_CHUNKS} chunks for a frame "
-                          f"to come back {MIN_GAP_CHUNKS} chunks later")
-    if not 1 <= observed < chunks:
-        raise ConfigError(f"--observed {observed}: give 1 to {chunks - 1} observed chunks of a "
-                          f"{chunks}-chunk episode")
+        raise click.BadParameter(f"{chunks}: an episode needs more than {MIN_GAP_CHUNKS} chunks for a frame to "
+                                 f"come back {MIN_GAP_CHUNKS} chunks later", param_hint="'--chunks'")
+    if not observed < chunks:
+        raise click.BadParameter(f"{observed}: give 1 to {chunks - 1} observed chunks of a {chunks}-chunk "
+                                 "episode", param_hint="'--observed'")
     return dataclasses.replace(FULL, chunks=chunks, observed_chunks=observed)
 
 
 @click.command("quality")
-@click.option("--seeds", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--seeds", type=_count(1, MAX_SEEDS, "seeds"), default=8, show_default=True,
               help="Held-out arenas; each runs one episode of every kind.")
-@click.option("--seed-start", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed-start", type=_count(0, MAX_SEED), default=0, show_default=True,
               help="First held-out seed (to split a run over processes; read them together with --from-rows).")
 @click.option("--kinds", default="glance,spin,walk", show_default=True, help="Kinds of revisit episode.")
-@click.option("--chunks", "episode_chunks", type=int, default=40, show_default=True,
+@click.option("--chunks", "episode_chunks", type=_count(1, MAX_CHUNKS, "chunks"), default=40, show_default=True,
               help="Chunks of each revisit episode.")
-@click.option("--observed", type=int, default=4, show_default=True,
+@click.option("--observed", type=_count(1, MAX_CHUNKS, "chunks"), default=4, show_default=True,
               help="Chunks of each episode's observed tour (given to the session as --observe).")
 @click.option("--arms", "arm_names", default="",
               help="Revisit arms (comma-separated; window and bf16 always). Default: all.")
-@click.option("--position-seeds", type=click.IntRange(min=0), default=3, show_default=True)
-@click.option("--prefix-chunks", type=click.IntRange(min=1), default=100, show_default=True,
+@click.option("--position-seeds", type=_count(0, MAX_SEEDS, "seeds"), default=3, show_default=True)
+@click.option("--prefix-chunks", type=_count(1, MAX_CHUNKS, "chunks"), default=100, show_default=True,
               help="Still chunks before the leave-and-return path, to run it past the horizon (chunk 80).")
-@click.option("--drift-chunks", type=click.IntRange(min=0), default=3000, show_default=True,
+@click.option("--drift-chunks", type=_count(0, MAX_CHUNKS, "chunks"), default=3000, show_default=True,
               help="Length of the long sessions (int4 and bf16); 0 = no drift experiment.")
-@click.option("--block", type=click.IntRange(min=1), default=100, show_default=True, help="Chunks per drift block.")
+@click.option("--block", type=_count(1, MAX_CHUNKS, "chunks"), default=100, show_default=True,
+              help="Chunks per drift block.")
 @click.option("--only", default="revisit,positions,drift", show_default=True, help="Experiments to run.")
 @click.option("--out-dir", type=click.Path(path_type=Path), default=Path("quality"), show_default=True,
               help="Where the figure, videos, still and per-session scores go.")
 @click.option("--weights", type=click.Path(path_type=Path), help="Arena weights. Default: the packaged ones.")
 @click.option("--workdir", type=click.Path(path_type=Path), help="Temporary session folders. Default: the system temp.")
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--threads", type=_count(1, MAX_THREADS, "threads"), default=1, show_default=True,
               help="Intra-op threads of the model (on a shared CPU, a team of two waits at every barrier for a preempted thread).")
-@click.option("--from-rows", "from_rows", multiple=True, type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="Run nothing: summarise these quality-rows.jsonl files (of earlier runs) into the tables and figure.")
+@click.option("--from-rows", "from_rows", multiple=True, type=click.Path(path_type=Path),
+              help="Run nothing: summarise these rows files of earlier runs (quality-rows.jsonl; with --long "
+                   "long-rows.jsonl) into the tables and figure; once for each file.")
 @click.option("--quick", is_flag=True,
               help="A smoke test: one short episode of each kind, window, bf16 and int4 (or --arms); "
                    "positions past a horizon moved to chunk 4. With --long: one 22-second session per arm.")
@@ -79,41 +79,40 @@ def _shape(chunks: int, observed: int):
               help="Sessions as long as the product's: one path of --minutes per held-out arena (--seeds), "
                    "window-only and int4 memory (--arms may add extend, rerotate6/30/96), scored per minute "
                    "on the decoded MP4 against the rendered truth.")
-@click.option("--minutes", type=float, default=5.0, show_default=True, help="With --long: minutes of video a session.")
+@click.option("--minutes", type=BoundedNumber(False, 0, MAX_MINUTES, low_open=True, unit="minutes"), default=5.0,
+              show_default=True, help=f"With --long: minutes of video a session (at most {MAX_MINUTES}).")
 @click.option("--no-baselines", "no_baselines", is_flag=True,
               help="With --long: run only the --arms named, not window and int4 (merge their rows with "
                    "another run's by --from-rows).")
 @json_result
-def bench_quality(seeds, seed_start, kinds, episode_chunks, observed, arm_names, position_seeds, prefix_chunks,
+@click.pass_context
+def bench_quality(ctx, seeds, seed_start, kinds, episode_chunks, observed, arm_names, position_seeds, prefix_chunks,
                   drift_chunks, block, only, out_dir, weights, workdir, threads, from_rows, quick, long_mode,
                   minutes, no_baselines) -> None:
     """Revisits to observed and to generated views, retention, positions past the horizon and drift,
     against the rendered truth; --long: per minute of sessions minutes long."""
-    import torch
-
+    check_flags(ctx, long_mode, only, kinds, arm_names, no_baselines)
     if long_mode:
         from worldpager_cli.quality_long_cmd import run_long
 
         run_long(seeds, seed_start, arm_names, minutes, out_dir, weights, threads, from_rows, quick,
                  baselines=not no_baselines)
         return
+    shape = _shape(episode_chunks, observed)
+    if from_rows:
+        _from_rows(from_rows, out_dir)
+        return
+
+    import torch
 
     from engine.quality.arms import arms_named
     from engine.quality.quick import quick_plan
     from engine.quality.report import run_plan
     from engine.quality.run import Plan
 
-    wanted = tuple(e for e in only.split(",") if e)
-    if not wanted or any(e not in EXPERIMENTS for e in wanted):
-        raise ConfigError(f"--only {only!r}: choose from {', '.join(EXPERIMENTS)}")
-    names = [a for a in arm_names.split(",") if a]
+    wanted, names, kinds = _names(only), list(_names(arm_names)), _names(kinds)
     arms = arms_named(names)
-    kinds = _kinds(kinds)
-    shape = _shape(episode_chunks, observed)
-    if from_rows:
-        _from_rows(from_rows, out_dir)
-        return
-    check_output_dir(out_dir, "--out-dir", ("quality-rows.jsonl",))   # before the runs: no FIFO or device
+    make_output_dir(out_dir, "--out-dir", ("quality-rows.jsonl", "quality.png"))   # before the runs
     if quick:
         click.echo(SMOKE_LINE)
     torch.set_num_threads(threads)
@@ -124,7 +123,6 @@ def bench_quality(seeds, seed_start, kinds, episode_chunks, observed, arm_names,
             plan = Plan(seeds=seeds, first_seed=seed_start, kinds=kinds, shape=shape, arms=arms,
                         position_seeds=position_seeds, prefix_chunks=prefix_chunks, drift_chunks=drift_chunks,
                         block=block, weights=weights, workdir=Path(tmp))
-        out_dir.mkdir(parents=True, exist_ok=True)
         with open(out_dir / "quality-rows.jsonl", "w", encoding="utf-8") as rows_file:
             def on_row(row):
                 row.setdefault("smoke_test", plan.smoke_test)
@@ -146,17 +144,8 @@ def bench_quality(seeds, seed_start, kinds, episode_chunks, observed, arm_names,
 def _from_rows(paths: tuple[Path, ...], out_dir: Path) -> None:
     from engine.quality.report import summary_from_rows
 
-    rows = []
-    for path in paths:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise ConfigError(f"--from-rows {path}: line {n} is not JSON") from None
-            if rows[-1].get("experiment") == "revisit" and "classes" not in rows[-1]:
-                raise ConfigError(f"--from-rows {path}: line {n} is a revisit row of the earlier leave-and-return "
-                                  "benchmark (no frame classes); run the revisit experiment again")
-    rows, repeated = once_each(rows)
+    rows, repeated = read_rows(paths, long=False)
+    make_output_dir(out_dir, "--out-dir", ("quality.png",))
     summary = summary_from_rows(rows, out_dir)
     if summary.get("smoke_test"):
         click.echo(SMOKE_LINE)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from engine.errors import ConfigError
-from worldpager_cli.merged_rows import once_each, repeated_line
+from engine.output_files import make_output_dir
+from worldpager_cli.merged_rows import read_rows, repeated_line
 from worldpager_cli.bench import echo_json, machine
 from worldpager_cli.quality_long import LONG_SMOKE_LINE, echo_long
 
@@ -23,20 +23,7 @@ STRIP = "long-strip.png"
 
 
 def _rows(paths: tuple[Path, ...]) -> list[dict]:
-    rows = []
-    for path in paths:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise ConfigError(f"--from-rows {path}: line {n} is not JSON") from None
-            if row.get("experiment") != "long":
-                raise ConfigError(f"--from-rows {path}: line {n} is not a row of the long benchmark "
-                                  "(read it without --long)")
-            rows.append(row)
-    if not rows:
-        raise ConfigError(f"--from-rows {paths[0]}: no rows")
-    rows, repeated = once_each(rows)
+    rows, repeated = read_rows(paths, long=True)
     if repeated:
         click.echo(repeated_line(repeated))
     return rows
@@ -60,7 +47,7 @@ def _finish(rows: list[dict], out_dir: Path, params: dict, strip: dict | None = 
     from engine.quality.long_summary import summarise_long
 
     summary = summarise_long(rows)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out_dir, "--out-dir", (FIGURE,))
     summary["figure"] = str(long_figure(summary, out_dir / FIGURE))
     if strip:
         summary["still"] = strip
@@ -91,14 +78,14 @@ def run_long(seeds: int, seed_start: int, arm_names: str, minutes: float, out_di
     if from_rows:
         _finish(_rows(from_rows), out_dir, {"from_rows": [str(p) for p in from_rows]})
         return
-    arms = long_arms([a for a in arm_names.split(",") if a], baselines)
+    arms = long_arms([a.strip() for a in arm_names.split(",") if a.strip()], baselines)
     shape = LONG_SMOKE if quick else dataclasses.replace(LONG, minutes=minutes).check()
     plan = LongPlan(seeds=1 if quick else seeds, first_seed=seed_start, shape=shape, arms=arms,
                     bin_s=5.0 if quick else 60.0, smoke_test=quick, weights=weights)
+    make_output_dir(out_dir, "--out-dir", (ROWS, FIGURE, STRIP))   # before the runs: no FIFO or device
     if quick:
         click.echo(LONG_SMOKE_LINE)
     torch.set_num_threads(threads)
-    out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / ROWS, "w", encoding="utf-8") as rows_file:
         def on_row(row):
             rows_file.write(json.dumps(row) + "\n")

@@ -35,7 +35,7 @@ from engine.arena.config import ArenaModelConfig
 from engine.arena.data import stack, training_episode
 from engine.arena.model import ArenaDiT
 from engine.arena.patches import patchify
-from engine.output_files import check_output_dir
+from engine.output_files import check_output_dir, make_output_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,8 +278,7 @@ def expected_time_line(per_step_s: float, steps_left: int, budget_s: float | Non
 def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save_every: int = 50,
           init: Path | None = None, quiet: bool = False, budget_s: float | None = None, workers: int = 0) -> dict:
     """Train until ``r.steps`` (or ``budget_s`` seconds of this run's wall time) and save ``out/last.pt``."""
-    check_output_dir(out, "--out", TRAIN_FILES)   # before anything is built: no FIFO or device among them
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out, "--out", TRAIN_FILES)   # before anything is built: no FIFO or device among them
     torch.manual_seed(r.seed)
     model = ArenaDiT(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=r.lr, weight_decay=r.weight_decay, betas=(0.9, 0.99))

@@ -72,7 +72,7 @@ def test_quick_is_a_smoke_test_of_everything_end_to_end(tmp_path):
 
 def test_bad_options_are_one_line_errors(tmp_path):
     for args, named in ((["--only", "speed"], "speed"), (["--kinds", "spin,spiral"], "spiral"),
-                        (["--chunks", "8"], "--chunks 8"), (["--observed", "40"], "--observed 40"),
+                        (["--chunks", "8"], "'--chunks': 8"), (["--observed", "40"], "'--observed': 40"),
                         (["--arms", "int3"], "int3")):
-        result = run(*args, "--out-dir", str(tmp_path))
-        assert result.exit_code == 1 and named in result.output and len(result.output.strip().splitlines()) == 1
+        result = CliRunner().invoke(cli, ["bench", "quality", *args, "--out-dir", str(tmp_path)])
+        assert result.exit_code == 2 and named in result.output and len(result.output.strip().splitlines()) == 1

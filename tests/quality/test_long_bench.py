@@ -132,9 +132,9 @@ def test_long_smoke_runs_and_scores_decoded_frames(tmp_path):
 
 
 def test_long_bad_values_are_one_line_errors(tmp_path):
-    for args, named in ((["--arms", "int3"], "int3"), (["--minutes", "0"], "--minutes 0")):
-        result = run(*args, "--out-dir", str(tmp_path))
-        assert result.exit_code == 1 and named in result.output and len(result.output.strip().splitlines()) == 1
+    for args, named in ((["--arms", "int3"], "int3"), (["--minutes", "0"], "'--minutes': 0")):
+        result = CliRunner().invoke(cli, ["bench", "quality", "--long", *args, "--out-dir", str(tmp_path)])
+        assert result.exit_code == 2 and named in result.output and len(result.output.strip().splitlines()) == 1
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"experiment": "revisit"}) + "\n")
     result = run("--from-rows", str(rows), "--out-dir", str(tmp_path))
