@@ -40,7 +40,7 @@ from pathlib import Path
 
 from engine.errors import OutputError
 from engine.file_lock import lock_holder, try_lock_fd
-from engine.input_files import PSEUDO_ROOTS
+from engine.input_files import pseudo_root
 
 LOCK_TRIES = 50          # a probe (``refuse_in_use``) holds a file's lock for microseconds: wait out one
 LOCK_RETRY_S = 0.01
@@ -78,8 +78,7 @@ def _fix(name: str, fix: str | None) -> str:
 
 def _refuse_pseudo(path: Path, name: str, fix: str | None) -> None:
     """A name under /proc, /sys or /dev (through symlinks) is no place for an output."""
-    real = os.path.realpath(path)
-    root = next((r for r in PSEUDO_ROOTS if real == r or real.startswith(r + "/")), None)
+    root = pseudo_root(path)
     if root is not None:
         raise OutputError(f"{name} {path} is under {root}, not on a drive: it cannot hold the output (nothing "
                           f"was written); {_fix(name, fix)}")
