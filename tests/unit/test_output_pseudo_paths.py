@@ -10,7 +10,7 @@ from engine.output_files import check_output_dir, check_output_file, make_output
 
 
 @pytest.mark.parametrize("check", [check_output_file, check_output_dir, make_output_dir])
-@pytest.mark.parametrize("path,root", [("/proc/self/x", "/proc"), ("/sys/x", "/sys"), ("/dev/shm/x", "/dev")])
+@pytest.mark.parametrize("path,root", [("/proc/self/x", "/proc"), ("/sys/x", "/sys"), ("/dev/wp-x", "/dev")])
 def test_a_name_under_a_kernel_file_system_is_refused(tmp_path, check, path, root):
     with pytest.raises(OutputError, match=f"--out {path} is under {root}, not on a drive"):
         check(path, "--out")
@@ -18,6 +18,11 @@ def test_a_name_under_a_kernel_file_system_is_refused(tmp_path, check, path, roo
     link.symlink_to(path)
     with pytest.raises(OutputError, match=f"is under {root}"):
         check(link, "--out")
+
+
+def test_dev_shm_is_an_ordinary_place(tmp_path):
+    check_output_file("/dev/shm/wp-not-there", "--out")
+    check_output_dir("/dev/shm/wp-not-there", "--out")
 
 
 def test_a_device_is_still_named_as_one():
