@@ -6,14 +6,22 @@ loop (the session runs on the caller's):
 
 * ``/?token=T`` — the page (``engine/play/page/``, plain HTML and JavaScript, nothing fetched from
   elsewhere); ``/static/NAME`` its script and style. Without the token, or with another: 403.
-* ``/ws?token=T`` — the socket: refused (403, before the upgrade) without the token. The first client
+* ``/ws?token=T`` — the socket: refused (403, before the upgrade) without the token, or from another
+  site: its ``Host`` must name this server and its ``Origin`` (which browsers always send) this page's
+  own origin (``origin_allowed``: ``http://`` + ``127.0.0.1``, ``localhost``, ``[::1]`` or the bound
+  host, with the served port). A handshake without ``Origin`` (not a browser: the scripted player, a
+  tool) is let in on the token alone. Each refusal is counted (``refused``) and said in one warning
+  line (the first ``REFUSALS_SAID``). The first client
   when nobody steers is the **driver**: its input messages steer the session (``LiveSource.apply``);
   every other client **watches** — it gets the same frames and figures, its inputs are refused (counted)
   — and may take the controls (``{"type": "drive"}``) when the driver has left. The driver leaving (a
   closed tab) pauses the session.
-* Client messages are JSON text, at most ``MAX_MESSAGE`` bytes: ``input`` (``seq``, ``keys`` held,
-  ``mouse`` = [dx, dy] pixels), ``stop``, ``drive``. Anything else — binary, too long, not JSON, fields
-  of the wrong type — is counted (``dropped``) and dropped; it never ends the session or the server.
+* Client messages are JSON text, at most ``MAX_MESSAGE`` bytes and ``MAX_DEPTH`` levels deep, read by
+  ``parse_message`` through the one bounded reader (``engine.bounded_json``): ``input`` (``seq``,
+  ``keys`` held, ``mouse`` = [dx, dy] pixels), ``stop``, ``drive``. Anything else — binary, not UTF-8,
+  too long, too deep, not JSON, not an object, a missing field, a field of the wrong kind (a number
+  sent as a string) — is counted (``dropped``) and dropped; it never ends that client's socket, the
+  session or the server (a message over aiohttp's ``MAX_WIRE`` is the one that closes its socket).
 * To the clients: ``hello`` (role, model, frame rate, key map), ``state`` (who steers, paused or not),
   ``chunk`` (the chunk's log figures), ``end`` (the summary); frames as binary messages
   (``engine.play.frames``), sent to every client in order. When the driver's copy of a chunk is out,
@@ -27,20 +35,35 @@ from __future__ import annotations
 import asyncio
 import errno
 import hmac
+import inspect
+import ipaddress
 import json
+import logging
+import socket
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
+from engine.bounded_json import INTEGER, LIST, STRING, JsonInputError, expect_finite, expect_kind, expect_object, parse_json
 from engine.errors import OutputError
 
 PAGE_DIR = Path(__file__).with_name("page")
 MAX_MESSAGE = 4096           # bytes of one client message; longer ones are dropped
+MAX_DEPTH = 4                # nesting of one client message (an input message is 2 deep)
 MAX_WIRE = 1 << 20           # a message longer than this closes that client's socket (aiohttp's limit)
 MAX_KEYS = 16
 WATCHER_QUEUE = 256          # messages a slow watcher may lag behind before its frames are skipped
+MESSAGE_TYPES = ("input", "stop", "drive")
+REFUSALS_SAID = 5            # refused handshakes said on stderr; the rest are only counted
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+WILDCARDS = ("", "0.0.0.0", "::")
+# Text messages as bytes (aiohttp >= 3.13), so that one that is not UTF-8 is a counted drop here instead of
+# aiohttp closing the socket; an older aiohttp closes it (RFC 6455), counted too.
+RAW_TEXT = {"decode_text": False} if "decode_text" in inspect.signature(web.WebSocketResponse).parameters else {}
+log = logging.getLogger("worldpager.play")
 
 
 class _Client:
@@ -60,6 +83,7 @@ class PlayServer:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._ended: dict | None = None
+        self.refused = 0             # socket handshakes refused for their Host or Origin
 
     @property
     def dropped(self) -> int:
@@ -170,10 +194,32 @@ class PlayServer:
                                                  "as worldpager play printed it\n")
         return web.FileResponse(PAGE_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
+    def _foreign(self, request: web.Request) -> str | None:
+        """Why this handshake is not from this page (its Host or its Origin), or None."""
+        host = request.headers.get("Host")
+        if host is None or not host_allowed(host, self.host, self.port):
+            return f"Host {_said(host)} is not this server"
+        origin = request.headers.get("Origin")
+        if origin is not None and not origin_allowed(origin, self.host, self.port):
+            return f"Origin {_said(origin)} is not this page's"
+        return None
+
+    def _refuse(self, why: str) -> web.Response:
+        self.refused += 1
+        if self.refused <= REFUSALS_SAID:
+            more = "; later ones are only counted" if self.refused == REFUSALS_SAID else ""
+            log.warning("worldpager: warning: play refused a socket (403): its %s (%d refused so far%s)",
+                        why, self.refused, more)
+        self._state()
+        return web.Response(status=403, text=f"worldpager play: refused: the socket's {why}\n")
+
     async def _socket(self, request: web.Request) -> web.StreamResponse:
         if not self._token_ok(request):
             return web.Response(status=403, text="worldpager play: refused: no or wrong token\n")
-        ws = web.WebSocketResponse(max_msg_size=MAX_WIRE, heartbeat=30)
+        foreign = self._foreign(request)
+        if foreign is not None:
+            return self._refuse(foreign)
+        ws = web.WebSocketResponse(max_msg_size=MAX_WIRE, heartbeat=30, **RAW_TEXT)
         await ws.prepare(request)
         self._numbers += 1
         client = _Client(ws, self._numbers)
@@ -215,14 +261,15 @@ class PlayServer:
         for client in self.clients:
             message = {"type": "state", "role": "driver" if client is self.driver else "watcher",
                        "driver": self.driver is not None, "paused": self.driver is None,
-                       "dropped": self.dropped}
+                       "dropped": self.dropped, "refused": self.refused}
             client.queue.put_nowait(("json", json.dumps(message)))
 
     # ---- client messages ------------------------------------------------------------------------
 
-    def _receive(self, client: _Client, text: str) -> None:
-        message = _parse(text)
-        if message is None:
+    def _receive(self, client: _Client, data: str | bytes) -> None:
+        try:
+            message = parse_message(data)
+        except JsonInputError:
             self.dropped += 1
             return
         kind = message["type"]
@@ -256,24 +303,64 @@ class PlayServer:
                 return
 
 
-def _parse(text: str) -> dict | None:
-    """A client message, checked; None for anything malformed (see the module docstring)."""
-    if len(text) > MAX_MESSAGE:
-        return None
-    try:
-        message = json.loads(text)
+def parse_message(data: str | bytes) -> dict:
+    """A client message, checked (see the module docstring); a ``JsonInputError`` for anything else."""
+    message = expect_object(parse_json(data, "a client message", MAX_MESSAGE, MAX_DEPTH), "a client message",
+                            required={"type": STRING})
+    kind = message["type"]
+    if kind not in MESSAGE_TYPES:
+        raise JsonInputError(f"a client message of type {kind[:20]!r}, not one of {', '.join(MESSAGE_TYPES)}")
+    if kind != "input":
+        return {"type": kind}
+    expect_object(message, "an input message", required={"seq": INTEGER, "keys": LIST}, optional={"mouse": LIST})
+    seq, keys, mouse = message["seq"], message["keys"], message.get("mouse", [0, 0])
+    if not 0 <= seq < 2 ** 53:
+        raise JsonInputError("an input message's seq is out of range")
+    if len(keys) > MAX_KEYS:
+        raise JsonInputError(f"an input message holds {len(keys)} keys, more than {MAX_KEYS}")
+    for key in keys:
+        if len(expect_kind(key, "an input message's key", STRING)) > 16:
+            raise JsonInputError("an input message's key is longer than 16 characters")
+    if len(mouse) != 2:
+        raise JsonInputError("an input message's mouse is not [dx, dy]")
+    moved = [expect_finite(v, "an input message's mouse movement") for v in mouse]
+    if not all(abs(v) < 1e6 for v in moved):
+        raise JsonInputError("an input message's mouse movement is out of range")
+    return {"type": "input", "seq": seq, "keys": [k.lower() for k in keys], "mouse": moved}
+
+
+def _said(value: str | None) -> str:
+    return "(none)" if value is None else repr(value[:100])
+
+
+def _hostname_allowed(name: str, bound: str) -> bool:
+    """``name`` (lower case, no brackets) names this server as it was bound."""
+    if name in LOOPBACK_NAMES or name == bound.strip("[]").lower():
+        return True
+    if bound not in WILDCARDS:
+        return False
+    try:                              # every address of this machine: an address, not a name (a name may be
+        ipaddress.ip_address(name)    # another site's, pointed here), or this machine's own name
+        return True
     except ValueError:
-        return None
-    if not isinstance(message, dict) or message.get("type") not in ("input", "stop", "drive"):
-        return None
-    if message["type"] != "input":
-        return message
-    seq, keys, mouse = message.get("seq"), message.get("keys"), message.get("mouse", [0, 0])
-    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2 ** 53:
-        return None
-    if not isinstance(keys, list) or len(keys) > MAX_KEYS or not all(isinstance(k, str) and len(k) <= 16 for k in keys):
-        return None
-    if (not isinstance(mouse, list) or len(mouse) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e6 for v in mouse)):
-        return None
-    return {"type": "input", "seq": seq, "keys": [k.lower() for k in keys], "mouse": [float(v) for v in mouse]}
+        return name == socket.gethostname().lower()
+
+
+def host_allowed(host: str, bound: str, port: int) -> bool:
+    """A ``Host`` header (``name:port``) that names this server: a loopback name or the bound host, the served port."""
+    try:
+        parts = urlsplit(f"//{host}")
+        given = parts.port if parts.port is not None else 80
+    except ValueError:
+        return False
+    return parts.hostname is not None and given == port and _hostname_allowed(parts.hostname, bound)
+
+
+def origin_allowed(origin: str, bound: str, port: int) -> bool:
+    """An ``Origin`` header that is this page's own origin: ``http://`` and a host ``host_allowed`` takes."""
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    return (parts.scheme == "http" and not parts.path and not parts.query and parts.username is None
+            and host_allowed(parts.netloc, bound, port))
