@@ -7,21 +7,18 @@ loop (the session runs on the caller's):
 * ``/?token=T`` — the page (``engine/play/page/``, plain HTML and JavaScript, nothing fetched from
   elsewhere); ``/static/NAME`` its script and style. Without the token, or with another: 403.
 * ``/ws?token=T`` — the socket: refused (403, before the upgrade) without the token, or from another
-  site: its ``Host`` must name this server and its ``Origin`` (which browsers always send) this page's
-  own origin (``origin_allowed``: ``http://`` + ``127.0.0.1``, ``localhost``, ``[::1]`` or the bound
-  host, with the served port). A handshake without ``Origin`` (not a browser: the scripted player, a
-  tool) is let in on the token alone. Each refusal is counted (``refused``) and said in one warning
-  line (the first ``REFUSALS_SAID``). The first client
+  site (``engine.play.guard``: a ``Host`` that is not this server, an ``Origin`` that is not this page's;
+  a handshake without ``Origin``, not a browser's, is let in on the token alone). Each such refusal is
+  counted (``refused``) and said in one warning line (the first ``REFUSALS_SAID``). The first client
   when nobody steers is the **driver**: its input messages steer the session (``LiveSource.apply``);
   every other client **watches** — it gets the same frames and figures, its inputs are refused (counted)
   — and may take the controls (``{"type": "drive"}``) when the driver has left. The driver leaving (a
   closed tab) pauses the session.
-* Client messages are JSON text, at most ``MAX_MESSAGE`` bytes and ``MAX_DEPTH`` levels deep, read by
-  ``parse_message`` through the one bounded reader (``engine.bounded_json``): ``input`` (``seq``,
-  ``keys`` held, ``mouse`` = [dx, dy] pixels), ``stop``, ``drive``. Anything else — binary, not UTF-8,
-  too long, too deep, not JSON, not an object, a missing field, a field of the wrong kind (a number
-  sent as a string) — is counted (``dropped``) and dropped; it never ends that client's socket, the
-  session or the server (a message over aiohttp's ``MAX_WIRE`` is the one that closes its socket).
+* Client messages are JSON text (``engine.play.guard.parse_message``): ``input`` (``seq``, ``keys``
+  held, ``mouse`` = [dx, dy] pixels), ``stop``, ``drive``. Anything else — binary, not UTF-8, too long,
+  too deep, not JSON, not an object, a missing field, a field of the wrong kind — is counted
+  (``dropped``) and dropped; it never ends that client's socket, the session or the server (a message
+  over aiohttp's ``MAX_WIRE`` is the one that closes its socket).
 * To the clients: ``hello`` (role, model, frame rate, key map), ``state`` (who steers, paused or not),
   ``chunk`` (the chunk's log figures), ``end`` (the summary); frames as binary messages
   (``engine.play.frames``), sent to every client in order. When the driver's copy of a chunk is out,
@@ -36,30 +33,22 @@ import asyncio
 import errno
 import hmac
 import inspect
-import ipaddress
 import json
 import logging
-import socket
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
-from engine.bounded_json import INTEGER, LIST, STRING, JsonInputError, expect_finite, expect_kind, expect_object, parse_json
+from engine.bounded_json import JsonInputError
 from engine.errors import OutputError
+from engine.play.guard import MAX_MESSAGE, host_allowed, origin_allowed, parse_message, said
 
 PAGE_DIR = Path(__file__).with_name("page")
-MAX_MESSAGE = 4096           # bytes of one client message; longer ones are dropped
-MAX_DEPTH = 4                # nesting of one client message (an input message is 2 deep)
 MAX_WIRE = 1 << 20           # a message longer than this closes that client's socket (aiohttp's limit)
-MAX_KEYS = 16
 WATCHER_QUEUE = 256          # messages a slow watcher may lag behind before its frames are skipped
-MESSAGE_TYPES = ("input", "stop", "drive")
 REFUSALS_SAID = 5            # refused handshakes said on stderr; the rest are only counted
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-WILDCARDS = ("", "0.0.0.0", "::")
 # Text messages as bytes (aiohttp >= 3.13), so that one that is not UTF-8 is a counted drop here instead of
 # aiohttp closing the socket; an older aiohttp closes it (RFC 6455), counted too.
 RAW_TEXT = {"decode_text": False} if "decode_text" in inspect.signature(web.WebSocketResponse).parameters else {}
@@ -198,10 +187,10 @@ class PlayServer:
         """Why this handshake is not from this page (its Host or its Origin), or None."""
         host = request.headers.get("Host")
         if host is None or not host_allowed(host, self.host, self.port):
-            return f"Host {_said(host)} is not this server"
+            return f"Host {said(host)} is not this server"
         origin = request.headers.get("Origin")
         if origin is not None and not origin_allowed(origin, self.host, self.port):
-            return f"Origin {_said(origin)} is not this page's"
+            return f"Origin {said(origin)} is not this page's"
         return None
 
     def _refuse(self, why: str) -> web.Response:
@@ -301,66 +290,3 @@ class PlayServer:
                     self.source.delivered(chunk, len(messages), self.clock())
             except (ConnectionError, RuntimeError):   # the tab went away mid-send: its handler ends it
                 return
-
-
-def parse_message(data: str | bytes) -> dict:
-    """A client message, checked (see the module docstring); a ``JsonInputError`` for anything else."""
-    message = expect_object(parse_json(data, "a client message", MAX_MESSAGE, MAX_DEPTH), "a client message",
-                            required={"type": STRING})
-    kind = message["type"]
-    if kind not in MESSAGE_TYPES:
-        raise JsonInputError(f"a client message of type {kind[:20]!r}, not one of {', '.join(MESSAGE_TYPES)}")
-    if kind != "input":
-        return {"type": kind}
-    expect_object(message, "an input message", required={"seq": INTEGER, "keys": LIST}, optional={"mouse": LIST})
-    seq, keys, mouse = message["seq"], message["keys"], message.get("mouse", [0, 0])
-    if not 0 <= seq < 2 ** 53:
-        raise JsonInputError("an input message's seq is out of range")
-    if len(keys) > MAX_KEYS:
-        raise JsonInputError(f"an input message holds {len(keys)} keys, more than {MAX_KEYS}")
-    for key in keys:
-        if len(expect_kind(key, "an input message's key", STRING)) > 16:
-            raise JsonInputError("an input message's key is longer than 16 characters")
-    if len(mouse) != 2:
-        raise JsonInputError("an input message's mouse is not [dx, dy]")
-    moved = [expect_finite(v, "an input message's mouse movement") for v in mouse]
-    if not all(abs(v) < 1e6 for v in moved):
-        raise JsonInputError("an input message's mouse movement is out of range")
-    return {"type": "input", "seq": seq, "keys": [k.lower() for k in keys], "mouse": moved}
-
-
-def _said(value: str | None) -> str:
-    return "(none)" if value is None else repr(value[:100])
-
-
-def _hostname_allowed(name: str, bound: str) -> bool:
-    """``name`` (lower case, no brackets) names this server as it was bound."""
-    if name in LOOPBACK_NAMES or name == bound.strip("[]").lower():
-        return True
-    if bound not in WILDCARDS:
-        return False
-    try:                              # every address of this machine: an address, not a name (a name may be
-        ipaddress.ip_address(name)    # another site's, pointed here), or this machine's own name
-        return True
-    except ValueError:
-        return name == socket.gethostname().lower()
-
-
-def host_allowed(host: str, bound: str, port: int) -> bool:
-    """A ``Host`` header (``name:port``) that names this server: a loopback name or the bound host, the served port."""
-    try:
-        parts = urlsplit(f"//{host}")
-        given = parts.port if parts.port is not None else 80
-    except ValueError:
-        return False
-    return parts.hostname is not None and given == port and _hostname_allowed(parts.hostname, bound)
-
-
-def origin_allowed(origin: str, bound: str, port: int) -> bool:
-    """An ``Origin`` header that is this page's own origin: ``http://`` and a host ``host_allowed`` takes."""
-    try:
-        parts = urlsplit(origin)
-    except ValueError:
-        return False
-    return (parts.scheme == "http" and not parts.path and not parts.query and parts.username is None
-            and host_allowed(parts.netloc, bound, port))

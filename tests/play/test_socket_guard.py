@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 
 from engine.bounded_json import JsonInputError
-from engine.play.server import RAW_TEXT, PlayServer, host_allowed, origin_allowed, parse_message
+from engine.play.guard import host_allowed, origin_allowed, parse_message
+from engine.play.server import RAW_TEXT, PlayServer
 from tests_support import PATIENCE_S
 
 TOKEN = "t0ken"
@@ -157,6 +158,8 @@ def test_which_hosts_name_this_server():
     assert host_allowed("192.168.1.6:8765", "0.0.0.0", 8765)                 # any address of this machine
     assert not host_allowed("evil.example:8765", "0.0.0.0", 8765)            # a name may point anywhere
     assert not host_allowed("bad:port", "127.0.0.1", 8765)
+    assert not host_allowed("127.0.0.1:8765/x", "127.0.0.1", 8765)
+    assert not host_allowed("user@127.0.0.1:8765", "127.0.0.1", 8765)
     assert origin_allowed("http://[::1]:8765", "127.0.0.1", 8765)
     assert not origin_allowed("http://user@127.0.0.1:8765", "127.0.0.1", 8765)
     assert not origin_allowed("http://127.0.0.1:8765/x", "127.0.0.1", 8765)
