@@ -1,8 +1,9 @@
 """The play socket's guards, on the real server in this process (a recording stand-in for the session's
 source, no model): every client message goes through the bounded reader and anything malformed is a
 counted drop that leaves the driver driving; a handshake from another site (its Origin or its Host) is
-refused with 403 before the upgrade and counted; the page's own origins are let in. Every wait is
-bounded (``PATIENCE_S``), none is timed."""
+refused with 403 before the upgrade and counted; the page's own origins are let in; the scripted
+player's reader of the server's messages is bounded too. Every wait is bounded (``PATIENCE_S``), none is
+timed."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +15,8 @@ import aiohttp
 import pytest
 
 from engine.bounded_json import JsonInputError
+from engine.errors import InputError
+from engine.play.client import frame_header, server_message
 from engine.play.guard import host_allowed, origin_allowed, parse_message
 from engine.play.server import RAW_TEXT, PlayServer
 from tests_support import PATIENCE_S
@@ -188,3 +191,19 @@ def test_a_good_input_message_is_read():
     assert parse_message('{"type": "input", "seq": 7, "keys": ["W", "l"], "mouse": [2, -1.5]}') == \
         {"type": "input", "seq": 7, "keys": ["w", "l"], "mouse": [2.0, -1.5]}
     assert parse_message(b'{"type": "stop", "extra": [1]}') == {"type": "stop"}
+
+
+@pytest.mark.parametrize("data", ["[" * 3000, "[]", '{"type": 1}', '{"type": "hello", "role": "driver"}',
+                                  '{"type": "hello", "role": "driver", "fps": "16"}', b"\xff"])
+def test_the_scripted_players_reader_refuses_a_bad_server_message_in_one_line(data):
+    with pytest.raises(InputError) as refused:
+        server_message(data)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_scripted_players_reader_takes_good_messages_and_refuses_a_short_frame():
+    assert server_message('{"type": "hello", "role": "driver", "fps": 16}')["fps"] == 16
+    assert server_message('{"type": "chunk", "chunk": 3}')["chunk"] == 3
+    assert frame_header(bytes(range(16)) + b"jpeg")[0] == 0x00010203
+    with pytest.raises(InputError):
+        frame_header(b"\x00" * 15)
