@@ -4,6 +4,7 @@ Owns the command's flags, its arms and its table, then the last line of JSON. Ar
 idle and beside a CPU burner (``--chunks``), and prefetch against on-demand at MG2's KV size
 (``--model synthetic --kv-scale 1``) under a ``--drive-bw`` cap (``--synthetic-chunks``; 0 skips them).
 Each arm is played by a scripted human-like player (``--seed``), then replayed from its recording.
+Without aiohttp (the server and the player) it is one line naming the install command, as ``play``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from worldpager_cli.json_output import json_result
 
 from engine.errors import ConfigError
 from worldpager_cli.bench import echo_json, echo_table, machine, num, ratio
+from worldpager_cli.play import need_web_server
 
 
 @click.command("play")
@@ -34,6 +36,7 @@ from worldpager_cli.bench import echo_json, echo_table, machine, num, ratio
 def bench_play(spill: Path, chunks: int, synthetic_chunks: int, drive_bw: str, pool_slots: int, seed: int,
                warmup: int) -> None:
     """Live play: fps, key-to-frame latency, stalls, hit rate live vs replayed (scripted player)."""
+    need_web_server("worldpager bench play")
     from engine.play.bench import play_arm
 
     if not spill.is_dir():

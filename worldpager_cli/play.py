@@ -6,11 +6,15 @@ positions, save points, presets, environment variables, the config file), plus w
 point). The length flags are a cap (default ``DEFAULT_MINUTES``); the session runs until the page's Stop,
 Ctrl-C or the cap. Human text on stderr (the URL among it), ``--json``'s summary on stdout.
 
-Exit codes: 0 when the session ends (Stop, Ctrl-C, the cap), 1 bad input (one line), 130 a second
-Ctrl-C (aborted at once) or SIGTERM / SIGHUP (stopped after the chunk in hand, as ``generate``).
+Exit codes: 0 when the session ends (Stop, Ctrl-C, the cap), 1 bad input (one line; without aiohttp:
+``need_web_server``'s line, before anything is read or written), 130 a second Ctrl-C (aborted at once) or
+SIGTERM / SIGHUP (stopped after the chunk in hand, as ``generate``). A new session that ends before its
+first chunk is in the MP4 (a failed start, a stop before any chunk) leaves no file behind
+(``engine.play.run``), so the same command runs again.
 """
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import signal
 import webbrowser
@@ -53,6 +57,7 @@ PLAY_SECTIONS = {"host": "Serve", "port": "Serve", "open_browser": "Serve", "par
 @click.option("--json", "as_json", is_flag=True, help="At the end, print the run's summary as one JSON object on stdout.")
 def play(host, port, open_browser, parent, overwrite, quiet, as_json, **opts) -> None:
     """Walk the world live from a browser: keys and mouse steer; recorded, resumable, forkable."""
+    need_web_server("worldpager play")
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     _check_host(host)
     if parent is not None:
@@ -67,6 +72,20 @@ def play(host, port, open_browser, parent, overwrite, quiet, as_json, **opts) ->
             raise ConfigError(f"--{flag} {opts[flag]}: play takes its inputs live and records them beside the "
                               "MP4; to run a trajectory file, use worldpager generate --trajectory")
     _play(opts, host, port, open_browser, overwrite, quiet, as_json)
+
+
+WEB_SERVER = "aiohttp"
+WEB_SERVER_INSTALL = "pip install aiohttp"
+
+
+def need_web_server(command: str) -> None:
+    """A ``ConfigError`` line naming the install command when the web server (aiohttp) cannot be imported."""
+    try:
+        importlib.import_module(WEB_SERVER)
+    except ImportError as exc:
+        missing = exc.name if exc.name and exc.name != WEB_SERVER else None
+        why = f"{WEB_SERVER} is not installed" if missing is None else f"{WEB_SERVER} cannot load {missing}"
+        raise ConfigError(f"{command} needs its web server ({why}): {WEB_SERVER_INSTALL}") from None
 
 
 def _check_host(host: str) -> None:
@@ -135,11 +154,7 @@ def _continue(parent: Path, host, port, open_browser, quiet, as_json) -> None:
 
 
 def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None) -> None:
-    try:
-        from engine.play.run import prepare_play
-    except ImportError as exc:
-        raise ConfigError(f"worldpager play needs its web server ({exc.name} is not installed): "
-                          "pip install 'worldpager[play]'") from None
+    from engine.play.run import prepare_play
     from worldpager_cli.progress import make_progress
 
     say = (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
@@ -162,11 +177,21 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
             webbrowser.open(run.url)
         with _end_on_signals(run):
             result = run.run()
+        empty = run.discard_if_empty(result.status)
+    except BaseException:
+        run.discard_if_empty()     # a failed start leaves nothing behind (the first error is the one said)
+        raise
     finally:
         run.close()
     if as_json:
         summary = run_summary(result, cfg, grid.fps, frames_before)
-        click.echo(json_line({**summary, "recording": str(cfg.trajectory)}))
+        click.echo(json_line({**summary, "recording": None if empty else str(cfg.trajectory)}))
+    if empty:
+        say(f"worldpager: the session ended ({result.status}) before its first chunk: no video, log or "
+            "recording written")
+        if result.status == "interrupted":
+            raise SystemExit(130)
+        return
     say(f"wrote {summary_text(result, grid.fps)}")
     say(f"worldpager: inputs recorded to {cfg.trajectory}: `worldpager generate --trajectory {cfg.trajectory} "
         f"--chunks {result.chunks}` with the same settings makes this video again (--late-prefetch wait on both: "

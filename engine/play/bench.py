@@ -5,7 +5,8 @@ server, bound to loopback on a free port; the session on a thread of this proces
 ``engine.play.client.drive`` with ``human_script(seed)``, then replays its recording from the file as
 ``generate`` would (same settings, a fresh spill directory), and returns a flat dict: frames, frames
 shown per second of the viewer's clock and made per second of generation (wall time less the pauses
-for input), key-to-frame latency P50 / P99, stall P50 / P99 of the log, playback underruns, and the
+for input), key-to-frame latency P50 / P99, stall P50 / P99 of the log and the chunks that stalled (above
+the log's threshold, ``engine.play.run.stalled``), playback underruns, and the
 prefetch hit rate (hits / (hits + misses), after ``warmup`` chunks) live and replayed from the file.
 ``burner``: one process spinning on a CPU core for the arm's whole run (both halves).
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 from engine.model.registry import model_spec
 from engine.overlay import resolve_session_config
 from engine.play.client import drive, human_script
-from engine.play.run import play_config, prepare_play
+from engine.play.run import play_config, prepare_play, stalled
 from engine.session.loop import Session
 from engine.telemetry import percentile, read_log
 
@@ -64,7 +65,7 @@ def play_arm(overlay: dict, workdir: Path, name: str, seed: int, chunks: int, bu
             "made_fps": sum(r["frames"] for r in made) / gen_s if gen_s > 0 else None,
             "latency_p50_ms": _pct(played.latencies_ms, 50), "latency_p99_ms": _pct(played.latencies_ms, 99),
             "latencies": len(played.latencies_ms), "stall_p50_ms": _pct(stalls, 50), "stall_p99_ms": _pct(stalls, 99),
-            "stalled_chunks": sum(1 for s in stalls if s > 0), "underruns": played.underruns,
+            "stalled_chunks": sum(1 for r in made if stalled(r)), "underruns": played.underruns,
             "hit_rate_live": hit_rate(records, warmup), "hit_rate_replay": hit_rate(replayed, warmup),
             "replay_chunks": len(replayed), "status": live["status"]}
 

@@ -7,6 +7,8 @@ sends the script's inputs at their times (relative to the socket's hello), recei
 and sends ``stop`` once ``chunks`` chunk records have come; it returns what a viewer would have seen.
 Frames are "shown" as the page shows them: at the video's frame rate, never before they arrive. The
 key-to-frame latency of an input is from its sending to the showing of the first frame made with it.
+The server's messages are read through the one bounded reader (``server_message``: JSON text, an object
+with a ``type``; a frame at least its header): anything else is one ``InputError`` line, not a traceback.
 """
 from __future__ import annotations
 
@@ -16,7 +18,12 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from engine.play.frames import parse_header
+from engine.bounded_json import NUMBER, STRING, expect_object, parse_json
+from engine.errors import InputError
+from engine.play.frames import HEADER, parse_header
+
+MAX_SERVER_MESSAGE = 1 << 20     # bytes of one JSON message from the server (its summary is the largest)
+MAX_SERVER_DEPTH = 8
 
 
 @dataclass
@@ -61,6 +68,24 @@ def human_script(seed: int, seconds: float) -> list[Step]:
     return steps
 
 
+def server_message(data: str | bytes) -> dict:
+    """A JSON message from the server, checked: an object with a string ``type`` (``hello`` with its role
+    and frame rate)."""
+    what = "a message from worldpager play"
+    message = expect_object(parse_json(data, what, MAX_SERVER_MESSAGE, MAX_SERVER_DEPTH), what,
+                            required={"type": STRING})
+    if message["type"] == "hello":
+        expect_object(message, "the hello of worldpager play", required={"role": STRING, "fps": NUMBER})
+    return message
+
+
+def frame_header(data: bytes) -> tuple[int, int, int, int]:
+    """The header of a frame message from the server (``engine.play.frames``)."""
+    if len(data) < HEADER.size:
+        raise InputError(f"a frame message from worldpager play of {len(data)} bytes, shorter than its header")
+    return parse_header(data)
+
+
 async def drive(url: str, script: list[Step], chunks: int, timeout_s: float = 600.0) -> Played:
     import aiohttp
 
@@ -89,14 +114,14 @@ async def drive(url: str, script: list[Step], chunks: int, timeout_s: float = 60
                 first_shown = first_shown if first_shown is not None else due
                 played.shown_s = due - first_shown
                 played.frames += 1
-                seq = parse_header(msg.data)[2]
+                seq = frame_header(msg.data)[2]
                 for s in [s for s in sent_at if s <= seq]:
                     played.latencies_ms.append((due - sent_at.pop(s)) * 1e3)
                 played.last_seq_seen = max(played.last_seq_seen, seq)
                 continue
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
-            m = json.loads(msg.data)
+            m = server_message(msg.data)
             if m["type"] == "hello":
                 played.role, fps = m["role"], float(m["fps"])
                 start = time.monotonic()

@@ -4,9 +4,16 @@ Contract. ``prepare_play(cfg, spec, host, port)`` binds the server first (a port
 output exists), then builds the ``Session`` on a ``LiveSource`` — so the session validates its inputs and
 creates its MP4, log and config as ``generate`` does — and hooks the session's frames and chunk records
 to the server: each chunk's frames are JPEG-encoded on one worker thread (in order) and sent as they are
-decoded; each chunk record goes out as the page's figures. ``PlayRun.run()`` loads the model if needed,
-runs the session on the calling thread (signals behave as in ``generate``), then sends the summary and
-closes the server. The session is an ordinary one: ``cfg.trajectory`` is the recording
+decoded; each chunk record goes out as the page's figures (``chunk_message``: its ``stalled`` is the
+log's own test, ``stall_ms`` above ``STALL_MS``, the threshold the benchmarks count stalls by).
+``PlayRun.run()`` loads the model if needed, runs the session on the calling thread (signals behave as in
+``generate``), then sends the summary and closes the server.
+
+A new run that ends with no chunk in its MP4 — the model's load or the memory's set-up failed (out of
+memory under ``ulimit -v``), the first chunk failed, or it was stopped before one was made — leaves
+nothing behind (``PlayRun.discard_if_empty``): the session removes the MP4, log and config it created,
+the source the recording it wrote, so that the same command runs again. A continued run (``--from``)
+keeps the files it continues. The session is an ordinary one: ``cfg.trajectory`` is the recording
 (``recording_path``), which the source writes as the session goes.
 
 ``continue_track`` (``play --from``): the recording of the run being continued, up to its save point,
@@ -24,6 +31,7 @@ from typing import Callable
 from engine.config import SessionConfig
 from engine.io.trajectory import load_trajectory
 from engine.io.trajectory.live import LiveTrack
+from engine.planner.model import STALL_EPS_S
 from engine.play.controls import HELP
 from engine.play.frames import frame_messages, to_uint8
 from engine.play.server import PlayServer
@@ -34,6 +42,18 @@ DEFAULT_MINUTES = 60.0       # a played session's length cap without --chunks/--
 CHUNK_FIELDS = ("chunk", "frames_total", "wall_ms", "compute_ms", "memory_ms", "stall_ms", "hits", "misses",
                 "stale", "pool_used_bytes", "pool_free_bytes", "disk_bytes_read", "disk_bytes_written",
                 "rss_bytes", "device_bytes", "input_wait_ms", "input_seq", "decode_ms", "paused_ms")
+STALL_MS = STALL_EPS_S * 1e3  # a chunk stalled when its stall_ms is above this (the paper's 0.5 ms)
+
+
+def stalled(record: dict) -> bool:
+    """The chunk record waited on memory longer than the stall threshold."""
+    return float(record.get("stall_ms", 0.0)) > STALL_MS
+
+
+def chunk_message(record: dict, dropped: int) -> dict:
+    """The page's figures of one chunk record: its fields, whether it stalled, the messages dropped so far."""
+    return {"type": "chunk", **{k: record[k] for k in CHUNK_FIELDS if k in record}, "stalled": stalled(record),
+            "dropped": dropped}
 
 
 def recording_path(out: Path) -> Path:
@@ -62,9 +82,30 @@ class PlayRun:
     url: str
     encoder: ThreadPoolExecutor
 
+    fresh: bool = True             # a new run (not --from): its files are its own to remove
+
+    @property
+    def empty(self) -> bool:
+        """A new run none of whose chunks is in its MP4."""
+        log = self.session.log
+        return self.fresh and (log is None or log.summary.chunks == 0)
+
+    def discard_if_empty(self, status: str = "failed") -> bool:
+        """A new run that made no chunk: remove what it wrote (see the module docstring); True if it did."""
+        if not self.empty:
+            return False
+        if self.session.outputs is not None:
+            self.session.outputs.discard(status)
+        self.source.discard()
+        return True
+
     def run(self) -> SessionResult:
         try:
             result = self.session.run()
+        except BaseException:
+            self.encoder.shutdown(wait=True)
+            self.discard_if_empty()
+            raise
         finally:
             self.encoder.shutdown(wait=True)      # every frame made is sent before the summary
         self.server.publish({"type": "end", "status": result.status, "chunks": result.chunks,
@@ -87,9 +128,10 @@ def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | No
     if resume_from is not None:
         frames_before = resume_from.facts["frames_total"]
         continue_track(track, cfg, spec.action_mode, frames_before)
-    source = LiveSource(track, grid.fps, cfg.trajectory,
+    staged = resume_from is None and Path(cfg.trajectory).is_file()   # --overwrite: replaced at the first chunk
+    source = LiveSource(track, grid.fps, cfg.trajectory, staged=staged,
                         comment=f"The inputs of {Path(cfg.out).name}, played live ({spec.name}, {spec.action_mode}).")
-    info = {"model": spec.name, "mode": spec.action_mode, "fps": grid.fps, "frame_size": list(spec.frame_size),
+    info = {"stall_threshold_ms": STALL_MS, "model": spec.name, "mode": spec.action_mode, "fps": grid.fps, "frame_size": list(spec.frame_size),
             "chunk_frames": grid.frames_per_chunk, "keys": HELP[spec.action_mode], "out": str(cfg.out),
             "log": str(cfg.log_path), "recording": str(cfg.trajectory), "chunks_cap": cfg.chunks,
             "spill": None if cfg.memory.spill is None else str(cfg.memory.spill), "store": cfg.memory.store}
@@ -106,8 +148,8 @@ def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | No
         encoder.submit(lambda: server.publish_frames(chunk, frame_messages(video, chunk, first, seq)))
 
     def chunk_record(record: dict) -> None:
-        server.publish({"type": "chunk", **{k: record[k] for k in CHUNK_FIELDS if k in record},
-                        "dropped": server.dropped})
+        source.commit()                   # the chunk is in the MP4: the recording takes its name
+        server.publish(chunk_message(record, server.dropped))
         user_hook(record)
 
     try:
@@ -116,4 +158,4 @@ def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | No
         encoder.shutdown(wait=False)
         server.close()
         raise
-    return PlayRun(cfg, source, server, session, url, encoder)
+    return PlayRun(cfg, source, server, session, url, encoder, fresh=resume_from is None)

@@ -6,14 +6,19 @@ loop (the session runs on the caller's):
 
 * ``/?token=T`` — the page (``engine/play/page/``, plain HTML and JavaScript, nothing fetched from
   elsewhere); ``/static/NAME`` its script and style. Without the token, or with another: 403.
-* ``/ws?token=T`` — the socket: refused (403, before the upgrade) without the token. The first client
+* ``/ws?token=T`` — the socket: refused (403, before the upgrade) without the token, or from another
+  site (``engine.play.guard``: a ``Host`` that is not this server, an ``Origin`` that is not this page's;
+  a handshake without ``Origin``, not a browser's, is let in on the token alone). Each such refusal is
+  counted (``refused``) and said in one warning line (the first ``REFUSALS_SAID``). The first client
   when nobody steers is the **driver**: its input messages steer the session (``LiveSource.apply``);
   every other client **watches** — it gets the same frames and figures, its inputs are refused (counted)
   — and may take the controls (``{"type": "drive"}``) when the driver has left. The driver leaving (a
   closed tab) pauses the session.
-* Client messages are JSON text, at most ``MAX_MESSAGE`` bytes: ``input`` (``seq``, ``keys`` held,
-  ``mouse`` = [dx, dy] pixels), ``stop``, ``drive``. Anything else — binary, too long, not JSON, fields
-  of the wrong type — is counted (``dropped``) and dropped; it never ends the session or the server.
+* Client messages are JSON text (``engine.play.guard.parse_message``): ``input`` (``seq``, ``keys``
+  held, ``mouse`` = [dx, dy] pixels), ``stop``, ``drive``. Anything else — binary, not UTF-8, too long,
+  too deep, not JSON, not an object, a missing field, a field of the wrong kind — is counted
+  (``dropped``) and dropped; it never ends that client's socket, the session or the server (a message
+  over aiohttp's ``MAX_WIRE`` is the one that closes its socket).
 * To the clients: ``hello`` (role, model, frame rate, key map), ``state`` (who steers, paused or not),
   ``chunk`` (the chunk's log figures), ``end`` (the summary); frames as binary messages
   (``engine.play.frames``), sent to every client in order. When the driver's copy of a chunk is out,
@@ -27,20 +32,27 @@ from __future__ import annotations
 import asyncio
 import errno
 import hmac
+import inspect
 import json
+import logging
 import threading
 import time
 from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
+from engine.bounded_json import JsonInputError
 from engine.errors import OutputError
+from engine.play.guard import MAX_MESSAGE, host_allowed, origin_allowed, parse_message, said
 
 PAGE_DIR = Path(__file__).with_name("page")
-MAX_MESSAGE = 4096           # bytes of one client message; longer ones are dropped
 MAX_WIRE = 1 << 20           # a message longer than this closes that client's socket (aiohttp's limit)
-MAX_KEYS = 16
 WATCHER_QUEUE = 256          # messages a slow watcher may lag behind before its frames are skipped
+REFUSALS_SAID = 5            # refused handshakes said on stderr; the rest are only counted
+# Text messages as bytes (aiohttp >= 3.13), so that one that is not UTF-8 is a counted drop here instead of
+# aiohttp closing the socket; an older aiohttp closes it (RFC 6455), counted too.
+RAW_TEXT = {"decode_text": False} if "decode_text" in inspect.signature(web.WebSocketResponse).parameters else {}
+log = logging.getLogger("worldpager.play")
 
 
 class _Client:
@@ -60,6 +72,7 @@ class PlayServer:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._ended: dict | None = None
+        self.refused = 0             # socket handshakes refused for their Host or Origin
 
     @property
     def dropped(self) -> int:
@@ -170,10 +183,32 @@ class PlayServer:
                                                  "as worldpager play printed it\n")
         return web.FileResponse(PAGE_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
+    def _foreign(self, request: web.Request) -> str | None:
+        """Why this handshake is not from this page (its Host or its Origin), or None."""
+        host = request.headers.get("Host")
+        if host is None or not host_allowed(host, self.host, self.port):
+            return f"Host {said(host)} is not this server"
+        origin = request.headers.get("Origin")
+        if origin is not None and not origin_allowed(origin, self.host, self.port):
+            return f"Origin {said(origin)} is not this page's"
+        return None
+
+    def _refuse(self, why: str) -> web.Response:
+        self.refused += 1
+        if self.refused <= REFUSALS_SAID:
+            more = "; later ones are only counted" if self.refused == REFUSALS_SAID else ""
+            log.warning("worldpager: warning: play refused a socket (403): its %s (%d refused so far%s)",
+                        why, self.refused, more)
+        self._state()
+        return web.Response(status=403, text=f"worldpager play: refused: the socket's {why}\n")
+
     async def _socket(self, request: web.Request) -> web.StreamResponse:
         if not self._token_ok(request):
             return web.Response(status=403, text="worldpager play: refused: no or wrong token\n")
-        ws = web.WebSocketResponse(max_msg_size=MAX_WIRE, heartbeat=30)
+        foreign = self._foreign(request)
+        if foreign is not None:
+            return self._refuse(foreign)
+        ws = web.WebSocketResponse(max_msg_size=MAX_WIRE, heartbeat=30, **RAW_TEXT)
         await ws.prepare(request)
         self._numbers += 1
         client = _Client(ws, self._numbers)
@@ -215,14 +250,15 @@ class PlayServer:
         for client in self.clients:
             message = {"type": "state", "role": "driver" if client is self.driver else "watcher",
                        "driver": self.driver is not None, "paused": self.driver is None,
-                       "dropped": self.dropped}
+                       "dropped": self.dropped, "refused": self.refused}
             client.queue.put_nowait(("json", json.dumps(message)))
 
     # ---- client messages ------------------------------------------------------------------------
 
-    def _receive(self, client: _Client, text: str) -> None:
-        message = _parse(text)
-        if message is None:
+    def _receive(self, client: _Client, data: str | bytes) -> None:
+        try:
+            message = parse_message(data)
+        except JsonInputError:
             self.dropped += 1
             return
         kind = message["type"]
@@ -254,26 +290,3 @@ class PlayServer:
                     self.source.delivered(chunk, len(messages), self.clock())
             except (ConnectionError, RuntimeError):   # the tab went away mid-send: its handler ends it
                 return
-
-
-def _parse(text: str) -> dict | None:
-    """A client message, checked; None for anything malformed (see the module docstring)."""
-    if len(text) > MAX_MESSAGE:
-        return None
-    try:
-        message = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(message, dict) or message.get("type") not in ("input", "stop", "drive"):
-        return None
-    if message["type"] != "input":
-        return message
-    seq, keys, mouse = message.get("seq"), message.get("keys"), message.get("mouse", [0, 0])
-    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2 ** 53:
-        return None
-    if not isinstance(keys, list) or len(keys) > MAX_KEYS or not all(isinstance(k, str) and len(k) <= 16 for k in keys):
-        return None
-    if (not isinstance(mouse, list) or len(mouse) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e6 for v in mouse)):
-        return None
-    return {"type": "input", "seq": seq, "keys": [k.lower() for k in keys], "mouse": [float(v) for v in mouse]}

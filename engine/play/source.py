@@ -16,6 +16,11 @@ Contract (the session's ``InputSource``, ``engine.session.inputs``). ``take(chun
    file ``load_trajectory`` reads back to the same actions — is rewritten (to a temporary file, then
    renamed) before the chunk runs, so a killed session's recording holds every chunk of its video.
 
+The recording is the run's output like its MP4: ``staged`` (an earlier run's recording is there, being
+replaced under ``--overwrite``) it is written under a hidden name beside it (``.NAME.new``) until
+``commit()`` (the first chunk is in the MP4) renames it over the earlier one; ``discard()`` (the run made
+no chunk) removes what this source wrote, so that a run that made nothing leaves no recording behind.
+
 ``finish()`` (the page's Stop, Ctrl-C) ends the inputs: the next ``take`` returns None and the session
 ends there, done. ``delivered(chunk, frames, at)`` is the server telling when a chunk's frames went out.
 Thread-safe: the server's thread calls ``apply``, ``connected``, ``delivered`` and ``finish``; the
@@ -42,9 +47,11 @@ class LiveSource:
     """The session's inputs, from the player (see the module docstring)."""
 
     def __init__(self, track: LiveTrack, fps: float, recording: Path, clock: Callable[[], float] = time.monotonic,
-                 comment: str = ""):
+                 comment: str = "", staged: bool = False):
         self.track, self.trajectory = track, track.trajectory
         self.fps, self.recording, self.clock, self.comment = fps, Path(recording), clock, comment
+        self.staged = staged
+        self._written: Path | None = None    # the file this source wrote (staging or final), None: none yet
         self.description = "live (worldpager play)"
         self.controls = Controls(track.mode, fps, clock())
         self._cond = threading.Condition()
@@ -133,11 +140,40 @@ class LiveSource:
         """The newest input message ``chunk`` was made with (0: none, or a chunk given before this run)."""
         return self._seq.get(chunk, 0)
 
+    def _target(self) -> Path:
+        return self.recording.with_name(f".{self.recording.name}.new") if self.staged else self.recording
+
     def _write_recording(self) -> None:
+        target = self._target()
         tmp = self.recording.with_name(f".{self.recording.name}.tmp")
         try:
             tmp.write_text(recording_yaml(self.track, self.comment), encoding="utf-8")
-            os.replace(tmp, self.recording)
+            os.replace(tmp, target)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise OutputError(f"cannot write the recording {self.recording}: {exc.strerror or exc}") from None
+        self._written = target
+
+    def commit(self) -> None:
+        """The run's first chunk is in its MP4: a staged recording takes its name (idempotent)."""
+        with self._cond:
+            if not self.staged:
+                return
+            self.staged = False
+            if self._written is None:
+                return
+            try:
+                os.replace(self._written, self.recording)
+            except OSError as exc:
+                raise OutputError(f"cannot put the recording {self.recording} in place: {exc.strerror or exc}") from None
+            self._written = self.recording
+
+    def discard(self) -> None:
+        """The run made no chunk: remove the recording this source wrote (an earlier run's stays)."""
+        with self._cond:
+            written, self._written = self._written, None
+        if written is not None:
+            try:
+                written.unlink(missing_ok=True)
+            except OSError:   # the error that ended the run is the one to report
+                pass

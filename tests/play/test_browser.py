@@ -2,7 +2,7 @@
 
 A ``worldpager play`` of the arena model (a small cap) is opened with its token and refused without it;
 held W moves the camera forward and held L turns it right (the poses the log's recording gives); frames
-arrive on the canvas; the MP4 and the log are written and the recording replays to the same frames; a
+arrive on the canvas; its stall count is the log's (chunks over 0.5 ms); the MP4 and the log are written and the recording replays to the same frames; a
 closed tab pauses the session (no chunk made while nobody steers); a second tab watches and cannot
 steer. No timing is asserted: every wait is bounded generously (``PATIENCE_S``).
 """
@@ -84,11 +84,17 @@ def test_the_page_steers_records_and_replays(tmp_path, browser):
         until(lambda: wp(browser, "framesShown") > 24, "frames on the canvas")
         browser.find_element("id", "stop").click()
         until(lambda: wp(browser, "ended"), "the end message")
+        shown = set(wp(browser, "chunks.map((c) => c.chunk)"))
+        page_stalls = wp(browser, "stalls")
+        stalls_text = browser.find_element("id", "stalls").text
         assert play.finish() == 0, play.stderr
     finally:
         play.kill()
     records = chunks(play.log)
     assert read_log(play.log)[-1]["status"] == "done"
+    # the page counts a chunk as stalled by the log's threshold (0.5 ms), not for any wait at all
+    assert page_stalls == sum(1 for r in records if r["chunk"] in shown and r["stall_ms"] > 0.5)
+    assert "over 0.5 ms" in stalls_text
     frames = mp4_frames(play.out)
     assert len(frames) == records[-1]["frames_total"]
     recorded = load_trajectory(play.recording, "universal", frames=len(frames))

@@ -1,5 +1,6 @@
 """The pieces of live play without a server: the live trajectory against its recording (bit for bit),
-the per-frame sampling of held keys and the pointer, the server's message checks, the --host warning."""
+the per-frame sampling of held keys and the pointer, the --host warning (the server's message checks:
+``test_socket_guard``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,6 @@ from engine.io.actions import KEYBOARD_KEYS
 from engine.io.trajectory import load_trajectory
 from engine.io.trajectory.live import LiveTrack, recorded_frames, recording_yaml
 from engine.play.controls import PIXELS_PER_STEP, Controls
-from engine.play.server import _parse
 
 
 def _random_actions(rng, mode: str, n: int):
@@ -80,24 +80,6 @@ def test_templerun_takes_one_action_and_gta_has_no_pitch():
     g.apply(["w", "d", "i"], (0, -100), 1, at=0.0)
     keyboard, mouse, _ = g.take(2, now=0.0)
     assert (mouse[:, 0] == 0).all() and (mouse[:, 1] > 0).all() and (keyboard[:, 0] == 1).all()
-
-
-@pytest.mark.parametrize("text", ["", "nope", "[]", "{}", '{"type": "fly"}', '{"type": "input"}',
-                                  '{"type": "input", "seq": true, "keys": []}',
-                                  '{"type": "input", "seq": -1, "keys": []}',
-                                  '{"type": "input", "seq": 1, "keys": "w"}',
-                                  '{"type": "input", "seq": 1, "keys": [1]}',
-                                  '{"type": "input", "seq": 1, "keys": [], "mouse": [1]}',
-                                  '{"type": "input", "seq": 1, "keys": [], "mouse": [NaN, 0]}',
-                                  '{"type": "input", "seq": 1, "keys": [], "mouse": [1e300, 0]}',
-                                  '{"type": "input", "seq": 1, "keys": ["' + "w" * 5000 + '"]}'])
-def test_malformed_client_messages_are_refused(text):
-    assert _parse(text) is None
-
-
-def test_a_good_input_message_is_read():
-    assert _parse('{"type": "input", "seq": 7, "keys": ["W", "l"], "mouse": [2, -1.5]}') == \
-        {"type": "input", "seq": 7, "keys": ["w", "l"], "mouse": [2.0, -1.5]}
 
 
 def test_a_host_beyond_loopback_is_warned_about(capsys):

@@ -48,10 +48,11 @@ def test_played_session_is_recorded_and_replays_bit_for_bit(tmp_path):
     assert (tmp_path / "replay.mp4").read_bytes() == play.out.read_bytes()
 
 
-# not JSON, not an object, a seq of the wrong type, a NaN, too many keys, too long (but under the wire limit)
+# not JSON, not an object, a seq of the wrong type, a NaN, too many keys, too long (but under the wire limit),
+# nested 3,000 deep (under 4 KiB: refused before the parser recurses)
 BAD_MESSAGES = ("not json", "[]", json.dumps({"type": "input", "seq": "x", "keys": []}),
                 json.dumps({"type": "input", "seq": 1, "keys": ["w"], "mouse": [float("nan"), 0]}),
-                json.dumps({"type": "input", "seq": 1, "keys": ["w"] * 100}), "x" * 100_000)
+                json.dumps({"type": "input", "seq": 1, "keys": ["w"] * 100}), "x" * 100_000, "[" * 3000)
 
 
 def test_play_refuses_without_the_token_and_counts_bad_messages(tmp_path):
@@ -68,6 +69,9 @@ def test_play_refuses_without_the_token_and_counts_bad_messages(tmp_path):
         async with aiohttp.ClientSession() as s:
             with pytest.raises(aiohttp.WSServerHandshakeError):
                 await s.ws_connect(base.replace("http", "ws") + "ws")
+            with pytest.raises(aiohttp.WSServerHandshakeError) as foreign:   # the token, from another site
+                await s.ws_connect(play.url.replace("http", "ws").replace("/?", "/ws?"), origin="http://evil.example")
+            assert foreign.value.status == 403
             async with s.ws_connect(play.url.replace("http", "ws").replace("/?", "/ws?")) as ws:
                 sent, counted = False, None
                 async for msg in ws:
@@ -89,6 +93,8 @@ def test_play_refuses_without_the_token_and_counts_bad_messages(tmp_path):
     assert play.finish() == 0, play.stderr
     assert "Traceback" not in play.stderr
     assert max(r["messages_dropped"] for r in _chunks(play.log)) == len(BAD_MESSAGES) + 1
+    refused = [line for line in play.stderr.splitlines() if "refused a socket" in line]
+    assert len(refused) == 1 and "Origin 'http://evil.example'" in refused[0], play.stderr
     assert read_log(play.log)[-1]["status"] == "done"
 
 

@@ -1,7 +1,9 @@
 // worldpager play: the page. Held keys and pointer movement go to the session as input messages;
 // frames come back as binary messages (16-byte header: chunk, frame, input seq, frames in the chunk;
 // then a JPEG) and are shown at the video's frame rate, never ahead of it; each chunk's log figures are
-// drawn beside them. `window.wp` holds what the page knows (read by the tests).
+// drawn beside them. `window.wp` holds what the page knows (read by the tests). A chunk counts as
+// stalled when the server says so (`stalled`: its stall_ms above the log's threshold, hello's
+// `stall_threshold_ms`), not for any wait at all.
 "use strict";
 
 const token = new URLSearchParams(location.search).get("token") || "";
@@ -49,11 +51,12 @@ function onText(m) {
     $("drive").hidden = m.driver || !!wp.ended;
     $("stop").hidden = m.role !== "driver" || !!wp.ended;
     $("dropped").textContent = m.dropped;
+    $("refused").textContent = m.refused || 0;
     setState(m.paused ? "paused: nobody steers" : "live");
   } else if (m.type === "chunk") {
     wp.chunks.push(m);
     wp.hits += m.hits || 0; wp.misses += m.misses || 0;
-    if ((m.stall_ms || 0) > 0) wp.stalls += 1;
+    if (m.stalled) wp.stalls += 1;
     wp.diskWritten += m.disk_bytes_written || 0;
     showChunk(m);
   } else if (m.type === "end") {
@@ -119,7 +122,8 @@ const MiB = (b) => `${(b / 1048576).toFixed(1)} MiB`;
 function showChunk(m) {
   $("chunk").textContent = `${m.chunk} (${m.frames_total} frames), ${m.wall_ms.toFixed(0)} ms`;
   $("hits").textContent = `${wp.hits} / ${wp.misses}`;
-  $("stalls").textContent = `${wp.stalls} chunks, last ${(m.stall_ms || 0).toFixed(1)} ms`;
+  const over = wp.info ? wp.info.stall_threshold_ms : 0;
+  $("stalls").textContent = `${wp.stalls} chunks over ${over} ms, last ${(m.stall_ms || 0).toFixed(1)} ms`;
   $("pool").textContent = m.pool_used_bytes === undefined ? "no pool" :
     `${MiB(m.pool_used_bytes)} used, ${MiB(m.pool_free_bytes)} free`;
   $("disk").textContent = wp.info && wp.info.spill ? `${MiB(wp.diskWritten)} written` : "no --spill";
