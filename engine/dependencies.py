@@ -43,6 +43,11 @@ class Dependency:
     def install(self) -> str:
         return f"pip install '{self.requirement}'"
 
+    @property
+    def fix(self) -> str:
+        """The pip line, and the extra that brings the same."""
+        return f"{self.install} (or the worldpager[{self.extra}] extra)"
+
 
 DEPENDENCIES = (
     Dependency("aiohttp", "aiohttp>=3.9", "worldpager play", "play", core=True),
@@ -74,7 +79,7 @@ def require(module: str) -> ModuleType:
         return _import(dep)
     except Exception as exc:   # any failure of a third-party import is the environment's, not our bug
         raise MissingDependency(f"{dep.needed_by} needs the {dep.package} package, {_why(dep, exc)}: "
-                                f"{dep.install} (or the worldpager[{dep.extra}] extra)") from None
+                                f"{dep.fix}") from None
 
 
 @dataclass(frozen=True)

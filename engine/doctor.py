@@ -104,7 +104,6 @@ def check_drive(directory: Path) -> Check:
     is not there yet is fine where ``generate`` would create it (``spill_home``), and probed where it would be."""
     from engine.errors import WorldPagerError
     from engine.planner.probe import probe_drive
-
     from engine.session.preflight import spill_home
 
     name = f"drive {directory}"
@@ -136,8 +135,8 @@ def check_dependencies() -> list[Check]:
             rows.append(Check(dep.module, "ok", f"{found.version} (for {dep.needed_by})"))
             continue
         status = "missing" if dep.core else "warn"
-        rows.append(Check(dep.module, status, f"{found.why.removeprefix('which ')}: {dep.needed_by} cannot run",
-                          f"{dep.install} (or the worldpager[{dep.extra}] extra)"))
+        why = found.why.removeprefix("which ")
+        rows.append(Check(dep.module, status, f"{why}: {dep.needed_by} cannot run", dep.fix))
     return rows
 
 

@@ -25,7 +25,8 @@ def _doctor(tmp_path, *args, env=None):
 def test_this_machine_is_ready_and_every_check_has_a_row(tmp_path):
     result, report, checks = _doctor(tmp_path, "--spill", str(tmp_path))
     assert result.returncode == 0 and report["ready"], result.stderr
-    assert {"python", "torch", "triton", "pyav", "host", "aiohttp", "ray", "transformers", f"drive {tmp_path}"} <= set(checks)
+    assert {"python", "torch", "triton", "pyav", "host", f"drive {tmp_path}"} <= set(checks)
+    assert {"aiohttp", "ray", "transformers"} <= set(checks)              # the modules commands import
     assert checks[f"drive {tmp_path}"]["status"] in ("ok", "warn")       # O_DIRECT, or buffered with a warning
     assert "GiB free" in checks[f"drive {tmp_path}"]["found"]
     assert not any("worldpager-probe" in p.name for p in tmp_path.iterdir())   # the probe file is gone
