@@ -4,9 +4,13 @@ Owns the checks, each a small function returning a ``Check`` (name, status ok / 
 found, and what to do when it is not ok): Python, the torch build (CUDA or CPU-only, its version, the
 devices it sees and their memory, bf16), Triton, PyAV with an H.264 encoder (a real encode of one
 frame), host memory and cores, and a drive for ``--spill`` (a real ``O_DIRECT`` write and read of a few
-MiB in the directory through ``engine.planner.probe``, and its free space). A check never raises: a
-failure is its row. ``missing`` rows are what ``generate`` cannot do without (torch, PyAV with H.264);
-``warn`` rows work with less (no CUDA: CPU; no O_DIRECT: buffered).
+MiB in the directory through ``engine.planner.probe``, and its free space; a directory not there yet
+that ``generate`` would create is probed where it would be, by generate's own rule), and the
+third-party modules commands import when they run (``engine.dependencies``: aiohttp for ``play``, Ray
+for ``batch --ray``, transformers for the LingBot models), each with its pip line. A check never
+raises: a failure is its row. ``missing`` rows are what the core install's commands cannot do without
+(torch, PyAV with H.264, aiohttp); ``warn`` rows work with less (no CUDA: CPU; no O_DIRECT: buffered; no
+Ray or transformers: only what needs them is unavailable).
 """
 from __future__ import annotations
 
@@ -96,28 +100,48 @@ def check_host() -> Check:
 
 
 def check_drive(directory: Path) -> Check:
-    """A real O_DIRECT write and read of ``PROBE_BYTES`` in ``directory`` (removed after)."""
+    """A real O_DIRECT write and read of ``PROBE_BYTES`` in ``directory`` (removed after); a directory that
+    is not there yet is fine where ``generate`` would create it (``spill_home``), and probed where it would be."""
     from engine.errors import WorldPagerError
     from engine.planner.probe import probe_drive
+    from engine.session.preflight import spill_home
 
     name = f"drive {directory}"
-    if not directory.is_dir():
-        return Check(name, "missing", "not a directory", "give --spill an existing directory on the drive to use")
     try:
-        probe = probe_drive(directory, PROBE_BYTES)
+        home = spill_home(directory)   # generate's own rule: a directory, or one it can create
+        probe = probe_drive(home, PROBE_BYTES)
     except (WorldPagerError, OSError) as exc:
         return Check(name, "missing", f"cannot write and read there: {exc}",
-                     "choose a writable directory on a local drive")
+                     "give --spill a writable directory on a local drive (or a new one under such a directory)")
+    created = "" if home == directory else f"not there yet: generate creates it (probed in {home}); "
     rates = f"write {probe.write_Bps / 1e9:.2f} GB/s, read {probe.read_Bps / 1e9:.2f} GB/s ({probe.nbytes // MiB} MiB)"
     free = f"{probe.free_bytes / GiB:.1f} GiB free"
     if not probe.direct:
-        return Check(name, "warn", f"no O_DIRECT (buffered I/O), {rates}, {free}",
+        return Check(name, "warn", f"{created}no O_DIRECT (buffered I/O), {rates}, {free}",
                      "the disk tier works buffered here; its reads may be served from the page cache")
-    return Check(name, "ok", f"O_DIRECT, {rates}, {free}")
+    return Check(name, "ok", f"{created}O_DIRECT, {rates}, {free}")
+
+
+def check_dependencies() -> list[Check]:
+    """A row per module a command imports when it runs (``engine.dependencies``): one the core install
+    brings is ``missing`` when it does not import (a command of the install is broken), an extra's is a
+    ``warn`` (only what needs it is unavailable)."""
+    from engine.dependencies import DEPENDENCIES, check
+
+    rows = []
+    for dep in DEPENDENCIES:
+        found = check(dep)
+        if found.version is not None:
+            rows.append(Check(dep.module, "ok", f"{found.version} (for {dep.needed_by})"))
+            continue
+        status = "missing" if dep.core else "warn"
+        why = found.why.removeprefix("which ")
+        rows.append(Check(dep.module, status, f"{why}: {dep.needed_by} cannot run", dep.fix))
+    return rows
 
 
 def run_checks(spill: Path | None) -> list[Check]:
-    rows = [check_python(), *check_torch(), check_triton(), check_video(), check_host()]
+    rows = [check_python(), *check_torch(), check_triton(), check_video(), check_host(), *check_dependencies()]
     rows.append(check_drive(Path(spill) if spill is not None else Path.cwd()))
     return rows
 

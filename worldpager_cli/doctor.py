@@ -1,6 +1,7 @@
 """``worldpager doctor``: what this machine offers WorldPager — the torch build and its devices, Triton,
-PyAV with H.264, memory and cores, and a drive for ``--spill`` (a real O_DIRECT probe) — as a table and
-one JSON line last. Exit 0 when ``generate`` can run here, 1 when something it needs is missing.
+PyAV with H.264, memory and cores, a drive for ``--spill`` (a real O_DIRECT probe) and the third-party
+modules each command imports (with the pip line of any that is missing) — as a table and one JSON line
+last. Exit 0 when the core install's commands can run here, 1 when something they need is missing.
 """
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from worldpager_cli.errors import EXIT_BAD_INPUT
 
 @click.command()
 @click.option("--spill", type=click.Path(path_type=Path), help="The directory to probe for the disk tier "
-              "(a 16 MiB O_DIRECT write and read, removed after). Default: the current directory.")
+              "(a 16 MiB O_DIRECT write and read, removed after; one not there yet is probed where generate "
+              "would create it). Default: the current directory.")
 @json_result
 def doctor(spill) -> None:
-    """Check this machine: torch build, CUDA devices, Triton, PyAV/x264, memory, and a spill drive."""
+    """Check this machine: torch build, CUDA devices, Triton, PyAV/x264, memory, a spill drive, and the
+    modules commands import (aiohttp for play, Ray for batch --ray, transformers for LingBot)."""
     from engine.doctor import run_checks
 
     rows = run_checks(spill)

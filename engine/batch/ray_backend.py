@@ -13,8 +13,9 @@ used as it is), placing the actors and streaming their work back:
 * an actor that dies (its node lost, its process killed) is reported ``lost``: the driver resumes its
   job on another actor from the job's save points.
 
-Ray is an optional extra (``pip install 'worldpager[ray]'``); without it, or when the cluster cannot
-be reached, ``connect`` raises one ``ConfigError`` line and nothing has started.
+Ray is an optional extra (``pip install 'worldpager[ray]'``); without it (``engine.dependencies``: the
+line names the pip command), or when the cluster cannot be reached, ``connect`` raises one
+``ConfigError`` line and nothing has started.
 """
 from __future__ import annotations
 
@@ -24,18 +25,14 @@ from dataclasses import dataclass
 
 from engine.batch.driver import Event, PooledBackend
 from engine.batch.worker import JobRun, Worker
+from engine.dependencies import require
 from engine.errors import ConfigError
 
 POLL_S = 0.2
-INSTALL = "pip install 'worldpager[ray]'"
 
 
 def import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(f"--ray needs Ray, which is not installed: {INSTALL}") from None
-    return ray
+    return require("ray")
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:

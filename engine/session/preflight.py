@@ -10,7 +10,7 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
 * ``check_spill_drive(cfg, block_bytes)`` — the ``--spill`` directory (of a store mode that uses it)
   is a directory, or can be created under an existing one, can be written (a probe file made and
   removed, with O_DIRECT where the file system takes it: a read-only mount is refused whoever runs
-  it), and its drive has room for one stored chunk and the index's reserve. A file system that reports no size at all (ramfs: 0 blocks) has free space
+  it; ``spill_home``, which ``worldpager doctor --spill`` asks too), and its drive has room for one stored chunk and the index's reserve. A file system that reports no size at all (ramfs: 0 blocks) has free space
   unknown, not 0: it is not refused for it (``usable_free_bytes``). The room the directory's own tier
   already holds counts as free (``engine.memory.room.tier_room``: a fresh run truncates its block file,
   a resumed one writes into the file's allocated room past its blocks), so a small drive the tier filled
@@ -124,6 +124,21 @@ def check_spill_drive(cfg: SessionConfig, block_bytes: int, reopening: bool = Fa
     if spill is None or cfg.memory.store not in TIERED_STORES or cfg.memory.store == "dram-only":
         return
     spill = Path(spill)
+    existing = spill_home(spill)
+    free = usable_free_bytes(probe.statvfs(existing, "--spill", SPILL_FIX))
+    need = block_bytes + SPILL_RESERVE_BYTES
+    if free is not None and free < need:
+        room = tier_room(spill, resume=reopening, fix=SPILL_FIX) if existing == spill else 0
+        if free + room < need:
+            held = f" (and {room / MiB:.1f} MiB inside its blocks file)" if room else ""
+            raise OutputError(f"--spill {spill}: its drive has {free / MiB:.1f} MiB free{held}; one stored chunk "
+                              f"and the index need {need / MiB:.1f} MiB; free space or choose another --spill")
+
+
+def spill_home(spill: Path) -> Path:
+    """The directory ``--spill`` is, or the existing one it will be created under (the disk tier makes
+    the missing levels); refuses a file in the way or a directory that cannot be written. Creates nothing.
+    ``worldpager doctor --spill`` asks the same question through here."""
     if probe.exists(spill, "--spill", SPILL_FIX) and not probe.is_dir(spill, "--spill", SPILL_FIX):
         raise OutputError(f"--spill {spill} is a file, not a directory; give a directory (it is created if missing)")
     if probe.is_dir(spill, "--spill", SPILL_FIX):
@@ -134,14 +149,7 @@ def check_spill_drive(cfg: SessionConfig, block_bytes: int, reopening: bool = Fa
     if not probe.is_dir(existing, "--spill", SPILL_FIX):
         raise OutputError(f"--spill {spill}: {existing} is a file, so the directory cannot be created")
     _probe_writable(spill, existing)
-    free = usable_free_bytes(probe.statvfs(existing, "--spill", SPILL_FIX))
-    need = block_bytes + SPILL_RESERVE_BYTES
-    if free is not None and free < need:
-        room = tier_room(spill, resume=reopening, fix=SPILL_FIX) if existing == spill else 0
-        if free + room < need:
-            held = f" (and {room / MiB:.1f} MiB inside its blocks file)" if room else ""
-            raise OutputError(f"--spill {spill}: its drive has {free / MiB:.1f} MiB free{held}; one stored chunk "
-                              f"and the index need {need / MiB:.1f} MiB; free space or choose another --spill")
+    return existing
 
 
 def spill_block_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> int:

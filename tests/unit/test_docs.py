@@ -279,3 +279,15 @@ def test_the_front_page_gives_the_test_command_ci_runs():
     blocks = [text for _, text in shell_blocks(ROOT / "README.md")]
     assert any(command in block.splitlines() for block in blocks), \
         f"README.md has no shell block with .ci/run's test command: {command}"
+
+
+def test_ci_runs_the_front_pages_run_command_in_a_fresh_venv():
+    """What a new user runs: a fresh venv with the pinned CPU torch inside it, then the Run command."""
+    text = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    run = text.index("# The README's run command")
+    assert '"$repo/scripts/install.sh" && worldpager generate' in text[run:text.index("# The README's test command")]
+    blocks = [text for _, text in shell_blocks(ROOT / "README.md")]
+    assert any(line.split("#")[0].strip() == "scripts/install.sh && worldpager generate"
+               for block in blocks for line in block.splitlines())
+    order = [text.index(step) for step in ("python3 -m venv", "/venv/bin/activate", "install --quiet torch==2.13.0")]
+    assert order == sorted(order) and order[-1] < run

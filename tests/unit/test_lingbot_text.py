@@ -117,7 +117,7 @@ def test_a_bad_encoder_file_is_one_line_naming_the_key(edit, needle):
 
 def test_without_transformers_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)      # what an absent package looks like to import
-    with pytest.raises(ConfigError, match=r"pip install 'worldpager\[lingbot\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'transformers>=4.40' \(or the worldpager\[lingbot\] extra\)"):
         require_transformers()
 
 

@@ -13,7 +13,7 @@ before attention and feed-forward, a tanh-GELU gated feed-forward (``gate.0`` = 
 GELU, ``fc1`` = ``wi_1``, ``fc2`` = ``wo``), a final RMS norm, and padded keys masked out.
 
 ``transformers`` is imported when a text encoder is built, not when this module is; without it the
-error is one line naming ``pip install 'worldpager[lingbot]'``.
+error is one line naming the pip command (``engine.dependencies``).
 
 Cleaning: the official code runs ``ftfy.fix_text`` (mojibake repair), unescapes HTML entities twice and
 collapses white space. ``ftfy`` is not a dependency here: the prompt is NFC-normalised (what ``ftfy``
@@ -30,24 +30,19 @@ from typing import Mapping
 
 import torch
 
-from engine.errors import CheckpointError, ConfigError
+from engine.dependencies import require
+from engine.errors import CheckpointError
 
 WAN_T5_FILE = "models_t5_umt5-xxl-enc-bf16.pth"
 TOKENIZER_DIR = "google/umt5-xxl"
 TEXT_LEN = 512                 # the official ``text_len``: tokens after padding / truncation
 MAX_DISTANCE = 128             # Wan's ``T5RelativeEmbedding`` max_dist
 LAYER_NORM_EPS = 1e-6          # Wan's ``T5LayerNorm`` eps
-INSTALL_HINT = "pip install 'worldpager[lingbot]'"
 
 
 def require_transformers():
     """The ``transformers`` module, or a one-line error naming the install command."""
-    try:
-        import transformers
-    except ImportError:
-        raise ConfigError(f"LingBot-World-Fast's text encoder needs the transformers package: "
-                          f"{INSTALL_HINT}") from None
-    return transformers
+    return require("transformers")
 
 
 def clean_prompt(text: str) -> str:
