@@ -25,6 +25,7 @@ import click
 
 from engine.cpu_threads import apply_cpu_threads
 
+from engine.dependencies import BY_MODULE
 from engine.errors import ConfigError, InputError
 from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import LENGTH_KEYS, chunks_for_length, session_options, session_overlay
@@ -75,7 +76,7 @@ def play(host, port, open_browser, parent, overwrite, quiet, as_json, **opts) ->
 
 
 WEB_SERVER = "aiohttp"
-WEB_SERVER_INSTALL = "pip install aiohttp"
+WEB_SERVER_INSTALL = BY_MODULE[WEB_SERVER].fix   # the one pip line of engine.dependencies
 
 
 def need_web_server(command: str) -> None:

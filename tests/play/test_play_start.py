@@ -32,7 +32,8 @@ def test_without_aiohttp_play_is_one_line_naming_the_install(tmp_path, args, com
     result = _without_aiohttp(tmp_path, *args)
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == [f"worldpager: error: {command} needs its web server (aiohttp is not "
-                                          "installed): pip install aiohttp"], result.stderr
+                                          "installed): pip install 'aiohttp>=3.9' (or the "
+                                          "worldpager[play] extra)"], result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
