@@ -121,6 +121,10 @@ def _yaml_rows(path: Path, text: str) -> list[tuple[int, dict]]:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         raise InputError(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid YAML (nested too deeply)") from None
+    except (ValueError, OverflowError) as exc:   # a value the YAML resolver matched, e.g. 2001-13-45
+        raise InputError(f"{path}: not valid YAML (an invalid value: {str(exc)[:80]})") from None
     if isinstance(data, dict) and "jobs" in data:
         node = next(v for k, v in node.value if k.value == "jobs")
         data = data["jobs"]

@@ -198,3 +198,9 @@ def test_damaged_job_line(tmp_path, line, needle):
     jobs.write_bytes(b'{"model": "micro", "chunks": 1}\n' + line + b"\n")
     refused(tmp_path, "batch", jobs, "--out-dir", tmp_path / "out", needles=("jobs.jsonl", needle))
     assert not (tmp_path / "out" / "batch-manifest.json").exists()
+
+
+def test_deeply_nested_yaml_job_list(tmp_path):
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("- " + "[" * 3000 + "\n")
+    refused(tmp_path, "batch", jobs, "--out-dir", tmp_path / "out", needles=("jobs.yaml", "nested too deeply"))
