@@ -15,6 +15,11 @@ is refused with one line. The batch removes the file when it ends (while it stil
 that opened it just before locks the new one instead, ``engine.file_lock.try_lock_at``); a killed batch
 leaves it, unlocked. A job found ``running`` when the lock is free was cut short by a killed batch: it
 counts as interrupted.
+
+The manifest is read through the input gate and the bounded JSON reader (``engine.input_files``,
+``engine.bounded_json``): a FIFO, a directory or a device at its name is refused before the lock is taken
+(never waited on, so Ctrl-C is never stuck behind it); a damaged one (too deep, not UTF-8, not JSON, a
+field of the wrong kind) is one line, and the lock is given back.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests_support import TINY, WORLDPAGER
+from tests_support import TINY, WORLDPAGER, hang_guard
 
 WAIT_S = 300.0   # far above a refusal's time on a loaded machine; only a hang reaches it
 
@@ -204,3 +204,22 @@ def test_deeply_nested_yaml_job_list(tmp_path):
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text("- " + "[" * 3000 + "\n")
     refused(tmp_path, "batch", jobs, "--out-dir", tmp_path / "out", needles=("jobs.yaml", "nested too deeply"))
+
+
+def test_fifo_log_for_plan_timing(tmp_path):
+    fifo = tmp_path / "s.log.jsonl"
+    os.mkfifo(fifo)
+    refused(tmp_path, "plan", "--timing-from", fifo, needles=("s.log.jsonl", "named pipe (FIFO)"))
+
+
+def test_fifo_spill_index_is_one_line_not_a_wait(tmp_path):
+    from engine.memory.disk import INDEX_NAME, index_document
+    from engine.memory.room import tier_room
+    from engine.memory.types import SpillIndexError
+
+    (tmp_path / "blocks.dat").write_bytes(b"\0" * 4096)
+    os.mkfifo(tmp_path / INDEX_NAME)
+    with hang_guard(WAIT_S, doing="reading a FIFO index"):
+        with pytest.raises(SpillIndexError, match="named pipe"):
+            index_document(tmp_path / INDEX_NAME)
+        assert tier_room(tmp_path, resume=True) == 0   # an index that cannot be read holds no room
