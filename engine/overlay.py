@@ -4,7 +4,9 @@ Owns the merge rule (defaults < preset < flags), the strictness (an unknown key 
 type is a ``ConfigError`` naming the dotted key, and the preset file when the value came from one), the
 preset search path, and the JSON form of a resolved config that is written beside every output. A
 preset that is not UTF-8 text, not YAML, or holds a value YAML cannot build (a date like 2001-13-45,
-nesting too deep) is a one-line ``ConfigError`` naming the file.
+nesting too deep) is a one-line ``ConfigError`` naming the file; a preset path that is not a regular file
+(a FIFO, a directory, a file under /proc) or larger than ``MAX_PRESET_BYTES`` is an ``InputError``
+(``engine.input_files``), refused before it is opened.
 """
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ import yaml
 
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
+from engine.input_files import check_input_file, read_input_bytes, shown
 from engine.output_files import open_output, write_failure
 from engine.resources import data_dirs
 
 # Presets ship in the package (engine/presets in a wheel) and live in the checkout's top-level presets/.
 PRESET_DIRS = data_dirs("presets")
+MAX_PRESET_BYTES = 1 << 20   # a preset is a sparse overlay of a few dozen keys
 
 
 def replace_strict(obj: Any, overlay: Mapping[str, Any], where: str = "") -> Any:
@@ -151,20 +155,20 @@ def preset_path(name_or_path: str | Path) -> Path:
         if not found:
             raise ConfigError(f"unknown preset {str(name_or_path)!r} (choose from {', '.join(preset_names())})")
         path = found[0]
-    if not path.is_file():
-        raise ConfigError(f"preset file not found: {path}")
+    if not os.path.lexists(path):
+        raise ConfigError(f"preset file not found: {shown(path)}")
+    check_input_file(path, "preset", fix="name a preset or a YAML file")   # a FIFO: refused, not waited on
     return path
 
 
 def load_preset(name_or_path: str | Path) -> dict:
     """The overlay mapping of a preset given by name (``presets/NAME.yaml``) or by file path."""
     path = preset_path(name_or_path)
+    data = read_input_bytes(path, "preset", MAX_PRESET_BYTES, fix="name a preset or a YAML file")
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot parse preset {path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read preset {path}: {exc.strerror or exc}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

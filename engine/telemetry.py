@@ -11,9 +11,11 @@ loses at most the summary.
 
 ``LogFollower`` reads a log as it grows and says why it stopped: the summary arrived, the end of the
 file (not following), no new byte for the idle timeout, or the writer's process is gone (no summary
-will ever come). A file that is missing, a directory or not a log, and a damaged line (named by its
-number: not UTF-8, not JSON, nested too deeply, a string that is not Unicode, or a field the readers
-use with the wrong type — ``check_record``), are one-line ``InputError``s.
+will ever come). A file that is missing, not a regular file (a FIFO, socket, device, directory or a file
+under /proc: refused by ``engine.input_files`` before it is opened, never waited on) or not a log, and a
+damaged line (named by its number: not UTF-8, not JSON, longer than ``MAX_LINE_BYTES``, nested deeper than
+the bounded JSON reader allows, a string that is not Unicode, or a field the readers use with the wrong
+type — ``check_record``), are one-line ``InputError``s.
 
 Fields of a chunk record: chunk, frames, frames_total, wall_ms, compute_ms, decode_ms, stall_ms,
 rss_bytes (process RSS from psutil), device_bytes (allocated device memory, 0 on CPU), plus whatever
@@ -32,10 +34,14 @@ from typing import Any, Iterator
 
 import psutil
 
+from engine.bounded_json import JsonInputError, parse_json
 from engine.errors import InputError, OutputError
+from engine.input_files import open_input, shown
 from engine.output_files import open_output, write_failure
 
 SCHEMA_VERSION = 1
+MAX_LINE_BYTES = 16 << 20   # a header with its config is a few KiB; a longer line is no record of ours
+LOG_FIX = "give the .log.jsonl file beside the MP4"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -276,15 +282,40 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def line_problem(line: bytes) -> tuple[Any, str | None]:
+    """``(value, None)`` for one whole log line read through the bounded JSON reader, or ``(None, why)``:
+    not text, not valid JSON, too long or nested too deeply."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not text"
+    try:
+        return parse_json(line, "the line", MAX_LINE_BYTES + 2), None
+    except JsonInputError as exc:
+        why = str(exc).removeprefix("the line ").removeprefix("is ")
+        return None, f"not valid JSON ({why[len('not JSON: '):]})" if why.startswith("not JSON: ") else why
+
+
 def read_log(path: Path) -> list[dict[str, Any]]:
     """All complete records of a log: a trailing partial line (cut mid-line) is ignored, and the NUL
-    bytes of a log truncated while written are skipped; a damaged whole line is a ``ValueError``."""
+    bytes of a log truncated while written are skipped; a damaged whole line is a ``ValueError``. A path
+    that is no regular file (a FIFO, a directory, a file under /proc) is an ``InputError``, never a wait."""
     records = []
-    with open(path, "rb") as f:
-        for line in f:
+    with open_input(path, "log", fix=LOG_FIX) as f:
+        number = 0
+        while line := f.readline(MAX_LINE_BYTES + 2):
+            number += 1
             line = line.lstrip(b"\0")
-            if line.endswith(b"\n") and line.strip():
-                records.append(json.loads(line))
+            if not (line.endswith(b"\n") and line.strip()):
+                if len(line) > MAX_LINE_BYTES:
+                    raise ValueError(f"{shown(path)} line {number} is longer than {MAX_LINE_BYTES:,} bytes")
+                continue
+            record, problem = line_problem(line)
+            if problem is None and not isinstance(record, dict):
+                problem = "not a session log record (no \"type\")"
+            if problem is not None:
+                raise ValueError(f"{shown(path)} line {number} is damaged: {problem}")
+            records.append(record)
     return records
 
 
@@ -307,13 +338,16 @@ class LogFollower:
 
     def records(self, follow: bool = True, poll_s: float = 0.2,
                 idle_timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
-        with open(self.path, "rb") as f:
+        with open_input(self.path, "log", fix=LOG_FIX) as f:
             pending, idle, last_look = b"", 0.0, False
             while True:
-                data = f.readline()
+                data = f.readline(MAX_LINE_BYTES + 2)
                 if data:
                     pending, idle, last_look = pending + data, 0.0, False
                     if not pending.endswith(b"\n"):
+                        if len(pending.lstrip(b"\0")) > MAX_LINE_BYTES:
+                            raise InputError(f"{shown(self.path)} line {self.lines + 1} is damaged: longer than "
+                                             f"{MAX_LINE_BYTES:,} bytes")
                         continue
                     # NUL bytes: a log truncated while its writer went on (a hole up to the writer's offset)
                     line, pending = pending.lstrip(b"\0"), b""
@@ -360,15 +394,12 @@ class LogFollower:
 
     def _parse(self, line: bytes) -> dict[str, Any]:
         self.lines += 1
-        where = f"{self.path} line {self.lines}"
-        try:
-            record = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise InputError(f"{where} is not text: not a session log (give the .log.jsonl beside the MP4)") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where} is damaged: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        except RecursionError:
-            raise InputError(f"{where} is damaged: JSON nested too deeply") from None
+        where = f"{shown(self.path)} line {self.lines}"
+        record, problem = line_problem(line)
+        if problem == "not text":
+            raise InputError(f"{where} is not text: not a session log (give the .log.jsonl beside the MP4)")
+        if problem is not None:
+            raise InputError(f"{where} is damaged: {problem}")
         if not isinstance(record, dict) or not isinstance(record.get("type"), str):
             raise InputError(f"{where} is not a session log record (no \"type\")")
         problem = check_record(record)
@@ -439,15 +470,14 @@ def _first_byte(f) -> bytes:
 
 def _check_log_file(path: Path) -> None:
     """A one-line InputError unless ``path`` is a regular file that starts like a session log."""
-    if not path.exists():
-        raise InputError(f"log not found: {path} (a session writes NAME.log.jsonl beside its MP4 when it starts)")
-    if path.is_dir():
-        raise InputError(f"{path} is a directory, not a session log (give the .log.jsonl file)")
-    try:
-        with open(path, "rb") as f:
+    if not os.path.lexists(path):
+        raise InputError(f"log not found: {shown(path)} (a session writes NAME.log.jsonl beside its MP4 when it "
+                         "starts)")
+    with open_input(path, "log", fix=LOG_FIX) as f:
+        try:
             first = _first_byte(f)
-    except OSError as exc:
-        raise InputError(f"cannot read log {path}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise InputError(f"cannot read log {shown(path)}: {exc.strerror or exc}") from None
     if first not in (b"", b"{"):
         raise InputError(f"{path} is not a session log: line 1 is not a JSON record "
                          "(give the .log.jsonl beside the MP4)")

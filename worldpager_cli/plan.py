@@ -8,7 +8,6 @@ table, then one JSON line last.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -134,11 +133,15 @@ def _stall_text(p: planner.Plan) -> str:
 
 def log_baseline(path: Path) -> int:
     """The process baseline a session's store measured (``host_baseline_bytes`` in its log header)."""
+    from engine.input_files import open_input
+    from engine.telemetry import MAX_LINE_BYTES, line_problem
     try:
-        with open(path, encoding="utf-8") as f:
-            header = json.loads(f.readline() or "{}")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"--baseline-from {path}: not a readable session log ({exc})") from None
+        with open_input(path, "--baseline-from") as f:   # a FIFO or /proc file: refused, not waited on
+            header, problem = line_problem(f.readline(MAX_LINE_BYTES + 2) or b"{}")
+    except OSError as exc:
+        raise ConfigError(f"--baseline-from {path}: not a readable session log ({exc.strerror or exc})") from None
+    if problem is not None:
+        raise ConfigError(f"--baseline-from {path}: not a readable session log (line 1 is {problem})")
     value = header.get("host_baseline_bytes") if isinstance(header, dict) and header.get("type") == "header" else None
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigError(f"--baseline-from {path}: its header has no host_baseline_bytes "

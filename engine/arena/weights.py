@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -18,7 +19,9 @@ from safetensors.torch import load_file, save_file
 
 from engine.arena.config import ArenaModelConfig
 from engine.arena.model import ArenaDiT
-from engine.errors import CheckpointError
+from engine.bounded_json import OBJECT, expect_kind, parse_json
+from engine.errors import CheckpointError, InputError
+from engine.input_files import check_input_file
 
 
 def packaged_weights_path() -> Path:
@@ -28,7 +31,11 @@ def packaged_weights_path() -> Path:
 def config_of(path: Path) -> ArenaModelConfig:
     """The model config stored in a weights file's metadata."""
     meta = read_metadata(path)
-    raw = json.loads(meta.get("config", "{}"))
+    try:
+        raw = expect_kind(parse_json(meta.get("config", "{}"), f"{path}: its arena config", 1 << 20),
+                          f"{path}: its arena config", OBJECT)
+    except InputError as exc:
+        raise CheckpointError(str(exc)) from None
     if "steps" in raw:
         raw["steps"] = tuple(raw["steps"])
     try:
@@ -49,9 +56,13 @@ def read_metadata(path: Path) -> dict:
 
 
 def _check_exists(path: Path) -> None:
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CheckpointError(f"arena weights file {path} does not exist "
                               "(reinstall the package, or pass --arena-weights FILE)")
+    try:   # a FIFO or a directory: refused before safetensors opens it
+        check_input_file(path, "arena weights file", fix="pass --arena-weights FILE (a .safetensors file)")
+    except InputError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def load_state_dict(path: Path, cfg: ArenaModelConfig) -> dict[str, torch.Tensor]:
@@ -100,6 +111,7 @@ def load_model(path: Path | None = None, device="cpu", dtype=torch.float32) -> A
 
 def export_checkpoint(ckpt: Path, out: Path, extra_meta: dict | None = None) -> dict:
     """Write a training checkpoint's model as fp16 safetensors with config and figures in metadata."""
+    _check_exists(Path(ckpt))
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     cfg = ArenaModelConfig(**{**state["config"], "steps": tuple(state["config"]["steps"])})
     meta = {"config": json.dumps(dataclasses.asdict(cfg)), "train_steps": str(state["step"]),

@@ -4,7 +4,8 @@ Owns the job-list formats and the options a job may set — the ``generate`` fla
 CLI without the dashes (``host-mem`` and ``host_mem`` both work), plus ``name`` — and their types.
 Every problem is a one-line ``InputError`` naming the file and the line (a malformed line, an option
 that does not exist or has a value of the wrong type, a duplicate name); nothing here touches an
-output. Relative input paths are taken from the current directory, as ``generate`` takes them.
+output. The list is read through the input gate (``engine.input_files``: a FIFO, a directory or a file
+under /proc is refused before it is opened) and each JSONL line through the bounded JSON reader. Relative input paths are taken from the current directory, as ``generate`` takes them.
 
 * JSONL (``.jsonl``, ``.ndjson``, ``.json``): one JSON object a line; blank lines and ``#`` lines skipped.
 * CSV (``.csv``): a header row of option names, then one job a row; an empty cell is not given.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import csv
 import glob
 import io
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,12 +27,15 @@ from typing import Any, Callable
 
 import yaml
 
+from engine.bounded_json import JsonInputError, parse_json
 from engine.errors import InputError
+from engine.input_files import check_input_file, read_input_bytes
 from engine.options import job_parsers
 
 
 PATH_OPTIONS = ("image", "trajectory", "out", "log", "checkpoint", "arena_weights", "spill", "preset", "observe",
                 "observe_poses")
+MAX_JOB_LIST_BYTES = 64 << 20   # a few hundred bytes a job
 OPTION_TYPES: dict[str, Callable[[Any], Any]] = job_parsers()   # the generate flags' table, less --device
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -75,10 +78,13 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[int, dict]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        try:   # bounded: a line nested thousands deep is one line of error, not a RecursionError
+            row = parse_json(line, "the line", MAX_JOB_LIST_BYTES)
+        except JsonInputError as exc:
+            why = str(exc).removeprefix("the line ").removeprefix("is ")
+            syntax = re.fullmatch(r"not JSON: (.*) at line \d+ (column \d+)", why)
+            why = f"not valid JSON ({syntax[1]} at {syntax[2]})" if syntax else why
+            raise InputError(f"{path} line {number}: {why}") from None
         if not isinstance(row, dict):
             raise InputError(f"{path} line {number}: a job is a JSON object of options, got {type(row).__name__}")
         rows.append((number, row))
@@ -115,6 +121,10 @@ def _yaml_rows(path: Path, text: str) -> list[tuple[int, dict]]:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         raise InputError(f"{path}{line}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid YAML (nested too deeply)") from None
+    except (ValueError, OverflowError) as exc:   # a value the YAML resolver matched, e.g. 2001-13-45
+        raise InputError(f"{path}: not valid YAML (an invalid value: {str(exc)[:80]})") from None
     if isinstance(data, dict) and "jobs" in data:
         node = next(v for k, v in node.value if k.value == "jobs")
         data = data["jobs"]
@@ -141,12 +151,11 @@ def read_job_list(path: Path) -> list[tuple[str, dict]]:
     if reader is None:
         raise InputError(f"job list {path}: unknown format {path.suffix or '(no suffix)'!r}; "
                          f"use {', '.join(sorted(READERS))}, or a quoted glob of trajectory files")
+    data = read_input_bytes(path, "job list", MAX_JOB_LIST_BYTES)   # the gate: a FIFO is refused, not waited on
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"job list {path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise InputError(f"cannot read job list {path}: {exc.strerror}") from None
     return [(f"{path} line {number}", row) for number, row in reader(path, text)]
 
 
@@ -165,10 +174,11 @@ def load_jobs(source: str, shared: dict[str, Any]) -> list[Job]:
     path = Path(source).expanduser()
     if path.is_file():
         rows = read_job_list(path)
-    elif GLOB_CHARS & set(source):
+    elif GLOB_CHARS & set(source) and not os.path.lexists(path):
         rows = _glob_jobs(source)
-    elif path.exists():
-        raise InputError(f"job list {path} is not a file")
+    elif os.path.lexists(path):   # a FIFO, a directory, a device: one line saying what it is
+        check_input_file(path, "job list", fix="give a job-list file or a quoted glob of trajectory files")
+        rows = read_job_list(path)
     else:
         raise InputError(f"job list not found: {path} (for many trajectories give a quoted glob, e.g. 'dir/*.yaml')")
     if not rows:

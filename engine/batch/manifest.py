@@ -15,6 +15,11 @@ is refused with one line. The batch removes the file when it ends (while it stil
 that opened it just before locks the new one instead, ``engine.file_lock.try_lock_at``); a killed batch
 leaves it, unlocked. A job found ``running`` when the lock is free was cut short by a killed batch: it
 counts as interrupted.
+
+The manifest is read through the input gate and the bounded JSON reader (``engine.input_files``,
+``engine.bounded_json``): a FIFO, a directory or a device at its name is refused before the lock is taken
+(never waited on, so Ctrl-C is never stuck behind it); a damaged one (too deep, not UTF-8, not JSON, a
+field of the wrong kind) is one line, and the lock is given back.
 """
 from __future__ import annotations
 
@@ -23,13 +28,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from engine.bounded_json import read_json_file
 from engine.durable import fsync_directory
 from engine.batch.ownership import made_problem
 from engine.file_lock import release_and_remove, try_lock_at
 from engine.errors import InputError, OutputError
+from engine.input_files import check_input_file, shown
 
 MANIFEST_NAME, LOCK_NAME = "batch-manifest.json", "batch.lock"
 STATUSES = ("pending", "running", "done", "failed", "interrupted")
+MAX_MANIFEST_BYTES = 256 << 20   # ~1 KiB an entry: far more jobs than a batch runs
+_AFRESH = "move it away to start the batch afresh"
 
 
 # An entry's fields and what each may hold (a number field: int or float, never a bool).
@@ -81,12 +90,18 @@ class Manifest:
             raise OutputError(f"cannot create the output directory {self.dir}: {exc.strerror}") from None
         if not os.access(self.dir, os.W_OK | os.X_OK):
             raise OutputError(f"output directory {self.dir} is not writable")
+        if os.path.lexists(self.path):   # a FIFO or directory there is refused before the lock is taken
+            check_input_file(self.path, "batch manifest", fix=_AFRESH)
         fd = try_lock_at(self.dir / LOCK_NAME, 0o644)
         if fd is None:
             raise OutputError(f"another batch is running in {self.dir} (lock {self.dir / LOCK_NAME} is held); "
                               "wait for it or choose another --out-dir")
         self._lock_fd = fd
-        self.jobs = self._read()
+        try:
+            self.jobs = self._read()
+        except BaseException:   # a damaged manifest (or Ctrl-C while reading it): the directory is given back
+            self.close()
+            raise
         return self
 
     def close(self) -> None:
@@ -102,16 +117,14 @@ class Manifest:
         self.close()
 
     def _read(self) -> dict[str, dict[str, Any]]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not os.path.lexists(self.path):
             return {}
-        except (OSError, ValueError, RecursionError) as exc:
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise InputError(f"batch manifest {self.path} is damaged ({reason}); move it away to start the "
-                             "batch afresh") from None
+        try:
+            data = read_json_file(self.path, "batch manifest", MAX_MANIFEST_BYTES)
+        except InputError as exc:
+            raise InputError(f"{exc}; {_AFRESH}") from None
         if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
-            raise InputError(f"{self.path} is not a batch manifest; move it away or choose another --out-dir")
+            raise InputError(f"{shown(self.path)} is not a batch manifest; move it away or choose another --out-dir")
         jobs = {}
         for name, entry in data["jobs"].items():
             problem = entry_problem(entry)

@@ -40,12 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.bounded_json import read_json_file
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
+from engine.input_files import open_input, shown
 from engine.session.preflight import TIERED_STORES
 from engine.telemetry import read_log
 
 FILE_KEYS = ("out", "log", "config", "save", "spill")
+MAX_CONFIG_BYTES = 16 << 20   # a resolved config is a few KiB
 MAX_RUNS = 64   # a job resumed more often than this keeps its newest runs (its header's is the first)
 
 
@@ -240,9 +243,9 @@ def _cut_short_problem(cfg, made: Made, there: dict[str, Path], records, origin)
 def _same_config(path: Path, cfg: SessionConfig, header: dict | None) -> bool:
     from engine.overlay import config_to_json
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+    try:   # gated and bounded: a FIFO or a damaged file there is not this job's config
+        data = read_json_file(path, "config", MAX_CONFIG_BYTES)
+    except InputError:
         return False
     expected = header.get("config") if header is not None else json.loads(json.dumps(config_to_json(cfg)))
     return data == expected
@@ -258,9 +261,14 @@ def _video_problem(cfg: SessionConfig, records: list[dict]) -> str | None:
     header = mp4_header(EncoderSettings(width + width % 2, height + height % 2, spec.grid.fps, 18,
                                         spec.encoder_preset))[0]
     try:
-        with open(cfg.out, "rb") as f:
+        with open_input(cfg.out, "video") as f:
             if f.read(len(header)) != header:
                 return "is not a video this job's writer made (another size, frame rate or encoder)"
+    except InputError as exc:   # a FIFO or a directory there: refused, never waited on
+        return f"cannot be read ({str(exc).removeprefix(f'video {shown(cfg.out)} ').split(';')[0]})"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    try:
         frames, _ = cut_points(Path(cfg.out))
     except OSError as exc:
         return f"cannot be read ({exc.strerror or exc})"

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import InputError
+from engine.input_files import check_input_file, open_input, shown
 
 PathLike = Union[str, os.PathLike]
 
@@ -102,9 +103,9 @@ def fits_ffmpeg(width: int, height: int) -> bool:
 def declared_size(path: Path) -> tuple[int, int] | None:
     """Width and height a PNG or JPEG file declares in its header (read without decoding), or None."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "start image") as f:
             head = f.read(1 << 16)
-    except OSError:
+    except (OSError, InputError):
         return None
     if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
         return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
@@ -120,11 +121,10 @@ def declared_size(path: Path) -> tuple[int, int] | None:
 
 
 def _check_readable(path: Path) -> None:
-    if not path.exists():
-        raise InputError(f"start image not found: {path}")
-    if path.is_dir():
-        raise InputError(f"cannot read start image {path}: is a directory")
-    if path.stat().st_size == 0:
+    if not os.path.lexists(path):
+        raise InputError(f"start image not found: {shown(path)}")
+    # A FIFO, socket, device, directory or /proc file is refused here, before FFmpeg opens it (and waits).
+    if check_input_file(path, "start image", fix="name a PNG or JPEG file as --image").st_size == 0:
         raise InputError(f"cannot read start image {path}: empty file")
 
 

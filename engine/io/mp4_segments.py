@@ -27,6 +27,7 @@ import av
 import numpy as np
 
 from engine.errors import InputError
+from engine.input_files import check_input_file
 
 FRAGMENTED_MOVFLAGS = "frag_keyframe+empty_moov+default_base_moof"
 TRACK_ID = 1  # libavformat numbers its tracks from 1; checked against the header's trex
@@ -160,6 +161,7 @@ def read_groups(path: Path, frames: int) -> Iterator[list[Sample]]:
     """
     group: list[Sample] = []
     read = 0
+    check_input_file(path, "video")   # the gate: a FIFO is refused, never waited on
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
@@ -197,6 +199,7 @@ def cut_points(path: Path) -> tuple[int, set[int]]:
         InputError: the file cannot be opened as a video.
     """
     frames, keys = 0, set()
+    check_input_file(path, "video")   # the gate: a FIFO is refused, never waited on
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:

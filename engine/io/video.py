@@ -50,6 +50,7 @@ import torch
 from engine.cleanup import Cleanup
 from engine.durable import fsync_directory
 from engine.errors import ConfigError, InputError, OutputError
+from engine.input_files import check_input_file
 from engine.output_files import check_output_file, open_output, write_failure
 from engine.io.mp4_segments import (
     EncoderSettings, Sample, encode_segment, fragments, mp4_header, read_groups)
@@ -299,8 +300,9 @@ def count_frames(path: Union[str, os.PathLike]) -> int:
         InputError: the file is missing, has no video stream, or cannot be decoded.
     """
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise InputError(f"video not found: {path}")
+    check_input_file(path, "video")   # a FIFO or a directory: one line saying what it is, never a wait
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:

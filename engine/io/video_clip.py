@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from engine.errors import InputError
+from engine.input_files import check_input_file
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".mov", ".webm", ".avi", ".m4v")
 
@@ -42,6 +43,7 @@ def probe_clip(path: Path) -> ClipInfo:
     import av
 
     frames, size = 0, None
+    check_input_file(path, "--observe", fix="name a video file as --observe")   # a FIFO: refused, not waited on
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:

@@ -57,9 +57,11 @@ from typing import Callable
 import torch
 
 from engine import probe
+from engine.bounded_json import JsonInputError, parse_json
 from engine.durable import fsync_directory
 from engine.file_lock import release_lock, try_lock
-from engine.errors import ConfigError, OutputError
+from engine.errors import ConfigError, InputError, OutputError
+from engine.input_files import open_input, shown
 from engine.memory.types import ChunkId, CorruptBlockError, DiskFullError, SpillIndexError, SpillLockedError
 
 log = logging.getLogger("worldpager.memory")
@@ -554,24 +556,42 @@ class DiskTier:
 _ENTRY_INTS = ("offset", "length", "crc")
 
 
+MAX_INDEX_BYTES = 1 << 30   # ~100 bytes a chunk: millions of chunks
+
+
+def _index_bytes(path: Path, what: str, fix: str) -> bytes:
+    """The index file's bytes through the input gate: a FIFO, a directory or a file under /proc there is
+    refused (never waited on)."""
+    try:
+        with open_input(path, what) as f:
+            raw = f.read(MAX_INDEX_BYTES + 1)
+    except InputError as exc:
+        reason = str(exc).removeprefix(f"{what} {shown(path)} ").removeprefix("is ").split(";")[0]
+        raise SpillIndexError(path, f"unreadable ({reason})") from None
+    except OSError as exc:
+        raise probe.drive_error(path, exc, what, fix) from None
+    if len(raw) > MAX_INDEX_BYTES:
+        raise SpillIndexError(path, f"larger than {MAX_INDEX_BYTES:,} bytes: not an index")
+    return raw
+
+
+def _parse_index(path: Path, raw: bytes):
+    """The JSON value of the index's bytes (bounded: encoding, nesting depth); else one SpillIndexError."""
+    try:
+        return parse_json(raw, "it", MAX_INDEX_BYTES)
+    except JsonInputError as exc:
+        why = str(exc).removeprefix("it is ")
+        raise SpillIndexError(path, "it is not text" if why.startswith("not UTF-8") else
+                              f"not valid JSON ({why.removeprefix('not JSON: ')})") from None
+
+
 def index_document(path: Path, fix: str = SPILL_FIX, what: str = "spill index") -> dict:
     """The parsed ``index.json`` at ``path``, checked for its overall shape; ``SpillIndexError`` (one
     line naming the file) when it is missing, unreadable, not JSON or not an index; a drive that fails
     to read it is a ``DriveError`` ending with ``fix``."""
-    try:
-        doc = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise SpillIndexError(path, "missing") from None
-    except IsADirectoryError as exc:
-        raise SpillIndexError(path, f"unreadable ({exc.strerror})") from None
-    except OSError as exc:   # the drive, not the file: EIO, ENOMEM, EACCES…
-        raise probe.drive_error(path, exc, what, fix) from None
-    except UnicodeDecodeError:
-        raise SpillIndexError(path, "it is not text") from None
-    except ValueError as exc:
-        raise SpillIndexError(path, f"not valid JSON ({exc})") from None
-    except RecursionError:
-        raise SpillIndexError(path, "not valid JSON (nested too deeply)") from None
+    if probe.stat(path, what, fix) is None:   # the drive, not the file (EIO, ENOMEM, EACCES…): a DriveError
+        raise SpillIndexError(path, "missing")
+    doc = _parse_index(path, _index_bytes(path, what, fix))
     if not isinstance(doc, dict):
         raise SpillIndexError(path, f"not an index (a JSON {type(doc).__name__}, not an object)")
     for key in ("version", "slot_bytes", "format", "blocks"):

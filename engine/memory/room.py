@@ -16,12 +16,15 @@ imports torch) and only for the blocks' ends; ``resume`` reports a damaged index
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from engine import probe
+from engine.bounded_json import parse_json
+from engine.errors import InputError
+from engine.input_files import read_input_bytes
 
 DATA_NAME, INDEX_NAME = "blocks.dat", "index.json"   # as engine.memory.disk names them
+MAX_INDEX_BYTES = 1 << 30   # as engine.memory.disk bounds it
 
 
 def tier_room(directory: Path, resume: bool, what: str = "--spill", fix: str | None = None) -> int:
@@ -40,12 +43,12 @@ def _used_end(index: Path, what: str, fix: str | None) -> int:
     """The end of the last block ``index`` lists; the whole file when the index cannot be read (no room)."""
     if not probe.is_file(index, what, fix):
         return 1 << 62
-    with probe.probing(index, what, fix):
-        raw = index.read_bytes()
-    try:
-        blocks = json.loads(raw.decode("utf-8")).get("blocks")
+    try:   # through the gate and the bounded reader: a FIFO put there, or a damaged index, leaves no room
+        with probe.probing(index, what, fix):
+            raw = read_input_bytes(index, what, MAX_INDEX_BYTES)
+        blocks = parse_json(raw, f"{what} index", MAX_INDEX_BYTES).get("blocks")
         ends = [e["offset"] + e["length"] for e in blocks.values()]
-    except (ValueError, AttributeError, KeyError, TypeError, RecursionError):
+    except (InputError, AttributeError, KeyError, TypeError):
         return 1 << 62
     if not all(isinstance(end, int) and not isinstance(end, bool) for end in ends):
         return 1 << 62

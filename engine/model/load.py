@@ -3,7 +3,9 @@
 Owns the checkpoint directory layout of the official release, strict key/shape checking (a missing,
 extra or mis-shaped key is a ``CheckpointError`` naming the key and the file), safe deserialisation
 (``.safetensors`` natively; ``.pth`` with ``torch.load(weights_only=True)``, never arbitrary
-unpickling), and the seeded weights of the built-in model when no checkpoint is given.
+unpickling), and the seeded weights of the built-in model when no checkpoint is given. Every directory and
+file is checked by the input gate (``engine.input_files``) before it is opened: a file where the directory
+should be, a FIFO, or anything under /proc is one ``CheckpointError`` line, never a wait or a traceback.
 
 Expected layout (file names come from the model config):
 
@@ -13,6 +15,7 @@ Expected layout (file names come from the model config):
 """
 from __future__ import annotations
 
+import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +26,10 @@ import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
+from engine.bounded_json import read_json_file
 from engine.config import ModelConfig
-from engine.errors import CheckpointError
+from engine.errors import CheckpointError, InputError
+from engine.input_files import check_input_dir, check_input_file
 from engine.model.clip import CLIPVisionTower, clip_visual_state_dict, is_unused_checkpoint_key
 from engine.model.hub import resolve_checkpoint
 from engine.model.mg2 import CausalDiT
@@ -32,6 +37,41 @@ from engine.model.seeded_weights import fill_module_
 from engine.model.vae import WanVAE
 
 BUILTIN_SEED = 20260101   # seeds of the built-in model's weights (DiT, VAE, CLIP get +0, +1, +2)
+MAX_CHECKPOINT_JSON_BYTES = 64 << 20   # a config or a shard index: a few KiB to a few MiB
+
+
+def checked_checkpoint_dir(root: Path) -> Path:
+    """``root`` when it is a directory (through symlinks); a missing one, a file, a FIFO or a folder under
+    /proc is one ``CheckpointError`` line saying which."""
+    if not os.path.lexists(root):
+        raise CheckpointError(f"checkpoint directory not found: {root}")
+    try:
+        check_input_dir(root, "--checkpoint", fix="name the checkpoint's directory as --checkpoint")
+    except InputError as exc:
+        raise CheckpointError(str(exc)) from None
+    return root
+
+
+def checked_checkpoint_file(path: Path, missing: str = "") -> Path:
+    """``path`` when it is a regular file; missing (``missing`` says more), a FIFO, a directory or a file
+    under /proc is one ``CheckpointError`` line, before anything opens it (a FIFO would block the open)."""
+    if not os.path.lexists(path):
+        raise CheckpointError(f"checkpoint file missing: {path}{missing}")
+    try:
+        check_input_file(path, "checkpoint file", fix="put the release's file there")
+    except InputError as exc:
+        raise CheckpointError(str(exc)) from None
+    return path
+
+
+def read_checkpoint_json(path: Path, what: str = "checkpoint file") -> object:
+    """A checkpoint's JSON file (a config, a shard index) through the gate and the bounded reader; any
+    failure is one ``CheckpointError`` line."""
+    checked_checkpoint_file(path)
+    try:
+        return read_json_file(path, what, MAX_CHECKPOINT_JSON_BYTES)
+    except InputError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 @dataclass
@@ -45,18 +85,16 @@ class MG2Models:
 def checkpoint_files(cfg: ModelConfig, root: Path) -> dict[str, Path]:
     """The three weight files of ``cfg`` under ``root`` (a directory, or a hub repo id found in the local
     cache: ``engine.model.hub``); a missing one is named in the error."""
-    root = resolve_checkpoint(Path(root), [cfg.dit_file, cfg.vae_file, cfg.clip_file])
-    if not root.is_dir():
-        raise CheckpointError(f"checkpoint directory not found: {root}")
+    root = checked_checkpoint_dir(resolve_checkpoint(Path(root), [cfg.dit_file, cfg.vae_file, cfg.clip_file]))
     files = {"dit": root / cfg.dit_file, "vae": root / cfg.vae_file, "clip": root / cfg.clip_file}
     for path in files.values():
-        if not path.is_file():
-            raise CheckpointError(f"checkpoint file missing: {path}")
+        checked_checkpoint_file(path)
     return files
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """All tensors of a ``.safetensors`` or ``.pth`` file, on the CPU, without executing code."""
+    checked_checkpoint_file(Path(path))
     try:
         if path.suffix == ".safetensors":
             return load_file(str(path), device="cpu")
@@ -115,6 +153,7 @@ def read_shapes(path: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a weights file as an empty meta tensor of its shape: its header, no weights read
     (``.pth`` files are memory-mapped, so only their pickled index is)."""
     if path.suffix == ".safetensors":
+        checked_checkpoint_file(Path(path))
         try:
             with safe_open(str(path), framework="pt") as f:
                 return {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}

@@ -1,7 +1,7 @@
 """Reading a session log for a report: everything up to where it is cut.
 
-Owns the difference between a log that is not ours (a one-line ``InputError``: missing, a directory,
-not text, or a first line that is not a session header), a log that is ours but cut short — a last
+Owns the difference between a log that is not ours (a one-line ``InputError``: missing, not a regular
+file — a FIFO, a directory, a file under /proc: refused before it is opened —, not text, or a first line that is not a session header), a log that is ours but cut short — a last
 line cut mid-line (the session is writing it, was killed while writing it, or the file was copied or
 truncated there), or no summary yet — and a damaged log. A cut log is read up to its last whole
 record and carries a ``note`` saying where and why, so the report plots what there is and says so. A
@@ -11,12 +11,16 @@ no record to plot: a one-line ``InputError`` saying so.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import os
+
 from engine.errors import InputError
-from engine.telemetry import check_record
+from engine.input_files import read_input_bytes, shown
+from engine.telemetry import LOG_FIX, check_record, line_problem
+
+MAX_LOG_BYTES = 4 << 30   # read whole into memory: a week-long session's log is well under this
 
 NOT_OURS = "is not a session log"
 PARTIAL = "a partial line"
@@ -51,7 +55,7 @@ def read_session(path: Path) -> SessionRecords:
                                  f"is writing it or was killed mid-line): plotted up to line {number - 1}")
             break
         if problem is not None:
-            raise InputError(f"{path} line {number} is damaged: {problem}; a whole line that is not a record "
+            raise InputError(f"{shown(path)} line {number} is damaged: {problem}; a whole line that is not a record "
                              "is not a cut (the file was changed after it was written)")
         _add(session, record)
     if session.summary is None and not session.notes:
@@ -60,14 +64,9 @@ def read_session(path: Path) -> SessionRecords:
 
 
 def _lines(path: Path) -> list[bytes]:
-    if not path.exists():
-        raise InputError(f"log not found: {path} (a session writes NAME.log.jsonl beside its MP4)")
-    if path.is_dir():
-        raise InputError(f"{path} is a directory, not a session log (give the .log.jsonl file)")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read log {path}: {exc.strerror or exc}") from None
+    if not os.path.lexists(path):
+        raise InputError(f"log not found: {shown(path)} (a session writes NAME.log.jsonl beside its MP4)")
+    data = read_input_bytes(path, "log", MAX_LOG_BYTES, fix=LOG_FIX)   # a FIFO or /proc file: refused, not waited on
     *complete, last = data.split(b"\n")   # ``last`` is b"" when the last line is complete
     # A log truncated while its writer went on holds a run of NUL bytes where the writer's offset was:
     # skipped, so that the records after it are read.
@@ -80,14 +79,14 @@ def _lines(path: Path) -> list[bytes]:
 
 def _header(path: Path, lines: list[bytes]) -> dict:
     if not lines:
-        raise InputError(f"{path} is empty: no session header yet (is the session still loading?)")
+        raise InputError(f"{shown(path)} is empty: no session header yet (is the session still loading?)")
     record, problem = _parse(lines[0])
     if problem == PARTIAL and _starts_like_a_header(lines[0][:-1]):
-        raise InputError(f"{path} is cut inside its first line, the session's header: no record to plot yet "
+        raise InputError(f"{shown(path)} is cut inside its first line, the session's header: no record to plot yet "
                          "(the session is starting, or the log was cut while its header was written)")
     if problem is not None or record.get("type") != "header":
         why = problem or f"its first record is a {record.get('type')!r}, not a header"
-        raise InputError(f"{path} {NOT_OURS}: line 1 {why} (give the .log.jsonl beside the MP4)")
+        raise InputError(f"{shown(path)} {NOT_OURS}: line 1 {why} (give the .log.jsonl beside the MP4)")
     return record
 
 
@@ -100,14 +99,9 @@ def _starts_like_a_header(partial: bytes) -> bool:
 def _parse(raw: bytes) -> tuple[dict, str | None]:
     if raw.endswith(b"\0"):
         return {}, PARTIAL
-    try:
-        record = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return {}, "not text"
-    except json.JSONDecodeError as exc:
-        return {}, f"not valid JSON: {exc.msg}"
-    except RecursionError:
-        return {}, "JSON nested too deeply"
+    record, problem = line_problem(raw)
+    if problem is not None:
+        return {}, problem
     problem = check_record(record)
     return (record, None) if problem is None else ({}, problem)
 

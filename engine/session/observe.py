@@ -30,6 +30,7 @@ then stores, tiers, retrieves and prefetches it like any other chunk.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -38,6 +39,7 @@ import torch
 
 from engine.config import SessionConfig
 from engine.errors import InputError
+from engine.input_files import check_input_file
 from engine.io.actions import ActionTrack
 from engine.io.poses import state_from_pose
 from engine.io.trajectory import (Trajectory, TrackingError, load_trajectory, packaged_trajectory,
@@ -116,8 +118,9 @@ def _observed_chunks(cfg: SessionConfig, spec, clip: Path, cap: int | None = Non
     if not spec.observes:
         raise InputError(f"{flag}: the {spec.name} model cannot start from an observed clip (the arena "
                          "model can: --observe a trajectory file through its world; MG2: a recorded video)")
-    if not clip.is_file():
-        raise InputError(f"{flag}: {'is a directory' if clip.is_dir() else 'file not found'}")
+    if not os.path.lexists(clip):
+        raise InputError(f"{flag}: file not found")
+    check_input_file(clip, "--observe", fix="name a video or a trajectory file as --observe")   # a FIFO: not waited on
     if is_video(clip) and "video" not in spec.observes:
         raise InputError(f"{flag}: the {spec.name} model observes its own world along a camera path "
                          "(a trajectory file: YAML, pose CSV, action CSV or nerfstudio JSON), not a video")
@@ -156,7 +159,9 @@ def _video_clip(cfg: SessionConfig, spec, clip: Path) -> tuple[Path, int]:
         raise InputError(f"{flag}: the video is {info.width}x{info.height}, the {spec.name} model's frames "
                          f"are {width}x{height} (give a video of that size; it is not resized)")
     camera = observe_poses_path(cfg)
-    if not camera.is_file():
+    if os.path.lexists(camera):   # a FIFO or a directory there: one line saying what it is
+        check_input_file(camera, "its camera path", fix="give a pose CSV (frame,x,y,z,yaw,pitch)")
+    else:
         where = "--observe-poses" if cfg.observe_poses is not None else "beside the video"
         raise InputError(f"{flag}: its camera path {camera} ({where}) was not found: give a pose CSV "
                          "(frame,x,y,z,yaw,pitch) there or with --observe-poses")

@@ -44,7 +44,8 @@ import time
 from pathlib import Path
 
 from engine.config import SessionConfig
-from engine.errors import OutputError
+from engine.errors import InputError, OutputError
+from engine.input_files import read_input_bytes
 from engine.file_lock import release_lock, try_lock
 from engine.output_files import OutputInUseError, check_output_file, refuse_in_use
 from engine.session.save import savepoint_dir
@@ -172,9 +173,9 @@ def _holds(fd: int, path: Path) -> bool:
 
 
 def _holder(path: Path) -> str:
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError:
+    try:   # gated: a FIFO at the lock's name is no holder's pid, and is never waited on
+        text = read_input_bytes(path, "lock", 64).decode("utf-8", "replace").strip()
+    except (OSError, InputError):
         text = ""
     return f"pid {text}" if text.isdigit() else "pid unknown"
 

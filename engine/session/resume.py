@@ -22,13 +22,14 @@ directory first (``engine.session.spill_move``). A log that records save points 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
 from engine import probe
 from engine.config import SessionConfig
+from engine.bounded_json import read_json_file
 from engine.errors import InputError, SavePointError
+from engine.input_files import check_input_file, open_input
 from engine.io.mp4_segments import cut_points
 from engine.memory.disk import DATA_NAME, INDEX_NAME, index_document
 from engine.memory.types import SpillIndexError
@@ -36,20 +37,20 @@ from engine.overlay import resolve_session_config
 from engine.session.preflight import TIERED_STORES
 from engine.session.savepoint import SavePoint, read_savepoint, savepoint_name, savepoint_paths
 from engine.session.save import config_digest, savepoint_dir
-from engine.telemetry import read_log
+from engine.telemetry import MAX_LINE_BYTES, line_problem, read_log
+
+MAX_CONFIG_BYTES = 16 << 20   # a resolved config is a few KiB
 
 
 def run_config(out: Path, doing: str = "resume") -> SessionConfig:
     """The resolved config of the run that writes ``out`` (``doing``: what the errors say cannot be done)."""
     path = Path(out).with_suffix(".config.json")
-    if path.exists() and not path.is_file():   # a FIFO would be waited on forever
-        raise InputError(f"cannot {doing} {out}: its config {path} is not a regular file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"cannot {doing} {out}: its config {path} is missing (was it made by worldpager generate?)") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot {doing} {out}: unreadable config {path} ({exc})") from None
+    if not os.path.lexists(path):
+        raise InputError(f"cannot {doing} {out}: its config {path} is missing (was it made by worldpager generate?)")
+    try:   # the gate (a FIFO is refused, never waited on) and the bounded reader (size, depth, encoding)
+        data = read_json_file(path, "its config", MAX_CONFIG_BYTES)
+    except InputError as exc:
+        raise InputError(f"cannot {doing} {out}: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(f"cannot {doing} {out}: {path} is not a config")
     data["out"] = str(out)
@@ -132,10 +133,12 @@ def check_present(out: Path, cfg: SessionConfig, doing: str) -> None:
     """The video and the log of the run are there (a resume keeps the log's records before its save point)."""
     for path, what in ((out, "video"), (cfg.log_path, "log")):
         path = Path(path)
-        if not probe.is_file(path, f"cannot {doing} {out}: its {what}"):
+        name = f"cannot {doing} {out}: its {what}"
+        if not probe.exists(path, name):
             where = f"{path} ({path.absolute()})" if not path.is_absolute() else str(path)
-            raise InputError(f"cannot {doing} {out}: its {what} {where} is "
-                             + ("not a file" if probe.exists(path, f"cannot {doing} {out}: its {what}") else "missing"))
+            raise InputError(f"{name} {where} is missing")
+        # A FIFO, a directory, a device or a file under /proc: one line saying what it is, never a wait.
+        check_input_file(path, name, fix=f"{doing} a run whose MP4 and log are regular files")
 
 
 def why_no_savepoints(cfg: SessionConfig) -> str | None:
@@ -222,10 +225,10 @@ def _digests(cfg: SessionConfig) -> set[str]:
     config has it and as the log's header recorded it at the start (before a ``resume --spill`` moved it)."""
     digests = {config_digest(cfg), config_digest(cfg, with_spill=True)}
     try:
-        with open(cfg.log_path, encoding="utf-8") as f:
-            header = json.loads(f.readline())
+        with open_input(cfg.log_path, "log") as f:
+            header, _ = line_problem(f.readline(MAX_LINE_BYTES + 2))
         spill = header.get("config", {}).get("memory", {}).get("spill")
-    except (OSError, ValueError, AttributeError, RecursionError):
+    except (OSError, InputError, AttributeError):
         spill = None
     if isinstance(spill, str) and spill:
         moved = dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, spill=Path(spill)))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import struct
 import tempfile
 import zlib
@@ -43,7 +42,9 @@ from safetensors.torch import save as save_safetensors
 
 from engine import probe
 from engine.durable import fsync_directory
-from engine.errors import OutputError, SavePointError
+from engine.bounded_json import JsonInputError, parse_json
+from engine.errors import InputError, OutputError, SavePointError
+from engine.input_files import open_input, shown
 
 MAGIC_PREFIX = b"WPSAVE"
 VERSION = 1
@@ -149,14 +150,15 @@ def read_savepoint(path: Path) -> SavePoint:
 def _read_payload(path: Path) -> bytes:
     """The crc-checked payload; the length field is trusted only after checking it against the file size."""
     try:
-        # O_NONBLOCK: opening a FIFO that wears a save point's name must not wait for a writer.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            os.close(fd)
-            raise SavePointError(path, "not a regular file")
-        with os.fdopen(fd, "rb") as f:
-            payload, crc = _read_framed(path, f, info.st_size)
+        # The input gate: a FIFO that wears a save point's name (or a file under /proc) is refused, not waited on.
+        try:
+            f = open_input(path, "save point")
+        except InputError as exc:
+            why = str(exc).removeprefix(f"save point {shown(path)} ").removeprefix("is ").split(";")[0]
+            why = "unreadable (no such file)" if why == "does not exist" else why
+            raise SavePointError(path, why) from None
+        with f:
+            payload, crc = _read_framed(path, f, os.fstat(f.fileno()).st_size)
     except OSError as exc:
         raise SavePointError(path, f"unreadable ({exc.strerror or exc})") from exc
     if zlib.crc32(payload) != crc:
@@ -216,10 +218,10 @@ def _parse_metadata(path: Path, payload: bytes) -> tuple[int, dict]:
 
 
 def _loads(path: Path, text: bytes | str, what: str):
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:   # ValueError covers JSONDecodeError and UnicodeDecodeError
-        raise SavePointError(path, f"unparsable payload ({what}: {_one_line(exc)})") from exc
+    try:   # bounded: encoding and nesting depth checked before anything is parsed
+        return parse_json(text, what, max_bytes=len(text) * 4 + 1)
+    except JsonInputError as exc:
+        raise SavePointError(path, f"unparsable payload ({_one_line(exc)})") from None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from engine import probe
 from engine.config import SessionConfig
+from engine.bounded_json import OBJECT, expect_object, read_json_file
 from engine.durable import fsync_directory
 from engine.errors import InputError, OutputError, WorldPagerError
 from engine.file_lock import release_lock, try_lock
@@ -42,6 +43,8 @@ from engine.memory.disk import (DATA_NAME, INDEX_NAME, LOCK_NAME, RESERVE_BYTES,
 from engine.memory.types import SpillLockedError
 from engine.session.preflight import usable_free_bytes
 from engine.session.savepoint import SavePoint
+
+MAX_CONFIG_BYTES = 16 << 20   # a resolved config is a few KiB
 
 MiB = 1 << 20
 PIECE = 8 * MiB
@@ -274,8 +277,9 @@ def record_spill(config_path: Path, spill: Path) -> None:
     """Rewrite the run's config with its spill directory at ``spill`` (temporary file, fsync, rename)."""
     what = "cannot record the new spill directory in"
     with probe.probing(config_path, what, "check the drive of the run's outputs"):
-        doc = json.loads(Path(config_path).read_text(encoding="utf-8"))
-        doc["memory"]["spill"] = str(spill)
+        doc = expect_object(read_json_file(config_path, "the run's config", MAX_CONFIG_BYTES), "the run's config",
+                            optional={"memory": OBJECT})
+        doc.setdefault("memory", {})["spill"] = str(spill)
         tmp = Path(config_path).with_name(f".{Path(config_path).name}.tmp")
         try:
             with open(tmp, "w", encoding="utf-8") as f:

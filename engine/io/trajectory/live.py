@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.errors import InputError
+from engine.input_files import open_input
 from engine.io.actions import KEYBOARD_KEYS, ActionTrack
 from engine.io.poses import ORIGIN, Calibration, CameraState, states_to_poses
 from engine.io.trajectory.build import Trajectory, TrackingError
@@ -110,8 +112,8 @@ def recorded_frames(path: Path | str | None, trajectory: Trajectory) -> int | No
     if path is None:
         return None
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "trajectory") as f:   # a pose folder or a FIFO: no recording, never a wait
             first = f.read(len(RECORDING_MARK))
-    except OSError:
+    except (OSError, InputError):
         return None
     return trajectory.source_frames if first == RECORDING_MARK.encode() else None

@@ -1,7 +1,8 @@
 """``load_trajectory``: check the arguments, read the file's text, pick its format (by extension, else
 sniffed from the first content line), hand it to that format's module and build the ``Trajectory``.
 
-A directory is LingBot's pose folder (``pose_folder``). Owns the file-level errors (missing, not a file, not UTF-8, empty, unknown format) and the argument
+A directory is LingBot's pose folder (``pose_folder``). Owns the file-level errors (missing, not a regular file — a FIFO, device, /proc file: refused
+by ``engine.input_files`` before it is opened —, larger than ``MAX_TRAJECTORY_BYTES``, not UTF-8, empty, unknown format) and the argument
 checks (``ConfigError``); everything inside a file is the format modules'.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from engine.errors import ConfigError
+from engine.input_files import check_input_dir, read_input_bytes
 from engine.io.poses import Calibration
 from engine.io.trajectory.build import MODES, REPEATS, Trajectory, _Actions, _build
 from engine.io.trajectory.csv_table import _load_csv
@@ -24,6 +26,8 @@ from engine.io.trajectory.pose_folder import is_pose_folder, load_pose_folder
 from engine.io.trajectory.yaml_file import _load_yaml
 
 PathLike = Union[str, os.PathLike]
+MAX_TRAJECTORY_BYTES = 256 << 20   # a pose a line: millions of frames
+_FIX = "name a .yaml, .csv or .json trajectory file, or a pose folder"
 
 _CSV_NAME = r'(?:[A-Za-z_]\w*|"[A-Za-z_]\w*")'           # a header name, bare or quoted
 _CSV_HEADER = re.compile(rf"{_CSV_NAME}(\s*,\s*{_CSV_NAME})+")
@@ -40,6 +44,7 @@ def load_trajectory(path: PathLike, mode: str, frames: int, repeat: str = "loop"
     cal = Calibration.coerce(calibration)
     ctx = _Context(str(path))
     if is_pose_folder(Path(path)):
+        check_input_dir(path, "trajectory", fix=_FIX)   # not a folder under /proc or /sys
         acts, intrinsics, keys = load_pose_folder(ctx, Path(path), mode, cal, frames)
         trajectory = _build(acts, mode, frames, repeat, cal, source=str(path))
         return replace(trajectory, intrinsics=intrinsics,
@@ -70,16 +75,14 @@ def _check_arguments(mode: str, frames: int, repeat: str, up: str) -> None:
 
 
 def _read_text(ctx: _Context, path: Path) -> str:
-    if not path.exists():
+    if not os.path.lexists(path):
         raise ctx.error("trajectory file not found")
-    if not path.is_file():
-        raise ctx.error("not a file")
+    # A FIFO, socket, device or /proc file is refused before it is opened (never a wait for a writer).
+    data = read_input_bytes(path, "trajectory", MAX_TRAJECTORY_BYTES, fix=_FIX)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ctx.error(f"not a UTF-8 text file (byte {exc.start})") from None
-    except OSError as exc:
-        raise ctx.error(f"cannot read ({exc.strerror})") from None
     if not text.strip():
         raise ctx.error("file is empty")
     return text

@@ -6,27 +6,31 @@ is z-up, so world (x, y, z) becomes ours (x, z, -y) unless ``nerfstudio_up="y"``
 """
 from __future__ import annotations
 
-import json
 import math
+import re
 from typing import Any
 
 import numpy as np
 
+from engine.bounded_json import JsonInputError, parse_json
 from engine.geometry import matrix_to_quat
 from engine.io.poses import Calibration
 from engine.io.trajectory.build import _Actions
 from engine.io.trajectory.fields import _Context, _number, _show
 from engine.io.trajectory.tracker import _pose_targets, _track
 
+MAX_JSON_BYTES = 256 << 20   # a camera a few hundred bytes: ~a million cameras
 _Z_UP_TO_Y_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])   # (x, y, z) -> (x, z, -y)
 
 
 def _load_nerfstudio(ctx: _Context, text: str, mode: str, cal: Calibration, frames: int,
                      nerfstudio_up: str = "z") -> _Actions:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ctx.error(f"invalid JSON ({exc.msg})", exc.lineno) from None
+        data = parse_json(text, "the file", MAX_JSON_BYTES)   # bounded: size, nesting depth
+    except JsonInputError as exc:
+        why = str(exc).removeprefix("the file ").removeprefix("is ")
+        syntax = re.fullmatch(r"not JSON: (.*) at line (\d+) column \d+", why)
+        raise ctx.error(f"invalid JSON ({syntax[1]})" if syntax else why, int(syntax[2]) if syntax else None) from None
     if not isinstance(data, dict) or "camera_path" not in data:
         raise ctx.error("unknown JSON trajectory: expected a nerfstudio camera_path.json with a camera_path list")
     path = data["camera_path"]

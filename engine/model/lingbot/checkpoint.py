@@ -22,18 +22,20 @@ and shape checks of the three weight files, and the prompt's context ``[1, n, te
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from engine.errors import CheckpointError, ConfigError
+from engine.bounded_json import OBJECT, STRING, expect_kind, expect_object
+from engine.errors import CheckpointError, ConfigError, InputError
 from engine.lingbot_config import CONTROL_CHANNELS, FastDiTConfig
 from engine.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.text import TOKENIZER_DIR, WAN_T5_FILE, hf_state, load_text_encoder, load_tokenizer, t5_shape
 from engine.model.lingbot.weights import CHECKPOINT_SUBFOLDER, empty_model, load_state, read_config
-from engine.model.load import assign_strict, read_shapes, read_weights
+from engine.model.load import (assign_strict, checked_checkpoint_dir, checked_checkpoint_file, read_checkpoint_json,
+                               read_shapes, read_weights)
 from engine.model.vae import WanVAE
 
 VAE_FILE = "Wan2.1_VAE.pth"
@@ -59,15 +61,16 @@ def is_release_folder(root: Path) -> bool:
 
 def _shards(folder: Path) -> tuple[Path, ...]:
     index = folder / SHARD_INDEX
-    if index.is_file():
+    if os.path.lexists(index):
+        data = read_checkpoint_json(index, "the shard index")
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CheckpointError(f"cannot read the shard index {index}: {type(exc).__name__} {exc}") from None
+            expect_object(data, f"the shard index {index}", required={"weight_map": OBJECT})
+            names = sorted(set(expect_kind(v, f"the shard index {index}: a shard", STRING)
+                               for v in data["weight_map"].values()))
+        except InputError as exc:
+            raise CheckpointError(str(exc)) from None
         for name in names:
-            if not (folder / name).is_file():
-                raise CheckpointError(f"checkpoint file missing: {folder / name} (listed in {index.name})")
+            checked_checkpoint_file(folder / name, f" (listed in {index.name})")
         return tuple(folder / n for n in names)
     shards = tuple(sorted(folder.glob("*.safetensors")))
     if not shards:
@@ -77,13 +80,10 @@ def _shards(folder: Path) -> tuple[Path, ...]:
 
 def release_files(root: Path) -> ReleaseFiles:
     """The release's files under ``root``; the first missing one is named in the error."""
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise CheckpointError(f"checkpoint directory not found: {root}")
+    root = checked_checkpoint_dir(Path(root).expanduser())
     folder = root / CHECKPOINT_SUBFOLDER
     for path in (folder / DIT_CONFIG, root / VAE_FILE, root / WAN_T5_FILE):
-        if not path.is_file():
-            raise CheckpointError(f"checkpoint file missing: {path}")
+        checked_checkpoint_file(path)
     if not (root / TOKENIZER_DIR).is_dir():
         raise CheckpointError(f"checkpoint folder missing: {root / TOKENIZER_DIR} (the tokenizer)")
     return ReleaseFiles(root, folder / DIT_CONFIG, _shards(folder), root / VAE_FILE, root / WAN_T5_FILE,
@@ -119,10 +119,7 @@ def dit_config(files: ReleaseFiles, m: LingbotModelConfig, text_dim: int) -> Fas
 
 
 def _official_fields(files: ReleaseFiles) -> set[str]:
-    try:
-        fields = json.loads(files.dit_config.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {files.dit_config}: {exc}") from None
+    fields = read_checkpoint_json(files.dit_config, "the DiT config")
     return set(fields) if isinstance(fields, dict) else set()
 
 

@@ -170,6 +170,10 @@ def load_tokenizer(folder: Path):
     transformers = require_transformers()
     if not folder.is_dir():
         raise CheckpointError(f"tokenizer folder missing: {folder}")
+    from engine.model.load import checked_checkpoint_file
+    for entry in sorted(folder.iterdir()):   # a FIFO among its files would block the tokenizer's open forever
+        if not entry.is_dir():
+            checked_checkpoint_file(entry)
     try:
         return transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError, TypeError) as exc:

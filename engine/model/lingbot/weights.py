@@ -8,16 +8,17 @@ config (the rule of ``engine.model.seeded_weights``), for tests and fixtures.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 from typing import Mapping
 
 import torch
 
-from engine.errors import CheckpointError
+from engine.bounded_json import BOOL, INTEGER, LIST, NUMBER, STRING, expect_kind
+from engine.errors import CheckpointError, InputError
 from engine.lingbot_config import FastDiTConfig, config_from_official
 from engine.model.lingbot.dit import WanModelFast
-from engine.model.load import assign_strict, read_weights
+from engine.model.load import assign_strict, read_checkpoint_json, read_weights
 from engine.model.seeded_weights import seeded_state_dict
 
 CHECKPOINT_SUBFOLDER = "lingbot_world_fast"
@@ -49,11 +50,25 @@ def seeded_model(cfg: FastDiTConfig, seed: int, dtype: torch.dtype = torch.float
 
 def read_config(folder: Path, overrides: Mapping[str, object]) -> FastDiTConfig:
     path = folder / "config.json"
-    try:
-        official = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}") from None
+    official = read_checkpoint_json(path, "the DiT config")   # gated and bounded: a FIFO is refused, not read
+    if not isinstance(official, dict):
+        raise CheckpointError(f"the DiT config {path} is not a JSON object")
+    _check_kinds(path, official)
     return config_from_official({**official, **overrides})
+
+
+_KINDS = {int: INTEGER, float: NUMBER, str: STRING, bool: BOOL, tuple: LIST}
+
+
+def _check_kinds(path: Path, official: dict) -> None:
+    """Each known field of ``config.json`` has the kind of its default (a damaged file: one line)."""
+    for field in dataclasses.fields(FastDiTConfig):
+        kind = _KINDS.get(type(field.default))
+        if field.name in official and kind is not None:
+            try:
+                expect_kind(official[field.name], f"the DiT config {path}: field {field.name!r}", kind)
+            except InputError as exc:
+                raise CheckpointError(str(exc)) from None
 
 
 def load_checkpoint(root: Path, overrides: Mapping[str, object], dtype: torch.dtype,

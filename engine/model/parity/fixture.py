@@ -7,6 +7,7 @@ Owns the fixture file format: safetensors tensors plus JSON header metadata (``c
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 from safetensors import safe_open
 
 from engine.errors import InputError
+from engine.input_files import check_input_file
 from engine.model.seeded_weights import seeded_state_dict
 
 DEFAULT_TOLERANCE = 1e-4
@@ -29,8 +31,9 @@ class Fixture:
     @classmethod
     def open(cls, path: str | Path) -> "Fixture":
         path = Path(path)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise InputError(f"fixture file not found: {path}")
+        check_input_file(path, "fixture file")   # a FIFO or a directory: refused before safetensors opens it
         with safe_open(str(path), "pt") as f:
             return cls(path=path, metadata=dict(f.metadata() or {}))
 
