@@ -41,13 +41,26 @@ def silence_stdout() -> None:
     os.close(devnull)
 
 
+def printable(message) -> str:
+    """``message`` on one line: each control character (a newline in a file name) written as its escape."""
+    text = str(message)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def say_error(message) -> None:
+    """Print ``worldpager: error: <message>`` on stderr, always one line (the one place error lines print)."""
+    click.echo(f"worldpager: error: {printable(message)}", err=True)
+
+
 class OneLineUsageError(click.ClickException):
     """A click usage error shown as ``worldpager: error: ...`` on one line, exit 2 (as click and argparse)."""
 
     exit_code = EXIT_USAGE
 
     def show(self, file=None) -> None:
-        click.echo(f"worldpager: error: {self.format_message()}", err=True)
+        say_error(self.format_message())
 
 
 def one_line(exc: click.UsageError) -> click.ClickException:
@@ -80,7 +93,7 @@ class WorldPagerGroup(ExamplesGroup):
         except click.UsageError as exc:   # an unknown command, or a command's options and arguments
             raise one_line(exc) from None
         except WorldPagerError as exc:
-            click.echo(f"worldpager: error: {_resource_limit(exc) or exc}", err=True)
+            say_error(_resource_limit(exc) or exc)
             ctx.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
             click.echo("worldpager: interrupted", err=True)
@@ -93,10 +106,10 @@ class WorldPagerGroup(ExamplesGroup):
         except Exception as exc:  # an internal bug: keep the traceback for the report
             limit = _resource_limit(exc)
             if limit is not None:   # the user's environment, not a bug: one line, as bad input
-                click.echo(f"worldpager: error: {limit}", err=True)
+                say_error(limit)
                 ctx.exit(EXIT_BAD_INPUT)
             traceback.print_exc(file=sys.stderr)
-            click.echo(f"worldpager: internal error: {type(exc).__name__}: {exc}", err=True)
+            click.echo(f"worldpager: internal error: {type(exc).__name__}: {printable(exc)}", err=True)
             ctx.exit(EXIT_INTERNAL)
 
 

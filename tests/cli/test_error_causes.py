@@ -1,0 +1,61 @@
+"""Errors that must name their real cause on one line, and leave nothing the run made when it made nothing.
+
+* a name with a newline (missing, or a file that is not an image) is one error line: control characters
+  are escaped where every error line is printed;
+* ``batch --quiet`` still prints a failed job's line (quiet hides progress, not failures);
+* a full-size model without ``--checkpoint`` is refused before anything is built or written, unless
+  ``--seeded-weights`` asks for it;
+* a run that fails before its first chunk removes the MP4, log and config it made, never a file that
+  was there before;
+* a ``--spill-max`` below one chunk names the quota's minimum;
+* ``ulimit -f`` (EFBIG) is told as the file-size limit with its value, not as a full drive.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests_support import PATIENCE_S, WORLDPAGER
+
+SYNTHETIC = ["--model", "synthetic", "--chunk-ms", "0", "--kv-scale", "0.034", "--pool-slots", "4", "--kv-bits", "16"]
+
+
+def worldpager(*args, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(WORLDPAGER + [str(a) for a in args], capture_output=True, text=True, cwd=cwd,
+                          timeout=PATIENCE_S, **kwargs)
+
+
+def one_error_line(proc: subprocess.CompletedProcess, *needles: str, code: int = 1) -> str:
+    """stderr is exactly one ``worldpager: error:`` line holding every needle; exit ``code``."""
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("worldpager: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_name_with_a_newline_stays_on_one_line(tmp_path):
+    missing = worldpager("generate", "--model", "micro", "--chunks", "1", "--image", "a\nb.png", "--out",
+                         "x.mp4", "-q", cwd=tmp_path)
+    one_error_line(missing, "a\\nb.png")
+    bad = tmp_path / "bad\nimage.png"
+    bad.write_bytes(b"not an image at all")
+    unreadable = worldpager("generate", "--model", "micro", "--chunks", "1", "--image", bad, "--out", "x.mp4",
+                            "-q", cwd=tmp_path)
+    one_error_line(unreadable, "bad\\nimage.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [bad.name]   # nothing written
+
+
+def test_batch_quiet_still_prints_a_failed_jobs_line(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("keys: [w, a\n")
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"name": "good", "chunks": 1}) + "\n"
+                    + json.dumps({"name": "bad", "chunks": 1, "trajectory": str(broken)}) + "\n")
+    proc = worldpager("batch", jobs, "--out-dir", tmp_path / "out", "--quiet", *SYNTHETIC, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("worldpager: bad: failed: "), proc.stderr
+    assert str(broken) in lines[0] and "line 2" in lines[0]
