@@ -59,3 +59,24 @@ def test_batch_quiet_still_prints_a_failed_jobs_line(tmp_path):
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("worldpager: bad: failed: "), proc.stderr
     assert str(broken) in lines[0] and "line 2" in lines[0]
+
+
+def test_a_full_size_model_without_weights_is_refused_before_anything_is_written(tmp_path):
+    proc = worldpager("generate", "--model", "mg2-gta", "--chunks", "1", "--out", "g.mp4", cwd=tmp_path)
+    one_error_line(proc, "--model mg2-gta has no built-in weights", "--checkpoint DIR",
+                   "worldpager download --mode gta", "--seeded-weights")
+    preset = worldpager("generate", "--preset", "mg2-4090-32g", "--chunks", "1", "--out", "p.mp4", cwd=tmp_path)
+    one_error_line(preset, "--model mg2-universal has no built-in weights")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_seeded_weights_lets_a_full_size_model_through_and_the_small_ones_need_no_flag():
+    from engine.model.registry import model_spec
+    from engine.overlay import resolve_session_config
+    from engine.options import overlay
+
+    for name in ("mg2-universal", "mg2-templerun"):
+        cfg = resolve_session_config(None, overlay({"model": name, "seeded_weights": True}))
+        assert cfg.seeded_weights and "seeded random weights" in model_spec(cfg).banner
+    for name in ("tiny", "micro"):
+        assert model_spec(resolve_session_config(None, overlay({"model": name}))).name == name
