@@ -25,7 +25,8 @@ never by opening them.
   file, not to the name: a file written under a temporary name and renamed into place (a resumed MP4,
   a continued log) keeps its lock across the rename.
 * ``write_failure(exc)`` — the words for a write the drive refused: its ``strerror``, and for a drive
-  that failed (EIO) or went read-only (EROFS, as ext4 does after an error) what that means.
+  that failed (EIO) or went read-only (EROFS, as ext4 does after an error) what that means, and for a file
+  past the process's file-size limit (EFBIG: ``ulimit -f``) that limit (``engine.limits``).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from engine.errors import OutputError
 from engine.file_lock import lock_holder, try_lock_fd
+from engine.limits import file_size_text
 
 LOCK_TRIES = 50          # a probe (``refuse_in_use``) holds a file's lock for microseconds: wait out one
 LOCK_RETRY_S = 0.01
@@ -62,9 +64,11 @@ _DRIVE_FAILURES = {
 
 
 def write_failure(exc: BaseException) -> str:
-    """A refused write in words: ``Input/output error: the drive holding it failed (...)``."""
+    """A refused write in words: ``Input/output error: the drive holding it failed (...)``; ``File too
+    large: this process may write files of at most 8 KiB (ulimit -f 8, RLIMIT_FSIZE) ...`` (EFBIG)."""
     text = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-    hint = _DRIVE_FAILURES.get(getattr(exc, "errno", None))
+    code = getattr(exc, "errno", None)
+    hint = file_size_text() if code == errno.EFBIG else _DRIVE_FAILURES.get(code)
     return f"{text}: {hint}" if hint else text
 
 

@@ -19,6 +19,7 @@ Exit codes (the table is also in docs/conventions.md):
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
@@ -54,6 +55,17 @@ def say_error(message) -> None:
     click.echo(f"worldpager: error: {printable(message)}", err=True)
 
 
+def ignore_file_size_signal() -> None:
+    """A write past ``ulimit -f`` fails with EFBIG, told as the limit (``engine.limits``), instead of
+    SIGXFSZ killing the process (its default action, a core dump) with the outputs half written.
+    CPython ignores it at start-up too; said here so that it holds however the interpreter was started."""
+    if hasattr(signal, "SIGXFSZ"):
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        except ValueError:   # not the main thread (an embedding caller): its own handlers stand
+            pass
+
+
 class OneLineUsageError(click.ClickException):
     """A click usage error shown as ``worldpager: error: ...`` on one line, exit 2 (as click and argparse)."""
 
@@ -77,6 +89,7 @@ class WorldPagerGroup(ExamplesGroup):
 
     def main(self, *args, **kwargs):
         guard_streams()   # a closed or full stdout/stderr is never a traceback
+        ignore_file_size_signal()
         return super().main(*args, **kwargs)
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
