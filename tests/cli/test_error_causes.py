@@ -13,10 +13,19 @@
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from click.testing import CliRunner
+
+from engine.errors import InputError
+from engine.session.loop import Session
 from tests_support import PATIENCE_S, WORLDPAGER
+from worldpager_cli.main import cli
 
 SYNTHETIC = ["--model", "synthetic", "--chunk-ms", "0", "--kv-scale", "0.034", "--pool-slots", "4", "--kv-bits", "16"]
 
@@ -80,3 +89,65 @@ def test_seeded_weights_lets_a_full_size_model_through_and_the_small_ones_need_n
         assert cfg.seeded_weights and "seeded random weights" in model_spec(cfg).banner
     for name in ("tiny", "micro"):
         assert model_spec(resolve_session_config(None, overlay({"model": name}))).name == name
+
+
+def _failing_warnings(self):
+    raise InputError("trajectory t.yaml: a step that fails after the outputs were opened")
+
+
+def test_a_run_that_fails_before_its_first_chunk_leaves_no_outputs(tmp_path, monkeypatch):
+    """A failure between the outputs' opening and the run (here: the warnings said before the load) removes
+    the MP4, log and config this run made; an earlier run's files (``--overwrite``) stay as they were."""
+    monkeypatch.setattr(Session, "warnings", _failing_warnings)
+    out = tmp_path / "a.mp4"
+    result = CliRunner().invoke(cli, ["generate", *SYNTHETIC, "--chunks", "2", "--out", str(out), "-q"])
+    assert result.exit_code == 1 and "fails after the outputs were opened" in result.output, result.output
+    assert list(tmp_path.iterdir()) == []
+
+    out.write_bytes(b"an earlier run's video")
+    again = CliRunner().invoke(cli, ["generate", *SYNTHETIC, "--chunks", "2", "--out", str(out), "--overwrite"])
+    assert again.exit_code == 1, again.output
+    assert [p.name for p in tmp_path.iterdir()] == ["a.mp4"] and out.read_bytes() == b"an earlier run's video"
+
+
+def test_a_batch_job_that_fails_before_its_first_chunk_leaves_no_outputs(tmp_path, monkeypatch):
+    monkeypatch.setattr(Session, "warnings", _failing_warnings)
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"name": "j", "chunks": 1}) + "\n")
+    result = CliRunner().invoke(cli, ["batch", str(jobs), "--out-dir", str(tmp_path / "out"), *SYNTHETIC])
+    assert result.exit_code == 1 and "fails after the outputs were opened" in result.output, result.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["batch-manifest.json"]
+
+
+def test_a_quota_below_one_chunk_names_the_quotas_minimum(tmp_path):
+    result = CliRunner().invoke(cli, ["generate", "--model", "synthetic", "--kv-scale", "0.034", "--chunks", "2",
+                                      "--spill", str(tmp_path / "sp"), "--spill-max", "16K",
+                                      "--out", str(tmp_path / "q.mp4")])
+    assert result.exit_code == 1, result.output
+    line = result.output.strip()
+    assert "\n" not in line and line.startswith("worldpager: error: --spill-max 16K (16.0 KiB) is below the quota's "
+                                                "minimum: one stored chunk takes "), line
+    assert " MiB (" in line and "give at least " in line and "0.0 MiB" not in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def _file_size_limit(kib: int):
+    def limit():   # in the child, before exec: SIGXFSZ at its default action (a core dump), as a shell leaves it
+        resource.setrlimit(resource.RLIMIT_FSIZE, (kib * 1024, resource.RLIM_INFINITY))
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    return limit
+
+
+@pytest.mark.parametrize("kib, extra, needle", [
+    (8, [], "cannot write "),                                                 # the MP4 or the log
+    (40, ["--spill", "sp", "--save-every", "1"], "cannot write the spill directory "),
+])
+def test_ulimit_f_is_told_as_the_file_size_limit(tmp_path, kib, extra, needle):
+    proc = worldpager("generate", "--model", "micro", "--chunks", "4", "--out", "a.mp4", "-q", *extra, cwd=tmp_path,
+                      preexec_fn=_file_size_limit(kib))
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)   # not killed by SIGXFSZ
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("worldpager: error: " + needle), proc.stderr
+    assert f"File too large: this process may write files of at most {kib} KiB (ulimit -f {kib}, RLIMIT_FSIZE)" \
+        in line and "ulimit -f unlimited" in line and "full" not in line, line
+    assert "Traceback" not in proc.stderr
