@@ -24,7 +24,8 @@ never by opening them.
   the same file under any spelling is refused before it changes a byte, and the lock belongs to the
   file, not to the name: a file written under a temporary name and renamed into place (a resumed MP4,
   a continued log) keeps its lock across the rename.
-* ``write_failure(exc)`` — the words for a write the drive refused: its ``strerror``, and for a drive
+* ``write_failure(exc)`` — the words for a write the drive refused (``OutputDriveError`` carries them for
+  a path the drive would not let be looked at): its ``strerror``, and for a drive
   that failed (EIO) or went read-only (EROFS, as ext4 does after an error) what that means, and for a file
   past the process's file-size limit (EFBIG: ``ulimit -f``) that limit (``engine.limits``).
 """
@@ -46,6 +47,13 @@ LOCK_RETRY_S = 0.01
 
 class OutputInUseError(OutputError):
     """Another process writes this output."""
+
+
+class OutputDriveError(OutputError):
+    """The drive refused to let an output path be looked at or written (EIO, EROFS, ENOMEM…): worded by
+    ``write_failure``. An ENOMEM here is the drive's answer, not the process's memory (``engine.limits``)."""
+
+    memory_is_the_drives = True
 
 
 _KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
@@ -87,7 +95,7 @@ def check_output_file(path: Path, name: str, fix: str | None = None) -> None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise OutputError(f"{name} {path} is a symlink loop; {_fix(name, fix)}") from None
-        raise OutputError(f"cannot check {name} {path}: {exc.strerror or exc}; {_fix(name, fix)}") from None
+        raise OutputDriveError(f"cannot check {name} {path}: {write_failure(exc)}; {_fix(name, fix)}") from None
     if stat.S_ISREG(st.st_mode):
         return
     raise OutputError(f"{name} {path} is {_what(path, st.st_mode)}, not a regular file: it cannot hold the "
@@ -119,7 +127,7 @@ def check_output_dir(path: Path, name: str, files: tuple[str, ...] = (), fix: st
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as exc:
-        raise OutputError(f"cannot check {name} {path}: {exc.strerror or exc}; {_fix(name, fix)}") from None
+        raise OutputDriveError(f"cannot check {name} {path}: {write_failure(exc)}; {_fix(name, fix)}") from None
     if not stat.S_ISDIR(st.st_mode):
         what = "a regular file" if stat.S_ISREG(st.st_mode) else _what(path, st.st_mode)
         raise OutputError(f"{name} {path} is {what}, not a directory; {_fix(name, fix)}")
