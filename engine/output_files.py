@@ -39,6 +39,7 @@ from pathlib import Path
 
 from engine.errors import OutputError
 from engine.file_lock import lock_holder, try_lock_fd
+from engine.input_files import shown
 from engine.limits import file_size_text
 
 LOCK_TRIES = 50          # a probe (``refuse_in_use``) holds a file's lock for microseconds: wait out one
@@ -95,7 +96,7 @@ def check_output_file(path: Path, name: str, fix: str | None = None) -> None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise OutputError(f"{name} {path} is a symlink loop; {_fix(name, fix)}") from None
-        raise OutputDriveError(f"cannot check {name} {path}: {write_failure(exc)}; {_fix(name, fix)}") from None
+        raise OutputDriveError(f"cannot check {name} {shown(path)}: {write_failure(exc)}; {_fix(name, fix)}") from None
     if stat.S_ISREG(st.st_mode):
         return
     raise OutputError(f"{name} {path} is {_what(path, st.st_mode)}, not a regular file: it cannot hold the "
@@ -127,7 +128,7 @@ def check_output_dir(path: Path, name: str, files: tuple[str, ...] = (), fix: st
     except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as exc:
-        raise OutputDriveError(f"cannot check {name} {path}: {write_failure(exc)}; {_fix(name, fix)}") from None
+        raise OutputDriveError(f"cannot check {name} {shown(path)}: {write_failure(exc)}; {_fix(name, fix)}") from None
     if not stat.S_ISDIR(st.st_mode):
         what = "a regular file" if stat.S_ISREG(st.st_mode) else _what(path, st.st_mode)
         raise OutputError(f"{name} {path} is {what}, not a directory; {_fix(name, fix)}")

@@ -48,6 +48,7 @@ from engine.cleanup import Cleanup
 from engine.cpu_threads import decode_overlap
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError, WorldPagerError
+from engine.input_files import shown
 from engine.limits import file_size_text, file_too_large, limit_error
 from engine.pause_clock import PauseClock
 from engine.memory.types import DiskFullError
@@ -408,7 +409,7 @@ class Session:
                                f"{need / 2**20:.0f} MiB more ({memory.chunk_bytes() / 2**10:.0f} KiB a chunk); "
                                f"free space, then {again}")
         if file_too_large(failure):   # ulimit -f: no drive is at fault
-            return OutputError(f"cannot write the spill directory {spill}: File too large: {file_size_text()}, "
+            return OutputError(f"cannot write the spill directory {shown(spill)}: File too large: {file_size_text()}, "
                                f"then {again}")
         reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
         return OutputError(f"the spill drive failed: {reason}; check or replace the drive under {spill}, "
