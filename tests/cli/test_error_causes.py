@@ -57,6 +57,13 @@ def test_a_name_with_a_newline_stays_on_one_line(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [bad.name]   # nothing written
 
 
+def test_tail_of_an_unfinished_log_with_a_newline_in_its_name_is_one_line(tmp_path):
+    log = tmp_path / "odd\nname.log.jsonl"
+    log.write_text("")
+    proc = worldpager("tail", "--no-follow", log, cwd=tmp_path)
+    one_error_line(proc, "odd\\nname.log.jsonl", "the session did not finish", code=3)
+
+
 def test_batch_quiet_still_prints_a_failed_jobs_line(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("keys: [w, a\n")
