@@ -1,7 +1,7 @@
 """Errors that must name their real cause on one line, and leave nothing the run made when it made nothing.
 
-* a name with a newline (missing, or a file that is not an image) is one error line: control characters
-  are escaped where every error line is printed;
+* a name with a newline (missing, or a file that is not an image; a log ``tail`` finds unfinished) is one
+  error line: control characters are escaped where every error line is printed;
 * ``batch --quiet`` still prints a failed job's line (quiet hides progress, not failures);
 * a full-size model without ``--checkpoint`` is refused before anything is built or written, unless
   ``--seeded-weights`` asks for it;
@@ -19,7 +19,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from click.testing import CliRunner
 
 from engine.errors import InputError
