@@ -369,6 +369,7 @@ class SessionConfig:
 
     model: str = ARENA_MODEL
     checkpoint: Path | None = None     # directory laid out like the official release; None = built-in
+    seeded_weights: bool = False       # a full-size MG2 model without --checkpoint: seeded random weights (else refused)
     image: Path | None = None          # start image; None = the packaged default
     trajectory: Path | None = None     # trajectory file; None = the packaged revisit_loop
     observe: Path | None = None        # an observed clip the session starts from (engine/session/observe.py)

@@ -14,6 +14,11 @@ that names the limit and the fix (a ``ResourceLimitError``: the user's environme
 * File descriptors: ``OSError`` EMFILE (the process's ``ulimit -n``) or ENFILE (the system's table), also
   from inside psutil, PyAV and subprocess, and when it arrives wrapped in one of our own errors.
 
+* File size: ``OSError`` EFBIG, a write past the process's ``ulimit -f`` (RLIMIT_FSIZE; the process
+  ignores SIGXFSZ, so the write fails instead of the process dying) or past the file system's largest
+  file. Not a ``limit_error``: the writer names its file, ``file_too_large(exc)`` tells it, and
+  ``file_size_text()`` gives the words (the limit as it stands, and the fix).
+
 ``limit_error(exc)`` looks at ``exc`` and the exceptions it was raised from or while handling
 (``__cause__``, ``__context__``), and returns the one-line error, or None when no resource ran out.
 The limits are read with ``resource.getrlimit`` when the message is made; ``ulimit -v`` and ``-d``
@@ -149,6 +154,32 @@ def files_text() -> str:
         return "out of file descriptors: this process may not open another file; close other programs' files"
     return (f"out of file descriptors: this process may open {files} files at once (ulimit -n {files}, "
             f"RLIMIT_NOFILE) and a session needs more; raise it (ulimit -n {max(DESCRIPTORS_WANTED, files * 2)})")
+
+
+def file_too_large(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from or while handling) is a write refused with EFBIG."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _bytes(n: int) -> str:
+    return _size(n) if n >= MIB else f"{n / KIB:.0f} KiB"
+
+
+def file_size_text() -> str:
+    """Why a write was refused with EFBIG, in words: the process's file-size limit with its value
+    (``ulimit -f`` counts KiB), or, without one, the file system's largest file."""
+    size = _limit(resource.RLIMIT_FSIZE)
+    if size is None:
+        return ("the file reached the largest file its file system holds; write it to a drive whose file "
+                "system takes larger files")
+    return (f"this process may write files of at most {_bytes(size)} (ulimit -f {size // KIB}, RLIMIT_FSIZE) "
+            "and the file reached that; raise it (ulimit -f unlimited)")
 
 
 def system_files_text() -> str:

@@ -71,7 +71,7 @@ SECTIONS = ("Inputs", "Output", "Model", "Memory", "Disk tier", "Positions", "Ru
 SECTION_OF = {
     **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat", "prompt"), "Inputs"),
     **dict.fromkeys(("out", "log"), "Output"),
-    **dict.fromkeys(("checkpoint", "model", "arena_seed", "arena_weights", "arena_reproject", "seed", "device",
+    **dict.fromkeys(("checkpoint", "seeded_weights", "model", "arena_seed", "arena_weights", "arena_reproject", "seed", "device",
                      "chunk_ms", "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
                      "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
@@ -118,6 +118,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("checkpoint", "path", "Directory with official weights: MG2's (implies --model mg2-universal) or a "
          "LingBot-World-Fast release folder, one holding lingbot_world_fast/ (implies --model lingbot-fast).",
          "checkpoint"),
+    _opt("seeded_weights", "switch", "A full-size MG2 model (mg2-universal, mg2-gta, mg2-templerun) without "
+         "--checkpoint: build it with seeded random weights anyway (billions of parameters: minutes on a CPU, and "
+         "the video shows the pipeline, not a world model). Without it such a run is refused.", "seeded_weights"),
     _opt("prompt", "text", "LingBot-World-Fast from a release folder: the text the scene follows (UMT5 encoded). "
          "Other models take no text.", "prompt"),
     _opt("model", "choice", "Model. Default: arena (our own world model), or with --checkpoint mg2-universal "

@@ -27,8 +27,10 @@ yet in a directory that exists, it is fine; to a FIFO it is not. Paths are judge
   the same file under any spelling is refused before it changes a byte, and the lock belongs to the
   file, not to the name: a file written under a temporary name and renamed into place (a resumed MP4,
   a continued log) keeps its lock across the rename.
-* ``write_failure(exc)`` — the words for a write the drive refused: its ``strerror``, and for a drive
-  that failed (EIO) or went read-only (EROFS, as ext4 does after an error) what that means.
+* ``write_failure(exc)`` — the words for a write the drive refused (``OutputDriveError`` carries them for
+  a path the drive would not let be looked at): its ``strerror``, and for a drive
+  that failed (EIO) or went read-only (EROFS, as ext4 does after an error) what that means, and for a file
+  past the process's file-size limit (EFBIG: ``ulimit -f``) that limit (``engine.limits``).
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ from pathlib import Path
 
 from engine.errors import OutputError
 from engine.file_lock import lock_holder, try_lock_fd
-from engine.input_files import pseudo_root
+from engine.input_files import pseudo_root, shown
+from engine.limits import file_size_text
 
 LOCK_TRIES = 50          # a probe (``refuse_in_use``) holds a file's lock for microseconds: wait out one
 LOCK_RETRY_S = 0.01
@@ -48,6 +51,13 @@ LOCK_RETRY_S = 0.01
 
 class OutputInUseError(OutputError):
     """Another process writes this output."""
+
+
+class OutputDriveError(OutputError):
+    """The drive refused to let an output path be looked at or written (EIO, EROFS, ENOMEM…): worded by
+    ``write_failure``. An ENOMEM here is the drive's answer, not the process's memory (``engine.limits``)."""
+
+    memory_is_the_drives = True
 
 
 _KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
@@ -66,9 +76,11 @@ _DRIVE_FAILURES = {
 
 
 def write_failure(exc: BaseException) -> str:
-    """A refused write in words: ``Input/output error: the drive holding it failed (...)``."""
+    """A refused write in words: ``Input/output error: the drive holding it failed (...)``; ``File too
+    large: this process may write files of at most 8 KiB (ulimit -f 8, RLIMIT_FSIZE) ...`` (EFBIG)."""
     text = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-    hint = _DRIVE_FAILURES.get(getattr(exc, "errno", None))
+    code = getattr(exc, "errno", None)
+    hint = file_size_text() if code == errno.EFBIG else _DRIVE_FAILURES.get(code)
     return f"{text}: {hint}" if hint else text
 
 
@@ -96,7 +108,7 @@ def check_output_file(path: Path, name: str, fix: str | None = None) -> None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise OutputError(f"{name} {path} is a symlink loop; {_fix(name, fix)}") from None
-        raise OutputError(f"cannot check {name} {path}: {exc.strerror or exc}; {_fix(name, fix)}") from None
+        raise OutputDriveError(f"cannot check {name} {shown(path)}: {write_failure(exc)}; {_fix(name, fix)}") from None
     if stat.S_ISREG(st.st_mode):
         _refuse_pseudo(path, name, fix)
         return
@@ -130,7 +142,7 @@ def check_output_dir(path: Path, name: str, files: tuple[str, ...] = (), fix: st
         _refuse_pseudo(path, name, fix)
         return
     except OSError as exc:
-        raise OutputError(f"cannot check {name} {path}: {exc.strerror or exc}; {_fix(name, fix)}") from None
+        raise OutputDriveError(f"cannot check {name} {shown(path)}: {write_failure(exc)}; {_fix(name, fix)}") from None
     if not stat.S_ISDIR(st.st_mode):
         what = "a regular file" if stat.S_ISREG(st.st_mode) else _what(path, st.st_mode)
         raise OutputError(f"{name} {path} is {what}, not a directory; {_fix(name, fix)}")

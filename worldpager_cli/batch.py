@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from engine.errors import ConfigError
 from engine.options import SESSION_OPTIONS
-from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, printable
 from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import options_of
 
@@ -156,9 +156,11 @@ class _JobsProgress:
         self.quiet = quiet
         self.bar = tqdm(total=total, unit="job", dynamic_ncols=True) if sys.stderr.isatty() and not quiet else None
 
-    def say(self, text: str) -> None:
-        if self.quiet:
+    def say(self, text: str, failure: bool = False) -> None:
+        """One line on stderr; ``--quiet`` hides progress, never a failure."""
+        if self.quiet and not failure:
             return
+        text = printable(text)
         if self.bar is not None:
             self.bar.write(text, file=sys.stderr)
         else:
@@ -181,7 +183,8 @@ class _JobsProgress:
             self.say(f"worldpager: {r.name}: done, {r.chunks} chunks in {r.wall_s:.1f} s "
                      f"({r.fps:.1f} fps{resumed}) on {r.worker}")
         else:
-            self.say(f"worldpager: {r.name}: {r.status}" + (f": {r.error}" if r.error else ""))
+            self.say(f"worldpager: {r.name}: {r.status}" + (f": {r.error}" if r.error else ""),
+                     failure=r.status == "failed")
         for note in r.notes:
             self.say(f"worldpager: {r.name}: {note}")
         if self.bar is not None and r.status in ("done", "failed"):

@@ -19,6 +19,7 @@ Exit codes (the table is also in docs/conventions.md):
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
@@ -41,13 +42,37 @@ def silence_stdout() -> None:
     os.close(devnull)
 
 
+def printable(message) -> str:
+    """``message`` on one line: each control character (a newline in a file name) written as its escape."""
+    text = str(message)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def say_error(message) -> None:
+    """Print ``worldpager: error: <message>`` on stderr, always one line (the one place error lines print)."""
+    click.echo(f"worldpager: error: {printable(message)}", err=True)
+
+
+def ignore_file_size_signal() -> None:
+    """A write past ``ulimit -f`` fails with EFBIG, told as the limit (``engine.limits``), instead of
+    SIGXFSZ killing the process (its default action, a core dump) with the outputs half written.
+    CPython ignores it at start-up too; said here so that it holds however the interpreter was started."""
+    if hasattr(signal, "SIGXFSZ"):
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        except ValueError:   # not the main thread (an embedding caller): its own handlers stand
+            pass
+
+
 class OneLineUsageError(click.ClickException):
     """A click usage error shown as ``worldpager: error: ...`` on one line, exit 2 (as click and argparse)."""
 
     exit_code = EXIT_USAGE
 
     def show(self, file=None) -> None:
-        click.echo(f"worldpager: error: {self.format_message()}", err=True)
+        say_error(self.format_message())
 
 
 def one_line(exc: click.UsageError) -> click.ClickException:
@@ -64,6 +89,7 @@ class WorldPagerGroup(ExamplesGroup):
 
     def main(self, *args, **kwargs):
         guard_streams()   # a closed or full stdout/stderr is never a traceback
+        ignore_file_size_signal()
         return super().main(*args, **kwargs)
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
@@ -80,7 +106,7 @@ class WorldPagerGroup(ExamplesGroup):
         except click.UsageError as exc:   # an unknown command, or a command's options and arguments
             raise one_line(exc) from None
         except WorldPagerError as exc:
-            click.echo(f"worldpager: error: {_resource_limit(exc) or exc}", err=True)
+            say_error(_resource_limit(exc) or exc)
             ctx.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:
             click.echo("worldpager: interrupted", err=True)
@@ -93,10 +119,10 @@ class WorldPagerGroup(ExamplesGroup):
         except Exception as exc:  # an internal bug: keep the traceback for the report
             limit = _resource_limit(exc)
             if limit is not None:   # the user's environment, not a bug: one line, as bad input
-                click.echo(f"worldpager: error: {limit}", err=True)
+                say_error(limit)
                 ctx.exit(EXIT_BAD_INPUT)
             traceback.print_exc(file=sys.stderr)
-            click.echo(f"worldpager: internal error: {type(exc).__name__}: {exc}", err=True)
+            click.echo(f"worldpager: internal error: {type(exc).__name__}: {printable(exc)}", err=True)
             ctx.exit(EXIT_INTERNAL)
 
 

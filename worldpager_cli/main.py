@@ -143,22 +143,23 @@ def _generate(cfg, spec, grid, quiet: bool, as_json: bool) -> None:
     from worldpager_cli.progress import make_progress
 
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
-    session = Session(cfg, on_chunk=progress.update)   # validates the inputs before any output
-    say = _say(quiet)
-    say(spec.banner)
-    horizon = spec.horizon_chunk
-    reach = ("none" if horizon is None else
-             f"chunk {horizon}, {grid.frames_total(horizon) / grid.fps / 60:.1f} min")
-    say(f"worldpager: positions {cfg.positions} (native horizon: {reach}); store {cfg.memory.store}, "
-        f"int{cfg.memory.kv_bits} KV, k={cfg.memory.retrieve_k}; log {cfg.log_path}")
-    # After the first line, which says what the run does; --quiet keeps the lag warning (the video will
-    # not be what the file asked) but not the note that the run cannot be resumed (the header has it).
-    notes = [] if not quiet else unresumable_note(cfg)
-    _warn([w for w in session.warnings() if w not in notes])
-    apply_cpu_threads(cfg, session.device)
-    with _abort_on_signals():   # nothing generated yet: stop at once, leaving no empty outputs
-        session.load()
-    _run_and_report(session, progress, grid, say, as_json, cfg, 0)
+    # validates the inputs before any output; a failure before run() removes the outputs it made
+    with Session(cfg, on_chunk=progress.update) as session:
+        say = _say(quiet)
+        say(spec.banner)
+        horizon = spec.horizon_chunk
+        reach = ("none" if horizon is None else
+                 f"chunk {horizon}, {grid.frames_total(horizon) / grid.fps / 60:.1f} min")
+        say(f"worldpager: positions {cfg.positions} (native horizon: {reach}); store {cfg.memory.store}, "
+            f"int{cfg.memory.kv_bits} KV, k={cfg.memory.retrieve_k}; log {cfg.log_path}")
+        # After the first line, which says what the run does; --quiet keeps the lag warning (the video will
+        # not be what the file asked) but not the note that the run cannot be resumed (the header has it).
+        notes = [] if not quiet else unresumable_note(cfg)
+        _warn([w for w in session.warnings() if w not in notes])
+        apply_cpu_threads(cfg, session.device)
+        with _abort_on_signals():   # nothing generated yet: stop at once, leaving no empty outputs
+            session.load()
+        _run_and_report(session, progress, grid, say, as_json, cfg, 0)
 
 
 @run_command(
@@ -197,10 +198,10 @@ def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool) -> None:
     grid = model_spec(cfg).grid
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=quiet)
     with _abort_on_signals():
-        session = Session(cfg, on_chunk=progress.update, resume_from=sp)
-        _warn(session.warnings())
-        apply_cpu_threads(cfg, session.device)
-        session.load()
+        with Session(cfg, on_chunk=progress.update, resume_from=sp) as session:   # closed if what follows fails
+            _warn(session.warnings())
+            apply_cpu_threads(cfg, session.device)
+            session.load()
     progress.skip(sp.chunk, sp.facts["frames_total"])
     say(f"worldpager: resuming {out} at chunk {sp.chunk} of {cfg.chunks} (frame {sp.facts['frames_total']}); "
         f"log {cfg.log_path}")

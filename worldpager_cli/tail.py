@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from engine.errors import ConfigError
+from engine.input_files import shown
 from engine.report.live import LiveReport
 from engine.telemetry import LogFollower
 from worldpager_cli.errors import EXIT_UNFINISHED
@@ -90,7 +91,7 @@ def unfinished_line(follower: LogFollower, idle_timeout: float | None) -> str:
     else:
         assert follower.ended == "eof", follower.ended
         why = "the log ends here (if the session is still running, drop --no-follow to follow it)"
-    return (f"worldpager: error: {follower.path}: the session did not finish: no summary line after "
+    return (f"worldpager: error: {shown(follower.path)}: the session did not finish: no summary line after "
             f"{follower.lines} lines, {why}; the MP4 holds every chunk logged")
 
 

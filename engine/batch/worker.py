@@ -182,17 +182,17 @@ class Worker:
         from engine.session.loop import Session   # the session pulls in torch and the models
         from engine.session.resume import unresumable_note
 
-        session = Session(cfg, on_chunk=on_chunk, resume_from=savepoint, models=self.models,
-                          batch={"run": job.run, "job": job.plan.name})
-        said_once = unresumable_note(cfg)   # the batch says it once for all its jobs
-        result.notes.extend(w for w in session.warnings() if w not in said_once)   # e.g. a lagging camera
-        with self._lock:
-            self._session = session
-            if self._stop.is_set():
-                session.request_stop()
-        session.load()
-        result.model_built = True
-        outcome = session.run()
+        with Session(cfg, on_chunk=on_chunk, resume_from=savepoint, models=self.models,
+                     batch={"run": job.run, "job": job.plan.name}) as session:   # a failure before run(): no outputs left
+            said_once = unresumable_note(cfg)   # the batch says it once for all its jobs
+            result.notes.extend(w for w in session.warnings() if w not in said_once)   # e.g. a lagging camera
+            with self._lock:
+                self._session = session
+                if self._stop.is_set():
+                    session.request_stop()
+            session.load()
+            result.model_built = True
+            outcome = session.run()
         result.status = outcome.status
         result.resumed_at = None if savepoint is None else savepoint.chunk
         self._figures(cfg, result)

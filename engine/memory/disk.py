@@ -35,7 +35,8 @@ if it made it, the lock, the block file, the index); ``discard()`` does the same
 session generated nothing. Files and directories that were there before are never removed.
 
 Failures. No room (ENOSPC, or the ``max_bytes`` cap) raises a one-line ``DiskFullError`` naming the
-directory; earlier blocks stay readable. Where the file system refuses O_DIRECT (EINVAL on open or
+directory; earlier blocks stay readable. A block file past the process's file-size limit (EFBIG,
+``ulimit -f``) is not a full drive: its ``OSError`` goes on as it is, for the session to name the limit. Where the file system refuses O_DIRECT (EINVAL on open or
 first I/O) one warning is logged and buffered I/O is used (``io_mode`` says which). Opening the tier (the
 directory, its lock, the block file, the index) on a drive that fails for another reason (EIO, ENOMEM,
 EACCES) is one ``engine.probe.DriveError`` line naming the path and the errno. ``pace(nbytes)``,
@@ -454,8 +455,10 @@ class DiskTier:
                 new_size = _round_up(needed, ALIGN)
                 os.posix_fallocate(self._fd, self._size, new_size - self._size)
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise self._full(needed - self._next) from None
+            if exc.errno == errno.EFBIG:   # the file-size limit (ulimit -f), not a full drive: said as such
+                raise
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             os.ftruncate(self._fd, new_size)   # no fallocate here: a sparse file, ENOSPC at write

@@ -16,7 +16,7 @@ Contract.
   * ``minimum_keep(k, window)`` is the fewest chunks a session pins at once (the retrieved set, the
     set staged for the next chunk, the chunks still inside the local window and the one just stored);
     ``check_quota`` refuses a quota below it with a one-line ``ConfigError`` naming the value and the
-    smallest size that works.
+    smallest size that works (a quota that holds no chunk at all: one chunk's size, the quota's minimum).
 """
 from __future__ import annotations
 
@@ -125,12 +125,30 @@ class QuotaPlan:
         return size
 
 
+def amount(n: int) -> str:
+    """Bytes as a message says them: MiB with one decimal from 1 MiB up, KiB below (a small model's chunk)."""
+    return f"{n / MiB:.1f} MiB" if n >= MiB else f"{n / 1024:.1f} KiB"
+
+
+def flag_size(n: int) -> str:
+    """The least ``--spill-max`` value of at least ``n`` bytes, in the unit ``amount`` uses."""
+    return f"{-(-n // MiB)}M" if n >= MiB else f"{-(-n // 1024)}K"
+
+
 def check_quota(text, plan: QuotaPlan, k: int, window_chunks: int, format_tag: str = "",
                 save_every: int | None = None) -> None:
-    """A one-line ``ConfigError`` when the quota cannot hold what the session pins at once."""
+    """A one-line ``ConfigError`` when the quota cannot hold what the session pins at once; a quota that
+    holds no chunk at all says so, with the quota's minimum (one chunk and the index)."""
     need = minimum_keep(k, window_chunks)
-    if plan.keep < need:
-        least = plan.smallest_bytes(need, format_tag, save_every)
-        raise ConfigError(f"--spill-max {text} holds {plan.keep} chunks of {plan.slot_bytes / MiB:.1f} MiB; the "
-                          f"session pins up to {need} at once (retrieved, staged, in the window): give at least "
-                          f"{-(-least // MiB)}M")
+    if plan.keep >= need:
+        return
+    least = plan.smallest_bytes(need, format_tag, save_every)
+    if plan.blocks == 0:
+        one = plan.slot_bytes + 2 * index_bound(1, format_tag)
+        raise ConfigError(f"--spill-max {text} ({amount(plan.quota_bytes)}) is below the quota's minimum: one "
+                          f"stored chunk takes {amount(plan.slot_bytes)} ({amount(one)} with the disk index), "
+                          f"and the session pins up to {need} at once (retrieved, staged, in the window): give "
+                          f"at least {flag_size(least)}")
+    raise ConfigError(f"--spill-max {text} holds {plan.keep} chunks of {amount(plan.slot_bytes)}; the "
+                      f"session pins up to {need} at once (retrieved, staged, in the window): give at least "
+                      f"{flag_size(least)}")

@@ -8,7 +8,8 @@ start image), the log header's facts and the KV layout (MG2's shape config says 
 """
 from __future__ import annotations
 
-from engine.config import SYNTHETIC_MODEL, SessionConfig, session_model_config
+from engine.config import DEVICE_PARAMS, SYNTHETIC_MODEL, SessionConfig, session_model_config
+from engine.errors import ConfigError
 from engine.io.video_clip import ClipReader, is_video, model_frames
 from engine.layout import KVLayout
 from engine.model.facts import horizon_chunk, model_facts
@@ -23,9 +24,30 @@ DEFAULT_TRAJECTORIES = {"universal": "revisit_loop.yaml", "gta_drive": "revisit_
                         "templerun": "templerun_run.yaml"}
 
 
+# The MG2 models that run on seeded weights without being asked: small enough to build in a second.
+SEEDED_MODELS = ("tiny", "micro")
+DOWNLOAD_MODES = {"mg2-universal": "universal", "mg2-gta": "gta", "mg2-templerun": "templerun"}  # engine.model.hub
+
+
+def check_weights(cfg: SessionConfig) -> None:
+    """A full-size MG2 model has no built-in weights: without ``--checkpoint`` it is refused (before
+    anything is built or written) unless ``--seeded-weights`` asks for seeded random ones."""
+    m = session_model_config(cfg)
+    if cfg.checkpoint is not None or cfg.seeded_weights or m.name in SEEDED_MODELS:
+        return
+    params = DEVICE_PARAMS.get(m.name)
+    size = f" ({params / 1e9:.1f} billion parameters)" if params else ""
+    mode = DOWNLOAD_MODES.get(m.name, "universal")
+    raise ConfigError(f"--model {m.name} has no built-in weights{size}: without --checkpoint it would run with "
+                      f"seeded random weights (minutes of set-up on a CPU, and a video of noise); give the "
+                      f"official weights with --checkpoint DIR (worldpager download --mode {mode}), run --model "
+                      "tiny, or add --seeded-weights to run it anyway")
+
+
 def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
     m = session_model_config(cfg)
     size = (m.video_height, m.video_width)
+    check_weights(cfg)
     if cfg.checkpoint is None:
         banner = (f"worldpager: using the built-in {cfg.model} model (seeded random weights, no checkpoint): "
                   "the video shows the pipeline, not a trained world model")

@@ -42,11 +42,12 @@ from engine import probe
 from engine.cleanup import Cleanup
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
+from engine.input_files import shown
 from engine.io.trajectory import load_trajectory
 from engine.io.trajectory.splice import splice_yaml
 from engine.memory.disk import INDEX_NAME
 from engine.durable import fsync_directory
-from engine.output_files import check_output_file
+from engine.output_files import OutputDriveError, check_output_file, write_failure
 from engine.overlay import write_resolved_config
 from engine.session.ownership import refuse_existing
 from engine.session.savepoint import SavePoint, savepoint_paths
@@ -181,7 +182,7 @@ def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: i
     try:
         _write(fork, text, parent_cfg.log_path)
     except OSError as exc:
-        error = OutputError(f"cannot write the branch {out}: {exc.strerror or exc}")
+        error = OutputDriveError(f"cannot write the branch {shown(out)}: {write_failure(exc)}")
         fork.discard(error)
         raise error from None
     except BaseException as exc:

@@ -48,7 +48,8 @@ from engine.cleanup import Cleanup
 from engine.cpu_threads import decode_overlap
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError, WorldPagerError
-from engine.limits import limit_error
+from engine.input_files import shown
+from engine.limits import file_size_text, file_too_large, limit_error
 from engine.pause_clock import PauseClock
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
@@ -211,6 +212,18 @@ class Session:
             self.outputs = NewOutputs(cfg, width, height, spec.grid.fps, spec.encoder_preset)
             self.writer, self.log = self.outputs.writer, self.outputs.log
         self.model: WorldModel | None = None
+        self._ran = False         # run() began: from there on it closes or discards the outputs itself
+        self._discarded = False   # the outputs were closed (and a new run's removed) before run()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, kind, exc, traceback) -> None:
+        """A caller's step that fails between construction and ``run()`` (its warnings, its thread
+        settings, anything before or after the load) leaves nothing: the outputs this session created
+        are removed, as a failed load's are. The error goes on (it is the one reported)."""
+        if exc is not None and not self._ran and not self._discarded:
+            self._discard_outputs("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", exc)
 
     def request_stop(self) -> None:
         """Finish the chunk in hand, then stop (thread- and signal-safe)."""
@@ -239,6 +252,7 @@ class Session:
         so that the clean-up can neither fail on nor delete a path the user gave by mistake). A resume's
         or a fork's files were there before: they are closed (the log with its summary), not removed. The
         error that brought us here is the one reported (``engine.cleanup``)."""
+        self._discarded = True
         if self.outputs is not None:
             self.outputs.discard(status)
             return
@@ -266,6 +280,7 @@ class Session:
     def run(self) -> SessionResult:
         """Generate every chunk (loading first if needed); video and log are closed on every path."""
         start = time.perf_counter()
+        self._ran = True
         if self.model is None:
             self.load()
         model = self.model
@@ -393,6 +408,9 @@ class Session:
             return OutputError(f"the spill drive is full: {spill} ({free}); the {left} chunks left need about "
                                f"{need / 2**20:.0f} MiB more ({memory.chunk_bytes() / 2**10:.0f} KiB a chunk); "
                                f"free space, then {again}")
+        if file_too_large(failure):   # ulimit -f: no drive is at fault
+            return OutputError(f"cannot write the spill directory {shown(spill)}: File too large: {file_size_text()}, "
+                               f"then {again}")
         reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
         return OutputError(f"the spill drive failed: {reason}; check or replace the drive under {spill}, "
                            f"then {again}")

@@ -38,8 +38,10 @@ said as a warning only when the run itself went well.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -47,7 +49,8 @@ from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
 from engine.input_files import read_input_bytes
 from engine.file_lock import release_lock, try_lock
-from engine.output_files import OutputInUseError, check_output_file, refuse_in_use
+from engine.input_files import shown
+from engine.output_files import OutputDriveError, OutputInUseError, check_output_file, refuse_in_use, write_failure
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
 from engine.telemetry import read_log
@@ -65,17 +68,33 @@ def lock_path(out: Path) -> Path:
     return real.with_name(f".{real.name}.lock")
 
 
+def _stat(path: Path, flag: str) -> os.stat_result | None:
+    """``os.stat`` of ``path`` (None: not there); a drive that fails (EIO, EROFS, ENOMEM) is one line
+    naming the path and what the drive did (``write_failure``), never a traceback or "out of memory"."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:   # a symlink loop: check_output_file names it
+            return None
+        raise OutputDriveError(f"cannot check {flag} {shown(path)}: {write_failure(exc)}; choose another "
+                               f"{flag} on a drive that works") from None
+
+
 def check_video_path(out: Path, flag: str = "--out") -> None:
     """A ``.mp4`` name in an existing directory, not a directory itself."""
     out = Path(out)
     if out.suffix.lower() != VIDEO_SUFFIX:
         raise OutputError(f"{flag} {out}: WorldPager writes MP4 video; give a name ending in .mp4 "
                           f"(e.g. {out.with_suffix(VIDEO_SUFFIX).name})")
-    if out.is_dir():
+    st = _stat(out, flag)
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise OutputError(f"{flag} {out} is a directory; give a file name, e.g. {out / 'session.mp4'}")
     parent = out.parent
-    if not parent.is_dir():
-        what = "is not a directory" if parent.exists() else "does not exist"
+    st = _stat(parent, flag)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        what = "is not a directory" if st is not None else "does not exist"
         raise OutputError(f"{flag} {out}: {parent} {what}; create the directory or choose another {flag}")
     check_output_file(out, flag)
 

@@ -1,6 +1,8 @@
 """A spill drive (or a save-point directory) that fails while ``generate`` sets up, ``resume`` checks and
-reopens, or ``fork`` reads a parent: one line naming the path and the errno, exit 1, no traceback, and
-nothing the user had is changed.
+reopens, or ``fork`` reads a parent, or the drive of a branch's (or a run's) output directory fails: one
+line naming the path and the errno (the drive's words for an output: "the drive holding it failed"; an
+ENOMEM the drive answers is never "out of memory"), exit 1, no traceback, and nothing the user had is
+changed.
 
 The drive's failure is injected at the ``os`` level in the CLI's own process (``tests/failing_drive.py``:
 ``os.stat``, ``os.open``, ``os.scandir``, ``os.statvfs``… raise EIO or ENOMEM for paths under a
@@ -103,6 +105,34 @@ def test_fork_onto_a_failing_drive_is_one_line(run, errno_name):
                       "--quiet", fail_under=drive, errno_name=errno_name)
     one_error_line(done, f"--spill {drive / 'b.spill'}", ERRNOS[errno_name])
     assert snapshot(run) == before
+
+
+OUTPUT_WORDS = {"EIO": "Input/output error: the drive holding it failed", "EROFS": "Read-only file system: the "
+                "drive holding it went read-only", "ENOMEM": "Cannot allocate memory"}
+
+
+@pytest.mark.parametrize("errno_name", sorted(OUTPUT_WORDS))
+@pytest.mark.parametrize("names", ["", ".b.mp4.fork"])
+def test_fork_into_a_directory_on_a_failing_drive_is_the_drive_not_memory(run, errno_name, names):
+    """The branch's directory (or only its staged MP4) on a drive that fails: the drive's words, never
+    "out of memory" (an ENOMEM the drive answers is not the process's) and never a traceback."""
+    (run / "out").mkdir()
+    before = snapshot(run)
+    done = worldpager(run, "fork", "k.mp4", "--trajectory", YAW, "--out", "out/b.mp4", "--spill", "b.spill",
+                      "--quiet", fail_under=run / "out", errno_name=errno_name, names=names)
+    line = one_error_line(done, "cannot check --out out/b.mp4", OUTPUT_WORDS[errno_name])
+    assert "out of memory" not in line and "Traceback" not in done.stderr
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("errno_name", sorted(OUTPUT_WORDS))
+def test_generate_into_a_directory_on_a_failing_drive_is_the_drive_not_memory(tmp_path, errno_name):
+    (tmp_path / "out").mkdir()
+    done = worldpager(tmp_path, "generate", "--model", "micro", "--chunks", "1", "--out", "out/g.mp4", "--quiet",
+                      fail_under=tmp_path / "out", errno_name=errno_name)
+    line = one_error_line(done, "cannot check --out out/g.mp4", OUTPUT_WORDS[errno_name])
+    assert "out of memory" not in line and "Traceback" not in done.stderr
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_resume_moved_to_another_drive_after_the_failure(run, runs):

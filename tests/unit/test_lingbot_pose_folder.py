@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -95,6 +96,41 @@ def test_bad_folders_are_one_line_errors(tmp_path, override, message):
     folder = _folder(tmp_path, **override)
     with pytest.raises(InputError, match=message) as err:
         load_trajectory(folder, "universal", 9)
+    assert str(folder) in str(err.value) and "\n" not in str(err.value)
+
+
+def _intrinsics(row: int, column: int, value: float) -> np.ndarray:
+    ks = np.tile(np.float64([500, 500, 416, 240]), (9, 1))
+    ks[row, column] = value
+    return ks
+
+
+def _keys(row: int, column: int, value) -> np.ndarray:
+    keys = np.tile(np.float32([1, 0, 0, 0]), (9, 1))
+    keys[row, column] = value
+    return keys
+
+
+FAR = np.repeat(np.eye(4)[None], 9, axis=0)
+FAR[6, 1, 3] = 1e12
+
+
+@pytest.mark.parametrize("override, message", [
+    ({INTRINSICS: _intrinsics(0, 0, 1e300)}, r"intrinsics.npy: row 0: fx 1e\+300 is outside \[1, 83200\]"),
+    ({INTRINSICS: _intrinsics(5, 1, 0.01)}, r"intrinsics.npy: row 5: fy 0.01 is outside \[1, 83200\]"),
+    ({INTRINSICS: _intrinsics(2, 2, 5000)}, r"intrinsics.npy: row 2: cx 5000 is outside \[0, 832\]"),
+    ({INTRINSICS: _intrinsics(3, 3, -1)}, r"intrinsics.npy: row 3: cy -1 is outside \[0, 480\]"),
+    ({ACTIONS: _keys(4, 2, 2)}, "action.npy: row 4, key S: 2 is not a key state"),
+    ({ACTIONS: _keys(1, 0, 0.5)}, "action.npy: row 1, key W: 0.5 is not a key state"),
+    ({ACTIONS: _keys(7, 3, -1e30)}, "action.npy: row 7, key D: -1e\\+30 is not a key state"),
+    ({POSES: FAR}, r"poses.npy: pose 6: position y 1e\+12 is outside \+-1e\+09 world units"),
+])
+def test_values_out_of_range_are_one_line_naming_file_index_and_value(tmp_path, override, message):
+    folder = _folder(tmp_path, **override)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no numpy overflow warning on the way
+        with pytest.raises(InputError, match=message) as err:
+            load_trajectory(folder, "universal", 9)
     assert str(folder) in str(err.value) and "\n" not in str(err.value)
 
 

@@ -29,7 +29,7 @@ from worldpager_cli.plan import plan
 SAMPLES = {
     "preset": "mg2-4090-32g", "image": "start.png", "trajectory": "path.yaml", "observe": "tour.yaml",
     "observe_poses": "tour.poses.csv", "repeat": "pingpong", "out": "a.mp4", "log": "a.log.jsonl",
-    "chunks": "7", "seconds": None, "minutes": None, "checkpoint": "ckpt", "prompt": "a street", "model": "tiny", "arena_seed": "7",
+    "chunks": "7", "seconds": None, "minutes": None, "checkpoint": "ckpt", "seeded_weights": True, "prompt": "a street", "model": "tiny", "arena_seed": "7",
     "arena_weights": "w.safetensors", "arena_reproject": "0.3", "seed": "3", "device": "cpu", "save_every": "5", "keep_savepoints": "3",
     "decode_overlap": True, "positions": "extend", "chunk_ms": "10", "kv_scale": "0.5", "store": "on-demand",
     "spill": "sp", "host_mem": "6", "pool_slots": "9", "device_mem": "4", "kv_bits": "8", "kv_keys": "pre-rope",

@@ -10,6 +10,11 @@ Owns the folder's layout and its checks, in the official code's conventions:
   (the official code uses row 0 and scales it to the model's pixel grid);
 * ``action.npy`` (optional) — [N, 4] key states W, A, S, D (0 or 1) per video frame.
 
+Every value is checked, not only the shapes: finite; positions within +-``MAX_COORDINATE`` world units;
+focal lengths between ``FOCAL_LEAST`` pixels and ``FOCAL_MOST`` times the frame's larger side, the principal
+point inside the 480x832 frame; key states 0 or 1. A value outside is one line naming the file, the
+row (and column) and the value.
+
 Each file is read by the strict ``.npy`` reader (``engine.io.npy_file``; ``EXPECT`` says what it takes:
 float32/64 poses and intrinsics, whole-number, bool or float32/64 keys): its header is checked against
 the file's size before anything is allocated, and nothing is unpickled. Reading: the engine's camera
@@ -29,7 +34,7 @@ from engine.geometry import matrix_to_quat, quat_to_matrix
 from engine.io.npy_file import NpyExpect, read_npy
 from engine.io.poses import FPS, Calibration
 from engine.io.trajectory.build import _Actions
-from engine.io.trajectory.fields import _Context
+from engine.io.trajectory.fields import MAX_COORDINATE, _Context
 from engine.io.trajectory.tracker import _pose_targets, _track
 
 POSES, INTRINSICS, ACTIONS = "poses.npy", "intrinsics.npy", "action.npy"
@@ -37,6 +42,8 @@ INTRINSICS_FRAME = (480, 832)                       # (H, W) the official intrin
 OPENGL_TO_OPENCV = np.diag([1.0, -1.0, -1.0])       # camera y and z flipped (its own inverse)
 UNIVERSAL_TO_WASD = [0, 2, 1, 3]                    # (forward, back, left, right) -> (W, A, S, D)
 RIGID_TOLERANCE = 1e-3
+FOCAL_LEAST = 1.0                                   # pixels: a field of view under ~179.7 degrees
+FOCAL_MOST = 100.0                                  # times the frame's larger side: a field of view over ~0.6 degrees
 FLAG = "--trajectory"                               # the only option that takes a pose folder
 FLOATS = ("f4", "f8")
 KEYS = ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1") + FLOATS
@@ -79,13 +86,52 @@ def read_pose_folder(ctx: _Context, folder: Path) -> tuple[np.ndarray, np.ndarra
     if (intrinsics[:, :2] <= 0).any():
         row = int(np.argwhere(intrinsics[:, :2] <= 0)[0, 0])
         raise ctx.error(f"{INTRINSICS}: focal lengths must be positive, row {row} has {intrinsics[row, :2].tolist()}")
+    _check_intrinsics(ctx, intrinsics)
     _check_rigid(ctx, poses)
+    _check_positions(ctx, poses)
     actions = None
     if (folder / ACTIONS).exists():
         actions = _array(ctx, folder, ACTIONS)
         if len(actions) != len(poses):
             raise ctx.error(f"{ACTIONS} has {len(actions)} rows but {POSES} has {len(poses)} poses")
+        _check_keys(ctx, actions)
     return poses, intrinsics, actions
+
+
+def _intrinsics_ranges() -> tuple[tuple[str, float, float], ...]:
+    """(name, least, most) of each column of ``intrinsics.npy``, in pixels of the frame it describes."""
+    height, width = INTRINSICS_FRAME
+    most = FOCAL_MOST * max(height, width)
+    return (("fx", FOCAL_LEAST, most), ("fy", FOCAL_LEAST, most), ("cx", 0.0, float(width)), ("cy", 0.0, float(height)))
+
+
+def _check_intrinsics(ctx: _Context, intrinsics: np.ndarray) -> None:
+    """Focal lengths of a field of view between ~0.6 and ~179.7 degrees, the principal point in the frame."""
+    for column, (name, least, most) in enumerate(_intrinsics_ranges()):
+        bad = np.flatnonzero((intrinsics[:, column] < least) | (intrinsics[:, column] > most))
+        if len(bad):
+            row = int(bad[0])
+            raise ctx.error(f"{INTRINSICS}: row {row}: {name} {intrinsics[row, column]:g} is outside "
+                            f"[{least:g}, {most:g}] (pixels of the {INTRINSICS_FRAME[0]}x{INTRINSICS_FRAME[1]} "
+                            "frame the file describes)")
+
+
+def _check_positions(ctx: _Context, poses: np.ndarray) -> None:
+    """Camera positions within +-MAX_COORDINATE world units (as every pose file's)."""
+    far = np.argwhere(np.abs(poses[:, :3, 3]) > MAX_COORDINATE)
+    if len(far):
+        i, axis = (int(v) for v in far[0])
+        raise ctx.error(f"{POSES}: pose {i}: position {'xyz'[axis]} {poses[i, axis, 3]:g} is outside "
+                        f"+-{MAX_COORDINATE:g} world units")
+
+
+def _check_keys(ctx: _Context, actions: np.ndarray) -> None:
+    """Key states are 0 (up) or 1 (down): the model's action encoding takes nothing else."""
+    bad = np.argwhere((actions != 0) & (actions != 1))
+    if len(bad):
+        row, column = (int(v) for v in bad[0])
+        raise ctx.error(f"{ACTIONS}: row {row}, key {'WASD'[column]}: {actions[row, column]:g} is not a key state "
+                        "(0 or 1)")
 
 
 def _check_rigid(ctx: _Context, poses: np.ndarray) -> None:
