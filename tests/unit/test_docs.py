@@ -291,3 +291,11 @@ def test_ci_runs_the_front_pages_run_command_in_a_fresh_venv():
                for block in blocks for line in block.splitlines())
     order = [text.index(step) for step in ("python3 -m venv", "/venv/bin/activate", "install --quiet torch==2.13.0")]
     assert order == sorted(order) and order[-1] < run
+
+
+def test_ci_checks_that_play_serves_its_page_on_the_run_commands_install():
+    """`play` works after the Run command alone: .ci/run serves its page before the test extras go in."""
+    text = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    smoke = text.index("python3 scripts/play_smoke.py")
+    assert text.index("worldpager generate)") < smoke < text.index("pip install -e '.[test]'")
+    assert (ROOT / "scripts" / "play_smoke.py").is_file()
