@@ -12,7 +12,7 @@ the truth on every channel, the median relative error of the warped depth, and t
 target frame on this CPU (median of the timed warps, one source; and four sources composited,
 ``depth_warp.composite``). PSNR "exact" where every filled pixel is the truth's. Prints a table and a last line of JSON.
 
-    python3 scripts/depth_warp_check.py --arenas 4 --poses 6
+    python3 scripts/depth_warp_check.py --arenas 4 --poses 6 --threads 1
 """
 from __future__ import annotations
 
@@ -146,8 +146,9 @@ def main() -> None:
     parser.add_argument("--arenas", type=int, default=4, help="held-out arenas")
     parser.add_argument("--poses", type=int, default=6, help="source poses per arena")
     parser.add_argument("--spread", type=int, default=1, help="depth_warp.warp's spread")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for the timed warps")
     args = parser.parse_args()
-    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
     rows, cost = measure(args)
     print(f"{'moved':>6} {'turn':>5} {'pairs':>5} {'cover':>6} {'PSNR':>6} {'<0.1':>6} {'dz rel':>7} "
           f"{'rot cover':>9} {'rot PSNR':>8}")
