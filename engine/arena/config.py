@@ -3,7 +3,8 @@
 Owns every size the arena model, its training and its pipeline derive from (no literals elsewhere):
 frame size and field of view, patching, width/depth, chunk and window lengths in latent frames, the
 rotary time positions and their native horizon, the camera-ray features, the sampler's timesteps, the
-output's design (the pixel warp source, the number of hypotheses per token, the re-projection radius),
+output's design (the pixel warp source, the number of hypotheses per token, the optional depth head, the
+re-projection radius),
 and the ``KVLayout`` the memory stores (the transformer's layers plus one copy layer: geometric keys and
 clean pixel-patch values, which is why ``3 * patch**2`` must equal ``dim``).
 """
@@ -47,6 +48,8 @@ class ArenaModelConfig:
     codebook: int = 0                # > 0: a categorical output over this many codes of code_patch x code_patch pixels
                                      # (engine.arena.codebook); inference takes each sub-patch's likeliest code
     code_patch: int = 4
+    depth_head: bool = False         # training: a per-pixel inverse-depth output beside the x0 (target: the
+                                     # renderer's depth, ``train --depth-weight``); nothing at inference reads it yet
     reproject: float = 0.15          # inference: pixels of context frames seen from within this many world units
                                      # of a frame's camera, warped to its view, replace the x0 (engine.arena.reproject;
                                      # 0: off); a session's --arena-reproject overrides it

@@ -20,7 +20,7 @@ import torch
 
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
 from engine.arena.episodes import KINDS, TRAIN_MIX, Episode, make_episode
-from engine.arena.render import render
+from engine.arena.render import depth, render
 from engine.arena.world import Arena
 from engine.geometry import euler_from_quat
 from engine.retrieval.select import ChunkGrid, ChunkPose, FovOverlapPolicy
@@ -37,9 +37,11 @@ class EpisodeTensors:
     cam: torch.Tensor            # [C, F, 4] x, z, yaw, pitch
     ctx_ids: torch.Tensor        # [C, k + 1] memory slots then the window chunk; -1 = empty
     mem_shift: torch.Tensor      # [C, k] latent frames
+    depth: torch.Tensor | None = None   # [C, F, H, W] true z-depth (world units, inf: sky), only when asked for
 
     def to(self, device) -> "EpisodeTensors":
-        return EpisodeTensors(*(getattr(self, f).to(device) for f in FIELDS))
+        return EpisodeTensors(*(getattr(self, f).to(device) for f in FIELDS),
+                              depth=None if self.depth is None else self.depth.to(device))
 
 
 def latent_camera(poses: np.ndarray, cfg: ArenaModelConfig, frames: int, first: int = 0) -> np.ndarray:
@@ -67,6 +69,11 @@ def render_latents(arena: Arena, cam: np.ndarray, cfg: ArenaModelConfig) -> np.n
     return np.stack([render(arena, x, z, yaw, pitch, cfg.height, cfg.width, cfg.hfov) for x, z, yaw, pitch in cam])
 
 
+def render_depths(arena: Arena, cam: np.ndarray, cfg: ArenaModelConfig) -> np.ndarray:
+    """The true z-depth ``[F, H, W]`` of the latent frames at cameras ``cam [F, 4]`` (a training target)."""
+    return np.stack([depth(arena, x, z, yaw, pitch, cfg.height, cfg.width, cfg.hfov) for x, z, yaw, pitch in cam])
+
+
 def retrieval_sets(poses: np.ndarray, chunks: int, cfg: ArenaModelConfig, k: int) -> list[list[int]]:
     """For each chunk, the memory the session's policy retrieves from its real pose."""
     grid = ChunkGrid(cfg.video_grid().first_frames, cfg.video_grid().frames_per_chunk)
@@ -82,9 +89,10 @@ def retrieval_sets(poses: np.ndarray, chunks: int, cfg: ArenaModelConfig, k: int
 
 def episode_tensors(episode: Episode, cfg: ArenaModelConfig, chunks: int, k: int,
                     rng: np.random.Generator | None = None, arena: Arena | None = None,
-                    memory_distance: float | None = None) -> EpisodeTensors:
+                    memory_distance: float | None = None, with_depth: bool = False) -> EpisodeTensors:
     """Render and assemble one episode; ``rng`` turns on the training augmentations (``memory_distance``:
-    the farthest a memory slot's keys are moved, in latent frames; default the native table)."""
+    the farthest a memory slot's keys are moved, in latent frames; default the native table);
+    ``with_depth``: the true depth too (a depth head's target)."""
     arena = arena or Arena.generate(episode.arena_seed)
     f_total = chunks * cfg.frames_per_chunk
     cam = latent_camera(episode.poses, cfg, f_total)
@@ -107,7 +115,8 @@ def episode_tensors(episode: Episode, cfg: ArenaModelConfig, chunks: int, k: int
         frames=torch.from_numpy(frames).unflatten(0, (chunks, fpc)),
         actions=torch.from_numpy(actions).unflatten(0, (chunks, fpc)),
         cam=torch.from_numpy(cam.astype(np.float32)).unflatten(0, (chunks, fpc)),
-        ctx_ids=torch.from_numpy(ctx_ids), mem_shift=torch.from_numpy(shift.astype(np.float32)))
+        ctx_ids=torch.from_numpy(ctx_ids), mem_shift=torch.from_numpy(shift.astype(np.float32)),
+        depth=torch.from_numpy(render_depths(arena, cam, cfg)).unflatten(0, (chunks, fpc)) if with_depth else None)
 
 
 def _augment_memory(mem: list[int], c: int, k: int, cfg: ArenaModelConfig, rng) -> list[int]:
@@ -141,7 +150,7 @@ def _memory_shifts(mem: list[int], c: int, k: int, cfg: ArenaModelConfig, rng,
 
 
 def training_episode(seed: int, step: int, index: int, cfg: ArenaModelConfig, chunks: int,
-                     k: int, memory_distance: float | None = None) -> EpisodeTensors:
+                     k: int, memory_distance: float | None = None, with_depth: bool = False) -> EpisodeTensors:
     """Episode ``index`` of training step ``step``: a fresh training arena and a mixed trajectory kind."""
     rng = np.random.default_rng([seed, step, index])
     arena_seed = int(rng.integers(0, TRAIN_ARENAS))
@@ -149,8 +158,11 @@ def training_episode(seed: int, step: int, index: int, cfg: ArenaModelConfig, ch
     arena = Arena.generate(arena_seed)
     frames = cfg.video_grid().frames_total(chunks)
     episode = make_episode(arena_seed, kind, frames, rng, arena=arena)
-    return episode_tensors(episode, cfg, chunks, k, rng=rng, arena=arena, memory_distance=memory_distance)
+    return episode_tensors(episode, cfg, chunks, k, rng=rng, arena=arena, memory_distance=memory_distance,
+                           with_depth=with_depth)
 
 
 def stack(items: list[EpisodeTensors]) -> EpisodeTensors:
-    return EpisodeTensors(*(torch.stack([getattr(e, f) for e in items]) for f in FIELDS))
+    depths = [e.depth for e in items]
+    return EpisodeTensors(*(torch.stack([getattr(e, f) for e in items]) for f in FIELDS),
+                          depth=torch.stack(depths) if all(d is not None for d in depths) else None)

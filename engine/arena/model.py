@@ -22,7 +22,9 @@ rotary time positions on the first ``rope_time_dims`` channels of each head. Out
 patches; a per-token gate mixes in what the copy head fetched. Two options of the output
 (``ArenaModelConfig``): ``warp`` adds a third source, the window's last frame warped pixel for pixel to
 each frame's camera (``engine.arena.warp``; exact for a turn, nearest sampling), mixed per pixel by a
-softmax over (generated, copied, warped); ``hypotheses`` > 1 gives each token several candidate
+softmax over (generated, copied, warped); ``depth_head`` adds a per-pixel inverse-depth output (trained
+against the renderer's depth; the geometry that will use it is ``engine.arena.depth_warp``; nothing at
+inference reads it yet); ``hypotheses`` > 1 gives each token several candidate
 patches and a categorical over them (trained winner-takes-all: each candidate becomes one sharp mode
 instead of their average), and the likeliest is kept. At inference, given its context frames' cameras
 (``ChunkInputs.ctx_cam``), ``chunk_forward`` re-projects the pixels of context frames seen from the same
@@ -215,6 +217,10 @@ class ArenaDiT(nn.Module):
             subs = (cfg.patch // cfg.code_patch) ** 2
             self.code_head = nn.Linear(d, subs * cfg.codebook)
             self.register_buffer("codes", torch.zeros(cfg.codebook, 3 * cfg.code_patch ** 2))
+        if cfg.depth_head:    # inverse depth (1 / world units; sky 0) of every pixel of a patch
+            self.depth_out = nn.Linear(d, cfg.patch * cfg.patch)
+            nn.init.zeros_(self.depth_out.weight)
+            nn.init.zeros_(self.depth_out.bias)
         self.rope = TimeRope(cfg.rope_time_dims, cfg.rope_theta)
 
     def init_new_parts(self, missing: list[str], generator: torch.Generator | None = None) -> None:
@@ -268,12 +274,15 @@ class ArenaDiT(nn.Module):
         for one): the generated patch mixed with what the copy head fetched and, with ``warp``
         (warped patches ``[B, T, patch_dim]``, valid pixels ``[B, T, patch**2]``), the warped pixels.
         ``parts`` (training): filled with the generated candidates, the copy gate's logits, which rows
-        have context and what a hard copy would fetch (no gradient), for a loss on the copy decision."""
+        have context and what a hard copy would fetch (no gradient), for a loss on the copy decision, and
+        with a depth head the predicted inverse depth ``inv_depth [B, T, patch**2]``."""
         cfg = self.cfg
         shift, scale = (m.unsqueeze(-2) for m in self.final_mod(F.silu(cond)).chunk(2, dim=-1))
         z = modulate(self.final_norm(h), shift, scale)
         gen = self.head(z)[..., None, :]                                        # [B, T, 1, P]
         logits = None
+        if cfg.depth_head and parts is not None:
+            parts["inv_depth"] = self.depth_out(z)                              # [B, T, patch**2]
         if cfg.codebook:
             code_logits = self.code_head(z)                                     # [B, T, S * codes]
             if parts is not None:

@@ -9,6 +9,10 @@ sky otherwise. Walls carry their cell's colour and texture (face-relative coordi
 is fixed to the wall), the floor a cell-sized checker, the sky a gradient; everything but the sky fades
 into the horizon colour with distance (fog). Same pose, same frame, bit for bit.
 
+Also owns ``depth(...)``: the same rays' z-depth (distance along the camera's forward axis, world units;
+the sky is ``inf``), the training target of a depth head and the oracle of the depth warp's tests
+(``engine.arena.depth_warp``). It is ground truth: nothing at inference may read it.
+
 Frames are float32 ``[3, H, W]`` in [-1, 1] (the model's pixel range).
 """
 from __future__ import annotations
@@ -127,3 +131,24 @@ def render(arena: Arena, x: float, z: float, yaw: float, pitch: float, height: i
     colour = colour * fog + arena.sky_horizon * (1 - fog)
     frame = colour.T.reshape(3, height, width).astype(np.float32)
     return frame * 2 - 1
+
+
+def depth(arena: Arena, x: float, z: float, yaw: float, pitch: float, height: int, width: int,
+          hfov: float = 90.0) -> np.ndarray:
+    """The true z-depth ``[H, W]`` float32 (world units along the camera's forward axis; ``inf`` where
+    ``render`` shows sky) of the surface every pixel of ``render`` with the same arguments shows.
+
+    Ground truth, like ``render``: a training target and a test oracle, never an input at inference
+    (the generator does not know the world it draws). ``camera_rays`` has a forward component of exactly
+    1, so a ray's parameter at the hit is its z-depth in cells; one cell is ``cell_size`` world units."""
+    cfg = arena.cfg
+    gx, gz = (float(c) for c in arena.to_grid(x, z))
+    dx, dy, dz = camera_rays(yaw, pitch, height, width, hfov).reshape(3, -1)   # [N] each
+    hit_s, _, _, _ = _dda(arena, gx, gz, dx, dz)
+    eye = cfg.eye_height
+    with np.errstate(divide="ignore", invalid="ignore"):
+        floor_s = np.where(dy < 0, eye / -dy, np.inf)
+    is_floor = floor_s < hit_s
+    is_wall = ~is_floor & (eye + dy * hit_s <= cfg.wall_height)
+    cells = np.where(is_floor, floor_s, np.where(is_wall, hit_s, np.inf))
+    return (cells * cfg.cell_size).astype(np.float32).reshape(height, width)

@@ -13,6 +13,8 @@ steps: the learning rate warms up, holds at its peak, and decays linearly over t
 ``DECAY_SHARE`` of the time (the schedule follows the clock, so such a run is not bit-reproducible;
 every step's rate is in the log), then the checkpoint is saved. ``--workers N`` renders batches in N
 processes (a GPU step is faster than one core renders a big batch); the data is the same.
+``--depth-weight X`` (> 0) gives the model the depth head (``ArenaModelConfig.depth_head``) and adds X
+times the MSE of its inverse depth against the renderer's true depth (``depth_loss``, logged per step).
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ class Recipe:
     self_context: float = 0.5         # share of steps whose context chunks are the model's own predictions
     code_weight: float = 1.0          # a codebook: weight of the cross-entropy of each sub-patch's code (the truth's nearest)
     head_only: bool = False           # train the codebook head alone (every other weight frozen)
+    depth_weight: float = 0.0         # a depth head: weight of the MSE of its inverse depth against the renderer's
 
 
 DECAY_SHARE = 0.2              # of a timed run: the last share of its minutes decays the learning rate
@@ -101,8 +104,8 @@ def degrade_context(clean: torch.Tensor, gen: torch.Generator, r: Recipe) -> tor
 
 
 def batch_for(r: Recipe, cfg: ArenaModelConfig, step: int):
-    eps = stack([training_episode(r.seed, step, i, cfg, r.chunks, r.retrieve_k, r.memory_distance)
-                 for i in range(r.batch)])
+    eps = stack([training_episode(r.seed, step, i, cfg, r.chunks, r.retrieve_k, r.memory_distance,
+                                  with_depth=r.depth_weight > 0) for i in range(r.batch)])
     gen = torch.Generator().manual_seed(r.seed * 1_000_003 + step)
     t = flow_times(gen, (r.batch, r.chunks), r)
     noise = torch.randn(eps.frames.shape, generator=gen)
@@ -135,11 +138,15 @@ def self_context(model: ArenaDiT, eps, context, start, gen: torch.Generator) -> 
     return out
 
 
-def loss_of(model: ArenaDiT, eps, context, noisy, t, start, r: Recipe = Recipe()) -> torch.Tensor:
+def loss_of(model: ArenaDiT, eps, context, noisy, t, start, r: Recipe = Recipe(),
+            figures: dict | None = None) -> torch.Tensor:
     """MSE on x0 (chunk 0 is given at inference). With several candidates per token: relaxed
     winner-takes-all (the candidate nearest the truth takes ``1 - wta_share`` of the weight) plus the
-    cross-entropy of choosing it, so that each candidate is one sharp mode and the choice keeps the likeliest."""
-    parts = {} if r.copy_decision > 0 or model.cfg.codebook else None
+    cross-entropy of choosing it, so that each candidate is one sharp mode and the choice keeps the likeliest.
+    With ``depth_weight`` (a depth head): plus that weight times ``depth_loss``, which goes into
+    ``figures["depth_loss"]``."""
+    with_depth = r.depth_weight > 0
+    parts = {} if r.copy_decision > 0 or model.cfg.codebook or with_depth else None
     cands, logits = model.train_candidates(context, noisy, t, eps.actions, eps.cam, start, eps.ctx_ids, eps.mem_shift,
                                            parts)
     truth = patchify(eps.frames, model.cfg.patch).flatten(2, 3)                # [B, C, T, P]
@@ -148,12 +155,29 @@ def loss_of(model: ArenaDiT, eps, context, noisy, t, start, r: Recipe = Recipe()
     decision = copy_decision_loss(parts, truth) * r.copy_decision if r.copy_decision > 0 else 0.0
     if model.cfg.codebook:
         decision = decision + r.code_weight * code_loss(model, parts["code_logits"], truth)
+    if with_depth:
+        d_loss = depth_loss(model, parts["inv_depth"], eps.depth)
+        if figures is not None:
+            figures["depth_loss"] = float(d_loss.detach())
+        decision = decision + r.depth_weight * d_loss
     if k == 1:
         return err.mean() + decision
     win = err.detach().argmin(-1)
     weights = torch.full_like(err, r.wta_share / (k - 1)).scatter_(-1, win[..., None], 1.0 - r.wta_share)
     choice = torch.nn.functional.cross_entropy(logits[:, 1:].reshape(-1, k), win.reshape(-1))
     return (weights * err).sum(-1).mean() + r.choice_weight * choice + decision
+
+
+def depth_loss(model: ArenaDiT, inv_depth: torch.Tensor, depth: torch.Tensor | None) -> torch.Tensor:
+    """MSE of the predicted inverse depth ``[B * C, T, patch**2]`` against the renderer's true depth
+    ``[B, C, F, H, W]`` (world units; sky, at infinity, is inverse depth 0) on the chunks after the first.
+    Inverse depth keeps the target bounded (the eye is never nearer a surface than the wall margin) and
+    makes the sky an ordinary value."""
+    assert model.cfg.depth_head and depth is not None, "a depth weight needs the depth head and the episodes' depth"
+    b, c = depth.shape[:2]
+    target = patchify(depth.reciprocal()[:, :, :, None], model.cfg.patch).flatten(2, 3)     # [B, C, T, p*p]
+    pred = inv_depth.unflatten(0, (b, c))
+    return (pred[:, 1:] - target[:, 1:]).pow(2).mean()
 
 
 def code_loss(model: ArenaDiT, code_logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
@@ -317,7 +341,8 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
             gen = torch.Generator().manual_seed(r.seed * 7_000_003 + step)
             if torch.rand(1, generator=gen).item() < r.self_context:
                 context = self_context(model, eps, context, start, gen)
-            loss = loss_of(model, eps, context, noisy.to(device), t.to(device), start, r)
+            figures: dict = {}
+            loss = loss_of(model, eps, context, noisy.to(device), t.to(device), start, r, figures)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip)
@@ -327,7 +352,7 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
             value = float(loss.detach())
             avg = value if avg is None else 0.98 * avg + 0.02 * value
             log.write(json.dumps({"step": step, "loss": value, "avg": avg, "grad_norm": float(norm),
-                                  "lr": rate, "wall_s": round(wall, 2)}) + "\n")
+                                  "lr": rate, "wall_s": round(wall, 2), **figures}) + "\n")
             bar.set_postfix(loss=f"{avg:.4f}")
             bar.update(1)
             made += 1
@@ -397,6 +422,8 @@ def main(argv=None) -> None:
     p.add_argument("--codebook", type=int, default=None, help="new model: a categorical output over this many codes")
     p.add_argument("--code-weight", type=float, default=Recipe.code_weight, help="weight of the codebook cross-entropy")
     p.add_argument("--head-only", action="store_true", help="train the codebook head alone")
+    p.add_argument("--depth-weight", type=float, default=Recipe.depth_weight,
+                   help="> 0: add the depth head (a new model, or to --init's) and weigh its inverse-depth MSE so")
     p.add_argument("--export", type=Path, default=None, help="after training, write fp16 weights here")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
@@ -404,9 +431,12 @@ def main(argv=None) -> None:
         torch.set_num_threads(a.threads)
     r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup,
                copy_decision=a.copy_decision, memory_distance=a.memory_distance, code_weight=a.code_weight,
-               head_only=a.head_only)
-    result = train(a.out, r, model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses,
-                                          hard_copy=a.hard_copy or None, codebook=a.codebook),
+               head_only=a.head_only, depth_weight=a.depth_weight)
+    cfg = model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses, hard_copy=a.hard_copy or None,
+                       codebook=a.codebook, depth_head=True if a.depth_weight > 0 else None)
+    if a.depth_weight > 0 and not cfg.depth_head:
+        p.error(f"--depth-weight: the checkpoint in {a.out} has no depth head")
+    result = train(a.out, r, cfg,
                    a.device, a.save_every, a.init, a.quiet,
                    budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)
     if a.export:
