@@ -102,6 +102,9 @@ def check_flags(ctx: click.Context, long_mode: bool, only: str, kinds: str, arm_
     if wrong and long_mode:
         raise click.UsageError(f"{_flag(ctx, wrong[0])} is a flag of the revisit benchmark; --long does not "
                                "take it (leave it out, or leave out --long)")
+    if wrong and wrong[0] == "minutes":
+        raise click.UsageError("--minutes only applies to the long benchmark: add --long (or --walk: the walking "
+                               "benchmark)")
     if wrong:
         raise click.UsageError(f"{_flag(ctx, wrong[0])} only applies to the long benchmark: add --long")
     if long_mode:

@@ -211,3 +211,55 @@ def test_walk_flags_and_rows_are_checked(tmp_path):
                                           str(tmp_path / "y")])
         assert result.exit_code == 1 and says in result.output, (says, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def _row(arm: str, **changes) -> dict:
+    sums = {"frames": 2, "psnr": 40.0, "ssim": 1.0, "detail": 1.0, "detail_truth": 2.0, "first_frames": 1,
+            "psnr_first": 25.0, "psnr_first_truth": 30.0}
+    bins = [{"hits": 1, "misses": 1, "stale": 0, "classes": {c: dict(sums) for c in CLASSES}} for _ in range(2)]
+    return {"experiment": "walk", "arm": arm, "seed": 0, "kind": "near", "look_around": True, "arena_seed": 1_510_000,
+            "chunks": 161, "observed_chunks": 8, "frames": 1929, "latent_frames": 483, "fps": 16, "bin_s": 60.0,
+            "bins": bins, "hits": 2, "misses": 2, "stale": 0, "smoke_test": False, **changes}
+
+
+def _paths(value, path=()):
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield (*path, key)
+            yield from _paths(inner, (*path, key))
+    elif isinstance(value, list) and value and isinstance(value[0], dict):
+        yield from _paths(value[0], (*path, 0))
+
+
+def test_any_field_of_a_walk_row_changed_is_refused_or_summarised(tmp_path):
+    """Whatever one field of a walk row becomes, the rows are refused in one ``JsonInputError`` or
+    summarised: never a KeyError, TypeError or ZeroDivisionError from the summary."""
+    import copy
+    import io
+    from contextlib import redirect_stdout
+
+    from engine.bounded_json import JsonInputError
+    from engine.quality.walk_summary import summarise_walk
+    from worldpager_cli.merged_rows import read_rows
+    from worldpager_cli.quality_walk import echo_walk
+
+    base = [_row("window"), _row("int4")]
+    for path in _paths(base[0]):
+        for value in (None, "text", -1, float("nan"), [], {}, True, 0, "DELETE"):
+            rows = copy.deepcopy(base)
+            parent = rows[0]
+            for key in path[:-1]:
+                parent = parent[key]
+            if value == "DELETE":
+                del parent[path[-1]]
+            else:
+                parent[path[-1]] = value
+            file = tmp_path / "rows.jsonl"
+            file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            try:
+                read, _ = read_rows([file], long=False, walk=True)
+            except JsonInputError as exc:
+                assert "\n" not in str(exc)
+                continue
+            with np.errstate(all="ignore"), redirect_stdout(io.StringIO()):
+                echo_walk(summarise_walk(read))
