@@ -263,3 +263,14 @@ def test_any_field_of_a_walk_row_changed_is_refused_or_summarised(tmp_path):
                 continue
             with np.errstate(all="ignore"), redirect_stdout(io.StringIO()):
                 echo_walk(summarise_walk(read))
+
+
+def test_the_repositorys_walk_rows_summarise_with_walk(tmp_path):
+    from pathlib import Path
+
+    rows = Path(__file__).resolve().parents[2] / "docs" / "quality_walk_rows.jsonl"
+    result = run("--from-rows", str(rows), "--out-dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    s = json.loads(result.output.strip().splitlines()[-1])["settings"]["look_around"]
+    assert s["episodes"] == 12 and s["arms"] == ["window", "int4", "noreproject"]
+    assert (tmp_path / "walk.png").exists()
