@@ -27,13 +27,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from engine.arena.episodes import Episode, _segments_to_actions, walk
 from engine.arena.world import Arena
 from engine.io.poses import Calibration
 from engine.quality.episodes import TURN_RATE, chunks_for
-from engine.quality.long_paths import LONG_ARENA_BASE, LongShape
+from engine.quality.long_paths import FPS, LONG_ARENA_BASE, LongShape
 from engine.quality.revisit_paths import START_HOLD, TURN_DEG, session_frames
 
 WALK_KINDS = ("onward", "loops", "near", "home")
@@ -175,7 +173,7 @@ def near(pen: Pen, frames: int) -> None:
 
 
 def home(pen: Pen, frames: int) -> None:
-    back = frames - int(HOME_S * 16)
+    back = frames - int(HOME_S * FPS)
     _spiral(pen, 1.2 * SPACING, 8, back)
     if pen.frames < back:                                 # the spiral is done early: turn slowly till then
         pen.turn((back - pen.frames) * SLOW * TURN_DEG / TURN_RATE, rate=SLOW)
@@ -215,8 +213,3 @@ def walk_episode(seed: int, kind: str, shape: WalkShape = WalkShape()) -> WalkEp
     assert chunks_for(len(keyboard)) == shape.chunks, (len(keyboard), shape.chunks)
     return WalkEpisode(Episode(arena_seed, kind, keyboard, mouse, poses, clamped), seed, shape.chunks,
                        shape.observed_chunks, shape.look_around)
-
-
-def positions(ep: WalkEpisode) -> np.ndarray:
-    """World (x, z) of every video frame's camera."""
-    return ep.episode.poses[:, [0, 2]]
