@@ -271,6 +271,8 @@ def test_the_repositorys_walk_rows_summarise_with_walk(tmp_path):
     rows = Path(__file__).resolve().parents[2] / "docs" / "quality_walk_rows.jsonl"
     result = run("--from-rows", str(rows), "--out-dir", str(tmp_path))
     assert result.exit_code == 0, result.output
-    s = json.loads(result.output.strip().splitlines()[-1])["settings"]["look_around"]
+    settings = json.loads(result.output.strip().splitlines()[-1])["settings"]
+    s = settings["look_around"]
     assert s["episodes"] == 12 and s["arms"] == ["window", "int4", "noreproject"]
+    assert settings["no_look_around"]["episodes"] == 4 and settings["no_look_around"]["observed_chunks"] == 1
     assert (tmp_path / "walk.png").exists()
