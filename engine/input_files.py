@@ -15,6 +15,9 @@ wait for a writer forever; reading it would wait for data), a socket, a device, 
   (a FIFO put there since the check fails instead of waiting), refused unless the opened file is regular,
   then switched back to blocking reads.
 * ``read_input_bytes(path, name, limit)`` — the whole file, refused past ``limit`` bytes.
+* ``refuse_wrong_kind(path, name, files, dirs)`` — only the kind: a path that is there and is not what a
+  reader takes (a regular file when ``files``, a directory when ``dirs``; never a pseudo file system) is
+  refused; a missing path is left to its reader, whose message says what it looks for.
 * ``shown(path)`` — a name as messages print it: as it is, or quoted with its control characters escaped
   (a name with a newline stays on the error's one line).
 * ``pseudo_root(path)`` — ``/proc``, ``/sys`` or ``/dev`` when ``path`` resolves under one (not ``/dev/shm``).
@@ -150,3 +153,23 @@ def read_input_bytes(path, name: str, limit: int, fix: str | None = None) -> byt
     if len(data) > limit:
         raise InputError(f"{name} {shown(path)} is larger than {limit:,} bytes; {fix or 'is it the right file?'}")
     return data
+
+
+def refuse_wrong_kind(path, name: str, files: bool = True, dirs: bool = False) -> None:
+    """An ``InputError`` when ``path`` exists and is not a regular file (``files``) or a directory
+    (``dirs``), or lies under a pseudo file system; nothing when it is missing (see the module docstring)."""
+    path = Path(path).expanduser()
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        st = _stat(path, name, None)   # its one-line error (a symlink loop, a failing drive, ...)
+    if (files and stat.S_ISREG(st.st_mode)) or (dirs and stat.S_ISDIR(st.st_mode)):
+        root = pseudo_root(path)
+        if root is None:
+            return
+        raise InputError(f"{name} {shown(path)} is under {root}, not on a drive; name a file on a drive as {name}")
+    wanted = " or ".join(w for w, on in (("a regular file", files), ("a directory", dirs)) if on)
+    what = "a regular file" if stat.S_ISREG(st.st_mode) else _what(path, st.st_mode)
+    raise InputError(f"{name} {shown(path)} is {what}, not {wanted}; name {wanted} as {name}")

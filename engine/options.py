@@ -15,6 +15,7 @@ options without one (the preset, the length, ``--set``) are read by the commands
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import yaml
 from engine.config import (ARENA_MODEL, KEY_CONVENTIONS, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
                            SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
+from engine.input_files import refuse_wrong_kind
 from engine.overlay import merged_overlays
 
 LINGBOT_DIT_FOLDER = "lingbot_world_fast"     # engine.model.lingbot.weights.CHECKPOINT_SUBFOLDER (torch-free here)
@@ -300,6 +302,28 @@ def overlay(values: Mapping[str, Any]) -> dict:
     if values.get("checkpoint") is not None and values.get("model") is None and values.get("preset") is None:
         flags["model"] = "lingbot-fast" if _lingbot_release(values["checkpoint"]) else "mg2-universal"
     return merged_overlays(flags, parse_settings(values.get("set")))
+
+
+# The options that name an input: what each may be (a regular file, a directory); checked by kind when the
+# options are read, whatever the model, so that a FIFO never waits and a directory is never a start image.
+INPUT_KINDS = {"image": (True, False), "trajectory": (True, True), "observe": (True, False),
+               "observe_poses": (True, False), "arena_weights": (True, False), "checkpoint": (False, True),
+               "preset": (True, False)}
+
+
+def check_input_options(values: Mapping[str, Any]) -> None:
+    """An ``InputError`` for the first input option in ``values`` that names a path of the wrong kind
+    (``engine.input_files.refuse_wrong_kind``: a FIFO, device, directory or ``/proc`` file where a file is
+    read). A preset given by name (no path separator, no suffix) is looked up among the packaged ones."""
+    for name, (files, dirs) in INPUT_KINDS.items():
+        value = values.get(name)
+        if value is None or (name == "preset" and not _looks_like_a_path(str(value))):
+            continue
+        refuse_wrong_kind(Path(str(value)), "--" + name.replace("_", "-"), files=files, dirs=dirs)
+
+
+def _looks_like_a_path(text: str) -> bool:
+    return "/" in text or os.sep in text or Path(text).suffix != "" or Path(text).exists()
 
 
 def _lingbot_release(checkpoint: Any) -> bool:

@@ -19,7 +19,7 @@ from typing import Mapping
 import click
 
 from engine.errors import ConfigError
-from engine.options import BY_NAME, SESSION_OPTIONS, Option, overlay, parse_arena_seed  # noqa: F401 (re-exported)
+from engine.options import BY_NAME, SESSION_OPTIONS, Option, check_input_options, overlay, parse_arena_seed  # noqa: F401 (re-exported)
 
 LENGTH_KEYS = ("chunks", "seconds", "minutes")
 
@@ -103,5 +103,6 @@ def session_options(func):
 
 def session_overlay(opts: Mapping) -> dict:
     """The config overlay of the session flags given (``opts``: ``session_options``'s arguments;
-    ``--preset`` and the length are not part of it)."""
+    ``--preset`` and the length are not part of it). Input paths are checked for their kind first."""
+    check_input_options(opts)
     return overlay(opts)

@@ -101,6 +101,10 @@ def bench_quality(ctx, seeds, seed_start, kinds, episode_chunks, observed, arm_n
     against the rendered truth; --long: per minute of sessions minutes long; --walk: walking, per class
     of frame."""
     check_flags(ctx, long_mode, only, kinds, arm_names, no_baselines, walk_mode)
+    if weights is not None and not from_rows:
+        from engine.arena.weights import config_of
+
+        config_of(weights)   # a weights file, readable, with an arena config: else one line before any run
     if walk_mode:
         from worldpager_cli.quality_walk_cmd import run_walk
 

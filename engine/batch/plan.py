@@ -24,7 +24,7 @@ from typing import Any
 from engine.batch.jobs import Job
 from engine.config import SessionConfig
 from engine.errors import ConfigError, InputError, WorldPagerError
-from engine.options import overlay
+from engine.options import check_input_options, overlay
 from engine.model.registry import model_kv_layout, model_spec
 from engine.overlay import resolve_session_config, with_user_config
 from engine.session.preflight import check_memory, host_budget
@@ -51,6 +51,7 @@ def overlay_of(options: dict[str, Any], out_dir: Path, name: str) -> dict[str, A
         values["log"] = out_dir / options["log"]
     if "spill" in options:
         values["spill"] = options["spill"].replace("{job}", name)
+    check_input_options(values)
     return overlay(values)
 
 

@@ -28,6 +28,9 @@ def weights_with_horizon(src: Path, horizon_chunk: int, out: Path) -> Path:
     from safetensors import safe_open
     from safetensors.torch import save_file
 
+    from engine.arena.weights import read_metadata
+
+    read_metadata(src)   # the input gate and a readable file, before safetensors opens it
     with safe_open(str(src), framework="pt") as fh:
         meta = dict(fh.metadata() or {})
         tensors = {k: fh.get_tensor(k) for k in fh.keys()}

@@ -223,3 +223,44 @@ def test_fifo_spill_index_is_one_line_not_a_wait(tmp_path):
         with pytest.raises(SpillIndexError, match="named pipe"):
             index_document(tmp_path / INDEX_NAME)
         assert tier_room(tmp_path, resume=True) == 0   # an index that cannot be read holds no room
+
+
+# ---- every input option, by kind, whatever the model reads ---------------------------------------------
+
+@pytest.mark.parametrize("command", [("plan",), ("generate", "--model", "micro", "--chunks", "1")])
+@pytest.mark.parametrize("flag, kind, needle", [
+    ("--image", "fifo", "not a regular file"), ("--observe", "fifo", "not a regular file"),
+    ("--observe-poses", "dir", "a directory, not a regular file"), ("--arena-weights", "fifo", "not a regular file"),
+    ("--arena-weights", "dir", "a directory, not a regular file"), ("--checkpoint", "fifo", "not a directory"),
+    ("--trajectory", "proc", "under /proc"),
+])
+def test_an_input_option_of_the_wrong_kind_is_refused_even_where_the_model_reads_none(tmp_path, command, flag,
+                                                                                      kind, needle):
+    """micro reads no arena weights and plan reads no image: a FIFO there is still refused, never waited on."""
+    path = {"fifo": tmp_path / "in", "dir": tmp_path / "d", "proc": Path("/proc/self/status")}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        path.mkdir()
+    out = () if command[0] == "plan" else ("--out", tmp_path / "o.mp4")
+    refused(tmp_path, *command, *out, flag, path, needles=(flag, needle))
+    assert not (tmp_path / "o.mp4").exists()
+
+
+def test_a_job_naming_a_fifo_image_fails_as_that_job(tmp_path):
+    fifo = tmp_path / "start.png"
+    os.mkfifo(fifo)
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"name": "a", "model": "micro", "chunks": 1, "image": str(fifo)}) + "\n")
+    result = subprocess.run(WORLDPAGER + ["batch", str(jobs), "--out-dir", str(tmp_path / "out")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "--image" in result.stderr and "named pipe (FIFO)" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir"])
+def test_bench_quality_weights_of_the_wrong_kind(tmp_path, kind):
+    path = tmp_path / "w.safetensors"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    refused(tmp_path, "bench", "quality", "--quick", "--weights", path, "--out-dir", tmp_path / "q",
+            needles=("w.safetensors",))
