@@ -2,6 +2,10 @@
 
 Contract (the session's ``InputSource``, ``engine.session.inputs``). ``take(chunk, frames, stop)``:
 
+The chunks the session observes first (its look around, an observed clip: ``LiveTrack.observe``, the
+session reads ``observed``) are paced and paused the same way, so the player sees them, but take no
+input: what the player held then is dropped.
+
 1. **Pause.** Without a player steering (the tab was closed, none has connected yet), it blocks: no
    chunk is made without input, and nothing is lost — the chunk in hand was finished and written. The
    wait is a pause (the chunk record's ``input_wait_ms``), not a stall.
@@ -47,8 +51,9 @@ class LiveSource:
     """The session's inputs, from the player (see the module docstring)."""
 
     def __init__(self, track: LiveTrack, fps: float, recording: Path, clock: Callable[[], float] = time.monotonic,
-                 comment: str = "", staged: bool = False):
+                 comment: str = "", staged: bool = False, observed: tuple[int, str | None] = (0, None)):
         self.track, self.trajectory = track, track.trajectory
+        self.observed = observed      # (chunks, what): the session observes these first (track.observed frames)
         self.fps, self.recording, self.clock, self.comment = fps, Path(recording), clock, comment
         self.staged = staged
         self._written: Path | None = None    # the file this source wrote (staging or final), None: none yet
@@ -127,11 +132,13 @@ class LiveSource:
                 if wait <= 0:
                     break
                 self._cond.wait(min(wait, 0.1))
-            assert self.track.known == frames.start, (self.track.known, frames)
             keyboard, mouse, seq = self.controls.take(len(frames), now)
             self._taken_at[chunk] = now
-            self._seq[chunk] = seq
             self._seq.pop(chunk - 8, None)
+            if frames.stop <= self.track.observed:   # observed: what the player held is not used
+                return Inputs(None, (now - begin) * 1e3, {"input_seq": 0, "messages_dropped": self.dropped})
+            assert self.track.known == frames.start, (self.track.known, frames)
+            self._seq[chunk] = seq
         changed = self.track.extend(keyboard, mouse)
         self._write_recording()
         return Inputs(changed, (now - begin) * 1e3, {"input_seq": seq, "messages_dropped": self.dropped})
