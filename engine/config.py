@@ -457,8 +457,9 @@ class SessionConfig:
                                               and 0 <= self.arena_reproject < math.inf),
              f"--arena-reproject (arena_reproject) must be a non-negative number of world units, "
              f"got {self.arena_reproject}"),
-            (isinstance(self.look_around, int) and not isinstance(self.look_around, bool) and self.look_around >= 0,
-             f"--look-around (look_around) must be a number of chunks >= 0, got {self.look_around!r}"),
+            (isinstance(self.look_around, int) and not isinstance(self.look_around, bool)
+             and (self.look_around == 0 or self.look_around >= 3),
+             f"--look-around (look_around) must be 0 (none) or at least 3 chunks (a full turn), got {self.look_around!r}"),
         ]
         for ok, message in checks:
             if not ok:

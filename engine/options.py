@@ -133,8 +133,8 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          "within this many world units of its camera, turned to its view (0: off). Default: the weights' own (0.15).",
          "arena_reproject"),
     _opt("look_around", "int", "Arena model: the session first observes a look around at its start (a full turn "
-         "on the spot, the world's rendered truth, marked in the corner) for this many chunks, at most all but the "
-         "last; not with --observe, whose clip is observed instead (0: none). Default: 7.", "look_around"),
+         "on the spot, the world's rendered truth, marked in the corner) for this many chunks (0: none, else at least "
+         "3), at most all but the last; not with --observe, whose clip is observed instead. Default: 7.", "look_around"),
     _opt("seed", "int", "Seed of the noise. Default: 0.", "seed"),
     _opt("device", "text", "auto, cpu, cuda or cuda:N. Default: auto.", "device"),
     _opt("save_every", "int", "Save point every N chunks (0: none). Default: about every 30 s of wall time.",

@@ -64,8 +64,8 @@ def _plan(cfg) -> str:
     """What the run does, for the banner: it observes (a look around, or --observe), then generates."""
     if cfg.observe is not None:
         return f"; observes {cfg.observe} (rendered truth, marked in the corner), then generates"
-    looking = max(0, min(cfg.look_around, cfg.chunks - 1))   # engine.session.look_around.look_around_chunks
-    if looking:
+    looking = min(cfg.look_around, cfg.chunks - 1)   # engine.session.look_around.look_around_chunks
+    if looking >= 3:
         then = ("as it tours and comes back (arena_tour.yaml; --store window: the same without memory)"
                 if cfg.trajectory is None else "from there")
         return (f"; observes a look around ({looking} chunks of a full turn, rendered truth, marked in the "

@@ -68,7 +68,7 @@ class LiveSource:
         self._seq: dict[int, int] = {}       # chunk -> the newest input message it was made with
         self.dropped = 0                     # client messages the server dropped (malformed, refused)
         self.paused_since: float | None = None
-        if track.known:               # continued from a save point: the recording so far stands
+        if track.known > track.observed:   # continued from a save point: the recording so far stands
             self._write_recording()
 
     # ---- the server's side ----------------------------------------------------------------------

@@ -33,20 +33,20 @@ def test_generate_writes_a_decodable_mp4_with_12n_minus_3_frames(tmp_path):
 def test_default_is_the_arena_model(tmp_path):
     """No flags but the length: the arena model, its packaged world and tour; the first line says so."""
     out = tmp_path / "arena.mp4"
-    result = run("generate", "--chunks", "3", "--out", str(out))
+    result = run("generate", "--chunks", "4", "--out", str(out))
     assert result.exit_code == 0, result.output
     first_line = result.output.splitlines()[0]
     assert "arena model" in first_line and "arena 1000017" in first_line
-    assert count_frames(out) == 12 * 3 - 3
+    assert count_frames(out) == 12 * 4 - 3
     header = json.loads((tmp_path / "arena.log.jsonl").read_text().splitlines()[0])
     assert header["model"]["model"] == "arena" and header["config"]["arena_seed"] == 1000017
     # an arena session first observes its look around (all but the last chunk of a short run), then tours
     assert "a look around" in header["trajectory"] and "arena_tour.yaml" in header["trajectory"]
-    assert header["observed"]["chunks"] == 2 and "a look around" in header["observed"]["source"]
+    assert header["observed"]["chunks"] == 3 and "a look around" in header["observed"]["source"]
     assert header["config"]["look_around"] == 7
     assert "observes a look around" in first_line
     chunks = [r for r in read_log(tmp_path / "arena.log.jsonl") if r["type"] == "chunk"]
-    assert [bool(r.get("observed")) for r in chunks] == [True, True, False]
+    assert [bool(r.get("observed")) for r in chunks] == [True, True, True, False]
 
 
 def test_an_arena_session_looks_around_for_seven_chunks_unless_told_otherwise(tmp_path):
@@ -63,8 +63,9 @@ def test_an_arena_session_looks_around_for_seven_chunks_unless_told_otherwise(tm
     assert session_path(off, model_spec(off)).observed_chunks == 0
     three = resolve_session_config(None, {"chunks": 41, "look_around": 3})
     assert session_path(three, model_spec(three)).observed_chunks == 3
-    one = resolve_session_config(None, {"chunks": 1})
-    assert session_path(one, model_spec(one)).observed_chunks == 0
+    for short in (1, 3):   # a look around takes at least 3 chunks and leaves one to generate
+        cfg = resolve_session_config(None, {"chunks": short})
+        assert session_path(cfg, model_spec(cfg)).observed_chunks == 0
     # a full turn on the spot at the fastest trained turn (mouse 0.3 = 4.5 degrees a frame), then still:
     # the tour then starts at the start view, its actions frame for frame
     mouse = path.trajectory.actions.mouse
