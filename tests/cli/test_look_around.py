@@ -37,7 +37,8 @@ def walk(tmp_path):
 def _cfg(tmp, name, **extra):
     flags = {"model": "arena", "chunks": CHUNKS, "look_around": LOOK, "trajectory": tmp / "walk.yaml",
              "out": tmp / f"{name}.mp4", "save_every": 0,
-             "memory": {"pool_slots": 4, "late_prefetch": "wait"}}   # bytes compared: whatever the machine's speed
+             "memory": {"pool_slots": 4, "late_prefetch": "wait",    # bytes compared: whatever the machine's speed
+                        "spill": tmp / f"{name}.spill"}}
     return resolve_session_config(None, {**flags, **extra})
 
 
@@ -51,7 +52,7 @@ def _observed_flags(log):
 
 
 def test_the_look_around_is_observed_truth_marked_logged_and_remembered(walk):
-    cfg = _cfg(walk, "s", memory={"pool_slots": 4, "late_prefetch": "wait", "spill": walk / "spill"})
+    cfg = _cfg(walk, "s")
     outputs = {}
     session = Session(cfg, on_output=lambda chunk, latents: outputs.__setitem__(chunk, latents.clone()))
     assert session.run().status == "done"
@@ -126,3 +127,16 @@ def test_a_look_around_too_short_for_a_full_turn_is_refused(walk, value):
                                       "--out", str(walk / "bad.mp4")])
     one_line_error(result, "--look-around", code=2 if value in ("-1", "x") else 1)   # a usage error: 2
     assert not (walk / "bad.mp4").exists()
+
+
+def test_a_run_from_before_the_look_around_resumes_along_its_own_path(walk):
+    """Its config has no ``look_around`` key: it had none, and none is added when it is resumed."""
+    from engine.overlay import write_resolved_config
+    from engine.session.resume import run_config
+
+    cfg = _cfg(walk, "old")
+    write_resolved_config(cfg, cfg.config_path)
+    data = json.loads(cfg.config_path.read_text())
+    del data["look_around"]
+    cfg.config_path.write_text(json.dumps(data))
+    assert run_config(cfg.out).look_around == 0
