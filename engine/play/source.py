@@ -2,10 +2,6 @@
 
 Contract (the session's ``InputSource``, ``engine.session.inputs``). ``take(chunk, frames, stop)``:
 
-The chunks the session observes first (its look around, an observed clip: ``LiveTrack.observe``, the
-session reads ``observed``) are paced and paused the same way, so the player sees them, but take no
-input: what the player held then is dropped.
-
 1. **Pause.** Without a player steering (the tab was closed, none has connected yet), it blocks: no
    chunk is made without input, and nothing is lost — the chunk in hand was finished and written. The
    wait is a pause (the chunk record's ``input_wait_ms``), not a stall.
@@ -19,6 +15,11 @@ input: what the player held then is dropped.
    and the retrieval read them there) and the recording — the trajectory YAML of every frame given, a
    file ``load_trajectory`` reads back to the same actions — is rewritten (to a temporary file, then
    renamed) before the chunk runs, so a killed session's recording holds every chunk of its video.
+
+The chunks the session observes first (its look around, an observed clip: ``LiveTrack.observe``; the
+session reads ``observed``) are paused and paced by steps 1 and 2 like any other, so the player sees
+them, but step 3 gives them nothing: what the player held meanwhile is dropped, and the recording is
+not written for them.
 
 The recording is the run's output like its MP4: ``staged`` (an earlier run's recording is there, being
 replaced under ``--overwrite``) it is written under a hidden name beside it (``.NAME.new``) until
