@@ -306,6 +306,7 @@ LINGBOT_MODELS = ("lingbot-fast", "lingbot-tiny", "lingbot-tiny-act")
 DEFAULT_ARENA_SEED = 1_000_017         # a held-out arena (training draws seeds below 1,000,000)
 LOOK_AROUND_CHUNKS = 7                 # a session's look around: the fewest chunks (81 video frames) holding a
                                        # full turn at the fastest turn the arena model trained on (4.5 degrees a frame)
+LOOK_AROUND_MIN_CHUNKS = 3             # 33 video frames: a full turn within a mouse value of 1 a frame
 STORE_MODES = ("prefetch", "on-demand", "sync", "dram-only", "device-only", "window")
 POSITION_MODES = ("native", "extend", "rerotate")
 # background: dirty chunks are written when the pool runs low (write-back); through: every stored chunk
@@ -458,8 +459,9 @@ class SessionConfig:
              f"--arena-reproject (arena_reproject) must be a non-negative number of world units, "
              f"got {self.arena_reproject}"),
             (isinstance(self.look_around, int) and not isinstance(self.look_around, bool)
-             and (self.look_around == 0 or self.look_around >= 3),
-             f"--look-around (look_around) must be 0 (none) or at least 3 chunks (a full turn), got {self.look_around!r}"),
+             and (self.look_around == 0 or self.look_around >= LOOK_AROUND_MIN_CHUNKS),
+             f"--look-around (look_around) must be 0 (none) or at least {LOOK_AROUND_MIN_CHUNKS} chunks (a full "
+             f"turn), got {self.look_around!r}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -18,6 +18,7 @@ from engine.arena.config import ArenaModelConfig
 from engine.arena.pipeline import ArenaPipeline
 from engine.arena.weights import config_of, load_model, packaged_weights_path, read_metadata
 from engine.arena.world import Arena
+from engine.config import LOOK_AROUND_MIN_CHUNKS
 from engine.errors import ConfigError
 from engine.layout import KVLayout
 from engine.model.spec import Family, ModelSpec, weights_stamp
@@ -65,7 +66,7 @@ def _plan(cfg) -> str:
     if cfg.observe is not None:
         return f"; observes {cfg.observe} (rendered truth, marked in the corner), then generates"
     looking = min(cfg.look_around, cfg.chunks - 1)   # engine.session.look_around.look_around_chunks
-    if looking >= 3:
+    if looking >= LOOK_AROUND_MIN_CHUNKS:
         then = ("as it tours and comes back (arena_tour.yaml; --store window: the same without memory)"
                 if cfg.trajectory is None else "from there")
         return (f"; observes a look around ({looking} chunks of a full turn, rendered truth, marked in the "

@@ -6,9 +6,9 @@ Owns, for a session config and its model's ``ModelSpec``:
   default ``LOOK_AROUND_CHUNKS`` = 7), at most all but the session's last, for a model that renders its
   own world (``ModelSpec.observes`` holds ``"render"``: the arena model); none for a model without a
   renderer (MG2, LingBot), none with ``--observe`` (the user's clip is what is observed instead), and
-  none where that leaves fewer than ``MIN_CHUNKS`` = 3 (a shorter turn would need a mouse value above
-  1 a frame, more than a trajectory file may hold: a fork's or a replay's path could not be written),
-  so a session of 3 chunks or fewer does not look around.
+  none where that leaves fewer than ``LOOK_AROUND_MIN_CHUNKS`` = 3 (a shorter turn would need a mouse
+  value above 1 a frame, more than a trajectory file may hold: a fork's or a replay's path could not be
+  written), so a session of 3 chunks or fewer does not look around.
 * **The turn.** ``look_around_track``: the actions of a full turn on the spot to the right, starting and
   ending at the start view. Seven chunks are 81 video frames: 80 frames of the fastest turn the arena
   model was trained on (mouse 0.3, 4.5 degrees a frame), then one still frame at the start view, so the
@@ -30,12 +30,11 @@ import math
 import numpy as np
 import torch
 
-from engine.config import SessionConfig
+from engine.config import LOOK_AROUND_MIN_CHUNKS, SessionConfig
 from engine.io.actions import ActionTrack, KEYBOARD_KEYS
 from engine.io.poses import Calibration
 
 TURN_DEG_PER_FRAME = 4.5    # the fastest turn the arena model trained on (mouse 0.3, engine.arena.episodes)
-MIN_CHUNKS = 3              # 33 video frames: a full turn within a mouse value of 1 a frame (a trajectory's most)
 
 
 def look_around_chunks(cfg: SessionConfig, spec) -> int:
@@ -43,7 +42,7 @@ def look_around_chunks(cfg: SessionConfig, spec) -> int:
     if cfg.observe is not None or "render" not in spec.observes:
         return 0
     chunks = min(cfg.look_around, cfg.chunks - 1)
-    return chunks if chunks >= MIN_CHUNKS else 0
+    return chunks if chunks >= LOOK_AROUND_MIN_CHUNKS else 0
 
 
 def look_around_track(frames: int, mode: str, calibration=None) -> ActionTrack:
