@@ -304,6 +304,9 @@ ARENA_MODEL = "arena"                  # --model arena: our own world model of p
 # LingBot-World-Fast (engine/model/lingbot/): the released 14B shape, and its tiny seeded stand-in
 LINGBOT_MODELS = ("lingbot-fast", "lingbot-tiny", "lingbot-tiny-act")
 DEFAULT_ARENA_SEED = 1_000_017         # a held-out arena (training draws seeds below 1,000,000)
+LOOK_AROUND_CHUNKS = 7                 # a session's look around: the fewest chunks (81 video frames) holding a
+                                       # full turn at the fastest turn the arena model trained on (4.5 degrees a frame)
+LOOK_AROUND_MIN_CHUNKS = 3             # 33 video frames: a full turn within a mouse value of 1 a frame
 STORE_MODES = ("prefetch", "on-demand", "sync", "dram-only", "device-only", "window")
 POSITION_MODES = ("native", "extend", "rerotate")
 # background: dirty chunks are written when the pool runs low (write-back); through: every stored chunk
@@ -387,6 +390,7 @@ class SessionConfig:
     arena_seed: int = DEFAULT_ARENA_SEED  # arena model only: which procedural world
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
     arena_reproject: float | None = None  # arena model only: re-projection radius in world units; None = the weights'
+    look_around: int = LOOK_AROUND_CHUNKS  # arena model only: chunks of a turn on the spot observed first (0: none)
     prompt: str | None = None          # LingBot-World-Fast from a release folder: the text the scene follows
     save_every: int | None = None      # save point every N chunks; None = about every save_interval_s of wall time; 0 = none
     save_interval_s: float = 30.0      # with save_every None: wall time between save points (a slow machine makes them at fewer chunks)
@@ -454,6 +458,10 @@ class SessionConfig:
                                               and 0 <= self.arena_reproject < math.inf),
              f"--arena-reproject (arena_reproject) must be a non-negative number of world units, "
              f"got {self.arena_reproject}"),
+            (isinstance(self.look_around, int) and not isinstance(self.look_around, bool)
+             and (self.look_around == 0 or self.look_around >= LOOK_AROUND_MIN_CHUNKS),
+             f"--look-around (look_around) must be 0 (none) or at least {LOOK_AROUND_MIN_CHUNKS} chunks (a full "
+             f"turn), got {self.look_around!r}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -73,7 +73,7 @@ SECTIONS = ("Inputs", "Output", "Model", "Memory", "Disk tier", "Positions", "Ru
 SECTION_OF = {
     **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat", "prompt"), "Inputs"),
     **dict.fromkeys(("out", "log"), "Output"),
-    **dict.fromkeys(("checkpoint", "seeded_weights", "model", "arena_seed", "arena_weights", "arena_reproject", "seed", "device",
+    **dict.fromkeys(("checkpoint", "seeded_weights", "model", "arena_seed", "arena_weights", "arena_reproject", "look_around", "seed", "device",
                      "chunk_ms", "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
                      "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
@@ -97,7 +97,7 @@ RANGES = {"chunks": (1, False, "chunks"), "seconds": (0, True, "seconds"), "minu
           "chunk_ms": (0, False, "ms"), "kv_scale": (0, True, "times MG2's KV"), "host_mem": (0, True, "GiB"),
           "pool_slots": (1, False, "chunk slots"), "device_mem": (0, True, "GiB"), "retrieve_k": (0, False, "chunks"),
           "io_deadline": (0, True, "seconds"), "threads": (1, False, "threads"),
-          "arena_reproject": (0, False, "world units")}
+          "arena_reproject": (0, False, "world units"), "look_around": (0, False, "chunks")}
 
 
 SESSION_OPTIONS: tuple[Option, ...] = (
@@ -134,6 +134,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("arena_reproject", "float", "Arena model: a generated frame takes the pixels of memory frames seen from "
          "within this many world units of its camera, turned to its view (0: off). Default: the weights' own (0.15).",
          "arena_reproject"),
+    _opt("look_around", "int", "Arena model: the session first observes a look around at its start (a full turn "
+         "on the spot, the world's rendered truth, marked in the corner) for this many chunks (0: none, else at least "
+         "3), at most all but the last; not with --observe, whose clip is observed instead. Default: 7.", "look_around"),
     _opt("seed", "int", "Seed of the noise. Default: 0.", "seed"),
     _opt("device", "text", "auto, cpu, cuda or cuda:N. Default: auto.", "device"),
     _opt("save_every", "int", "Save point every N chunks (0: none). Default: about every 30 s of wall time.",

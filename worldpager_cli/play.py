@@ -3,7 +3,8 @@
 The same option table as ``generate`` (``engine.options``: model, checkpoint, memory, spill, quota,
 positions, save points, presets, environment variables, the config file), plus where to serve
 (``--host``, ``--port``, ``--open``) and ``--from`` (continue a played session live from its last save
-point). The length flags are a cap (default ``DEFAULT_MINUTES``); the session runs until the page's Stop,
+point). ``--observe`` starts the session from an observed clip as ``generate``'s does, and an arena
+session first observes its look around (``--look-around``); the live inputs follow. The length flags are a cap (default ``DEFAULT_MINUTES``); the session runs until the page's Stop,
 Ctrl-C or the cap. Human text on stderr (the URL among it), ``--json``'s summary on stdout.
 
 Exit codes: 0 when the session ends (Stop, Ctrl-C, the cap), 1 bad input (one line; without aiohttp:
@@ -68,10 +69,9 @@ def play(host, port, open_browser, parent, overwrite, quiet, as_json, **opts) ->
                               "cannot change them (fork it to go on with others)")
         _continue(parent, host, port, open_browser, quiet, as_json)
         return
-    for flag in ("trajectory", "observe"):
-        if opts.get(flag) is not None:
-            raise ConfigError(f"--{flag} {opts[flag]}: play takes its inputs live and records them beside the "
-                              "MP4; to run a trajectory file, use worldpager generate --trajectory")
+    if opts.get("trajectory") is not None:
+        raise ConfigError(f"--trajectory {opts['trajectory']}: play takes its inputs live and records them beside "
+                          "the MP4; to run a trajectory file, use worldpager generate --trajectory")
     _play(opts, host, port, open_browser, overwrite, quiet, as_json)
 
 
@@ -194,7 +194,8 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
             raise SystemExit(130)
         return
     say(f"wrote {summary_text(result, grid.fps)}")
-    say(f"worldpager: inputs recorded to {cfg.trajectory}: `worldpager generate --trajectory {cfg.trajectory} "
+    observe = "" if cfg.observe is None else f" --observe {cfg.observe}"
+    say(f"worldpager: inputs recorded to {cfg.trajectory}: `worldpager generate{observe} --trajectory {cfg.trajectory} "
         f"--chunks {result.chunks}` with the same settings makes this video again (--late-prefetch wait on both: "
         "bit for bit)")
     if result.status == "interrupted":

@@ -90,7 +90,7 @@ def run_episode(episode: Episode, store: str, workdir: Path, weights: Path | Non
     write_action_csv(traj, episode)
     spill = workdir / f"spill-{episode.arena_seed}-{store}"
     cfg = SessionConfig(model="arena", arena_seed=episode.arena_seed, arena_weights=weights, trajectory=traj,
-                        out=workdir / f"{episode.arena_seed}-{store}.mp4", chunks=chunks, repeat="loop",
+                        look_around=0, out=workdir / f"{episode.arena_seed}-{store}.mp4", chunks=chunks, repeat="loop",
                         memory=dataclasses.replace(MemoryConfig(), store=store, kv_bits=kv_bits,
                                                    pool_slots=pool_slots, spill=spill, **memory)).validate()
     latents: list[torch.Tensor] = []

@@ -18,14 +18,12 @@ from engine.arena.config import ArenaModelConfig
 from engine.arena.pipeline import ArenaPipeline
 from engine.arena.weights import config_of, load_model, packaged_weights_path, read_metadata
 from engine.arena.world import Arena
+from engine.config import LOOK_AROUND_MIN_CHUNKS
 from engine.errors import ConfigError
 from engine.layout import KVLayout
 from engine.model.spec import Family, ModelSpec, weights_stamp
 
 DEFAULT_TRAJECTORY = "arena_tour.yaml"
-# Without --observe and --trajectory: observe a look around (ten chunks of rendered truth), then explore
-# and come back (the same path as arena_tour.yaml); a shorter session observes all but its last chunk.
-DEFAULT_OBSERVATION = ("arena_observe.yaml", "arena_explore.yaml")
 
 
 def _weights(cfg):
@@ -60,17 +58,19 @@ def spec(cfg) -> ModelSpec:
     # ultrafast: the arena makes hundreds of frames a second, and its enlarged pixels compress easily
     return ModelSpec("arena", (m.height, m.width), "universal", m.video_grid(), m.video_size, m.horizon_chunk,
                      DEFAULT_TRAJECTORY, False, banner, encoder_preset="ultrafast",
-                     observes=("render",), default_observation=DEFAULT_OBSERVATION)
+                     observes=("render",))
 
 
 def _plan(cfg) -> str:
-    """What the run does, for the banner: the default run observes, then explores and comes back."""
+    """What the run does, for the banner: it observes (a look around, or --observe), then generates."""
     if cfg.observe is not None:
         return f"; observes {cfg.observe} (rendered truth, marked in the corner), then generates"
-    if cfg.trajectory is None and cfg.chunks > 1:
-        return (f"; observes a look around ({DEFAULT_OBSERVATION[0]}: rendered truth, marked in the corner), "
-                f"then generates as it explores and comes back ({DEFAULT_OBSERVATION[1]}; "
-                "--store window: the same without memory)")
+    looking = min(cfg.look_around, cfg.chunks - 1)   # engine.session.look_around.look_around_chunks
+    if looking >= LOOK_AROUND_MIN_CHUNKS:
+        then = ("as it tours and comes back (arena_tour.yaml; --store window: the same without memory)"
+                if cfg.trajectory is None else "from there")
+        return (f"; observes a look around ({looking} chunks of a full turn, rendered truth, marked in the "
+                f"corner; --look-around 0: none), then generates {then}")
     return ""
 
 

@@ -122,7 +122,8 @@ def _header_config(log: Path, records: SessionRecords) -> SessionConfig:
     if model != ARENA_MODEL:
         raise InputError(f"{log} is a session of {model}; truth is rendered for the arena model only")
     try:
-        return resolve_session_config(None, records.config)
+        # a session from before the look around (engine.session.look_around) had none
+        return resolve_session_config(None, {"look_around": 0, **records.config})
     except ConfigError as exc:
         raise InputError(f"cannot render the truth of {log}: its header's config is not valid ({exc})") from None
 

@@ -38,7 +38,9 @@ def bench_speed(flags: dict, warmup: int, workdir: Path | None = None) -> dict:
     from engine.telemetry import read_log
 
     with tempfile.TemporaryDirectory(prefix="worldpager-speed-", dir=workdir) as tmp:
-        cfg = resolve_session_config(None, {"save_every": 0, **flags, "out": Path(tmp) / "speed.mp4"})
+        # generation's speed: no look around unless asked for (observed chunks run only the clean pass)
+        cfg = resolve_session_config(None, {"save_every": 0, "look_around": 0, **flags,
+                                            "out": Path(tmp) / "speed.mp4"})
         session = Session(cfg)
         before = torch.get_num_threads()
         try:

@@ -31,11 +31,9 @@ class ModelSpec:
     uses_image: bool                  # False: the model makes its own start (the arena renders it)
     banner: str                       # the first line a command prints about the model
     encoder_preset: str = "veryfast"  # x264 preset: models that make many small frames a second want a faster one
-    # what --observe may give it: "render" = a path through its own world (the arena), "video" = a
-    # recorded video with its camera path (MG2)
+    # what --observe may give it: "render" = a path through its own world (the arena: it also looks
+    # around first, engine.session.look_around), "video" = a recorded video with its camera path (MG2)
     observes: tuple[str, ...] = ()
-    # packaged (clip, exploration) observed and followed when neither --observe nor --trajectory is given
-    default_observation: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,9 @@ def _config(overlay: dict, workdir: Path, name: str, chunks: int | None = None):
     shutil.rmtree(spill, ignore_errors=True)
     spill.mkdir()
     memory = {**overlay.get("memory", {}), "spill": str(spill)}
-    cfg = resolve_session_config(None, {**overlay, "memory": memory, "out": str(workdir / f"{name}.mp4"),
+    # live play measured: no look around unless the arm asks for one (its chunks take no input)
+    cfg = resolve_session_config(None, {"look_around": 0, **overlay, "memory": memory,
+                                        "out": str(workdir / f"{name}.mp4"),
                                         **({"chunks": chunks} if chunks is not None else {})})
     return cfg
 

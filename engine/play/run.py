@@ -16,6 +16,12 @@ the source the recording it wrote, so that the same command runs again. A contin
 keeps the files it continues. The session is an ordinary one: ``cfg.trajectory`` is the recording
 (``recording_path``), which the source writes as the session goes.
 
+What the session observes first — its look around (``engine.session.look_around``), or the
+``--observe`` clip — is given to the track before any live frame (``LiveTrack.observe``) and to the
+session as observed chunks (``LiveSource.observed``); the recording holds the live frames only, so
+``generate --trajectory RECORDING`` with the same settings (the same ``--observe``) observes the same
+first and makes the same video.
+
 ``continue_track`` (``play --from``): the recording of the run being continued, up to its save point,
 given to the new ``LiveTrack`` before the model is built, so that the model derives the same inputs as
 the first run did for those frames.
@@ -30,6 +36,7 @@ from typing import Callable
 
 from engine.config import SessionConfig
 from engine.io.trajectory import load_trajectory
+from engine.io.poses import ORIGIN, state_from_pose
 from engine.io.trajectory.live import LiveTrack
 from engine.planner.model import STALL_EPS_S
 from engine.play.controls import HELP
@@ -37,6 +44,7 @@ from engine.play.frames import frame_messages, to_uint8
 from engine.play.server import PlayServer
 from engine.play.source import LiveSource
 from engine.session.loop import Session, SessionResult
+from engine.session.observe import observed_prefix
 
 DEFAULT_MINUTES = 60.0       # a played session's length cap without --chunks/--seconds/--minutes
 CHUNK_FIELDS = ("chunk", "frames_total", "wall_ms", "compute_ms", "memory_ms", "stall_ms", "hits", "misses",
@@ -67,7 +75,11 @@ def play_config(cfg: SessionConfig) -> SessionConfig:
 
 
 def continue_track(track: LiveTrack, cfg: SessionConfig, mode: str, frames: int) -> None:
-    """Give ``track`` the first ``frames`` frames of the recording ``cfg.trajectory``."""
+    """Give ``track`` (which holds the observed frames) the session's first ``frames`` frames: the
+    recording ``cfg.trajectory``'s after them."""
+    frames -= track.known
+    if frames <= 0:   # continued inside what is observed
+        return
     recorded = load_trajectory(cfg.trajectory, mode, frames=frames, repeat=cfg.repeat, calibration=cfg.calibration)
     mouse = None if recorded.actions.mouse is None else recorded.actions.mouse.numpy()
     track.extend(recorded.actions.keyboard.numpy(), mouse)
@@ -122,15 +134,23 @@ def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | No
                  resume_from=None, on_chunk: Callable[[dict], None] | None = None) -> PlayRun:
     """Bind the server, then set up the session (see the module docstring); ``cfg`` is ``play_config``'s."""
     grid = spec.grid
+    first = observed_prefix(cfg, spec)   # a look around, or --observe: observed before the live frames
+    start = ORIGIN if first is None else state_from_pose(first.trajectory.poses[0])
     track = LiveTrack(spec.action_mode, grid.frames_total(cfg.chunks), cfg.calibration,
-                      source=f"live input, recorded to {cfg.trajectory}")
+                      source=f"live input, recorded to {cfg.trajectory}", start=start)
+    if first is not None:
+        mouse = first.trajectory.actions.mouse
+        track.observe(first.trajectory.actions.keyboard.numpy(), None if mouse is None else mouse.numpy())
     frames_before = 0
     if resume_from is not None:
         frames_before = resume_from.facts["frames_total"]
         continue_track(track, cfg, spec.action_mode, frames_before)
     staged = resume_from is None and Path(cfg.trajectory).is_file()   # --overwrite: replaced at the first chunk
-    source = LiveSource(track, grid.fps, cfg.trajectory, staged=staged,
-                        comment=f"The inputs of {Path(cfg.out).name}, played live ({spec.name}, {spec.action_mode}).")
+    comment = f"The inputs of {Path(cfg.out).name}, played live ({spec.name}, {spec.action_mode})."
+    if first is not None:
+        comment += f"\nThey follow what the session observed first: {first.what}."
+    source = LiveSource(track, grid.fps, cfg.trajectory, staged=staged, comment=comment,
+                        observed=(0, None) if first is None else (first.chunks, first.what))
     info = {"stall_threshold_ms": STALL_MS, "model": spec.name, "mode": spec.action_mode, "fps": grid.fps, "frame_size": list(spec.frame_size),
             "chunk_frames": grid.frames_per_chunk, "keys": HELP[spec.action_mode], "out": str(cfg.out),
             "log": str(cfg.log_path), "recording": str(cfg.trajectory), "chunks_cap": cfg.chunks,

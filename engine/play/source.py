@@ -16,6 +16,11 @@ Contract (the session's ``InputSource``, ``engine.session.inputs``). ``take(chun
    file ``load_trajectory`` reads back to the same actions — is rewritten (to a temporary file, then
    renamed) before the chunk runs, so a killed session's recording holds every chunk of its video.
 
+The chunks the session observes first (its look around, an observed clip: ``LiveTrack.observe``; the
+session reads ``observed``) are paused and paced by steps 1 and 2 like any other, so the player sees
+them, but step 3 gives them nothing: what the player held meanwhile is dropped, and the recording is
+not written for them.
+
 The recording is the run's output like its MP4: ``staged`` (an earlier run's recording is there, being
 replaced under ``--overwrite``) it is written under a hidden name beside it (``.NAME.new``) until
 ``commit()`` (the first chunk is in the MP4) renames it over the earlier one; ``discard()`` (the run made
@@ -47,8 +52,9 @@ class LiveSource:
     """The session's inputs, from the player (see the module docstring)."""
 
     def __init__(self, track: LiveTrack, fps: float, recording: Path, clock: Callable[[], float] = time.monotonic,
-                 comment: str = "", staged: bool = False):
+                 comment: str = "", staged: bool = False, observed: tuple[int, str | None] = (0, None)):
         self.track, self.trajectory = track, track.trajectory
+        self.observed = observed      # (chunks, what): the session observes these first (track.observed frames)
         self.fps, self.recording, self.clock, self.comment = fps, Path(recording), clock, comment
         self.staged = staged
         self._written: Path | None = None    # the file this source wrote (staging or final), None: none yet
@@ -63,7 +69,7 @@ class LiveSource:
         self._seq: dict[int, int] = {}       # chunk -> the newest input message it was made with
         self.dropped = 0                     # client messages the server dropped (malformed, refused)
         self.paused_since: float | None = None
-        if track.known:               # continued from a save point: the recording so far stands
+        if track.known > track.observed:   # continued from a save point: the recording so far stands
             self._write_recording()
 
     # ---- the server's side ----------------------------------------------------------------------
@@ -127,11 +133,13 @@ class LiveSource:
                 if wait <= 0:
                     break
                 self._cond.wait(min(wait, 0.1))
-            assert self.track.known == frames.start, (self.track.known, frames)
             keyboard, mouse, seq = self.controls.take(len(frames), now)
             self._taken_at[chunk] = now
-            self._seq[chunk] = seq
             self._seq.pop(chunk - 8, None)
+            if frames.stop <= self.track.observed:   # observed: what the player held is not used
+                return Inputs(None, (now - begin) * 1e3, {"input_seq": 0, "messages_dropped": self.dropped})
+            assert self.track.known == frames.start, (self.track.known, frames)
+            self._seq[chunk] = seq
         changed = self.track.extend(keyboard, mouse)
         self._write_recording()
         return Inputs(changed, (now - begin) * 1e3, {"input_seq": seq, "messages_dropped": self.dropped})

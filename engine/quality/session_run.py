@@ -64,7 +64,7 @@ def session_config(arm: Arm, episode: Episode, chunks: int, workdir: Path, weigh
     memory = dataclasses.replace(MemoryConfig(), store="prefetch", kv_bits=4, retrieve_k=3, sink=False,
                                  pool_slots=pool_slots, spill=workdir / "spill")
     base = SessionConfig(model="arena", arena_seed=episode.arena_seed, arena_weights=weights,
-                         trajectory=trajectory, observe=tour, repeat="loop", out=workdir / f"{arm.name}.mp4",
+                         trajectory=trajectory, observe=tour, look_around=0, repeat="loop", out=workdir / f"{arm.name}.mp4",
                          chunks=chunks, save_every=0, positions="rerotate", memory=memory)
     return replace_strict(base, arm.overlay).validate()
 

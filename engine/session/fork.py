@@ -9,8 +9,9 @@ Owns what a branch needs before the session starts, and nothing of the chunk loo
 * **Trajectory.** ``<branch>.trajectory.yaml``: the parent's actions for the video frames before the save
   point, then OTHER's (``engine.io.trajectory.splice``), so the camera goes on from where the parent was
   and the branch is an ordinary run of its own config (it can be resumed, and forked again). A parent
-  that started from an observed clip (``--observe``) passes on its whole path: the branch's chunks after
-  the fork are generated, whether or not the parent's were observed there.
+  that started from an observed clip (``--observe``) or a look around passes on its whole path: the
+  branch's chunks after the fork are generated, whether or not the parent's were observed there (its
+  config asks for no look around of its own).
 * **Outputs.** The branch's trajectory, config, and copies of the parent's MP4 and log are written
   under hidden staging names beside the branch's (``.NAME.fork``, ``Fork.staging``); the session cuts
   the MP4's copy back to the save point's frames, keeps the log's records before the save point and
@@ -139,9 +140,10 @@ def branch_config(parent_cfg: SessionConfig, out: Path, trajectory: Path, chunks
     if memory.spill is not None:
         own = Path(spill) if spill else out.absolute().with_name(out.name + ".spill")
         memory = dataclasses.replace(memory, spill=own)
-    # The branch's trajectory file holds the parent's whole path before the fork (observed part included):
-    # its chunks before the fork come from the parent, and every chunk after it is generated.
-    cfg = dataclasses.replace(parent_cfg, out=out, log=None, trajectory=trajectory, observe=None, memory=memory,
+    # The branch's trajectory file holds the parent's whole path before the fork (observed part, look
+    # around included): its chunks before the fork come from the parent, and every chunk after it is generated.
+    cfg = dataclasses.replace(parent_cfg, out=out, log=None, trajectory=trajectory, observe=None, look_around=0,
+                              memory=memory,
                               chunks=parent_cfg.chunks if chunks is None else chunks).validate()
     return with_absolute_paths(cfg)
 

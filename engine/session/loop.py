@@ -180,12 +180,12 @@ class Session:
         if source is None:
             # --observe: the observed clip's chunks come first; a fork's trajectory is still staged
             path = session_path(cfg if fork_of is None else fork_of.staged_config(), spec)
-            ends = None if cfg.observe is not None or fork_of is not None else \
-                recorded_frames(cfg.trajectory, path.trajectory)
-            source = FileSource(path.trajectory, ends)
+            # a recording of live play ends the session where it ends (after what was observed before it)
+            recorded = None if fork_of is not None else recorded_frames(cfg.trajectory, path.followed)
+            source = FileSource(path.trajectory, None if recorded is None else path.observed_frames + recorded)
             self.observed_chunks, self.observed = path.observed_chunks, path.observed
-        else:
-            self.observed_chunks, self.observed = 0, None
+        else:   # live play: the source holds what it observes first (engine.play.run)
+            self.observed_chunks, self.observed = getattr(source, "observed", (0, None))
         self.source = source
         self.trajectory: Trajectory = source.trajectory
         self._inputs_ended = False   # the source's inputs ended: the run is done where it stopped

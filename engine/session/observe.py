@@ -9,9 +9,10 @@ Owns, for a session config and its model's ``ModelSpec``:
   chunks (a clip ends at the last chunk boundary inside it), and the ``--trajectory``'s actions follow
   from where the clip's camera stopped: one trajectory of actions whose poses are the clip's, then the
   exploration's (``engine.io.trajectory.splice`` joins paths the same way for a fork).
-* **The default run.** A model with a ``ModelSpec.default_observation`` (the arena model) observes its
-  packaged clip and then follows its packaged exploration when neither ``--observe`` nor
-  ``--trajectory`` is given; a session too short for the whole clip observes all but its last chunk.
+* **The look around.** Without ``--observe``, a model that renders its world (the arena model) first
+  observes a look around at the path's start (``engine.session.look_around``: ``--look-around N``
+  chunks of a full turn on the spot, 0 for none), then follows the ``--trajectory`` (or the model's
+  default) from there, joined the same way.
 * **What may be observed.** ``ModelSpec.observes`` names the kinds a model takes: ``"render"`` (the
   arena model: a trajectory file through its world, whose observed frames are the world's rendered
   truth along that path) and ``"video"`` (MG2: a recorded video, ``VIDEO_SUFFIXES``, at the model's
@@ -41,10 +42,11 @@ from engine.config import SessionConfig
 from engine.errors import InputError
 from engine.input_files import check_input_file
 from engine.io.actions import ActionTrack
-from engine.io.poses import state_from_pose
+from engine.io.poses import ORIGIN, CameraState, state_from_pose
 from engine.io.trajectory import (Trajectory, TrackingError, load_trajectory, packaged_trajectory,
                                   trajectory_from_actions)
 from engine.io.video_clip import VIDEO_SUFFIXES, is_video, probe_clip
+from engine.session.look_around import look_around_chunks, look_around_text, look_around_track
 
 MARK_RGB = (255, 64, 32)        # the observed mark's colour
 
@@ -56,34 +58,63 @@ class SessionPath:
     trajectory: Trajectory
     observed_chunks: int = 0         # chunks [0, n) are taken from what was observed
     observed: str | None = None      # one line: what was observed (the log header's)
+    followed: Trajectory | None = None   # the --trajectory (or default) as loaded, after what was observed
+    observed_frames: int = 0         # the video frames observed (the followed path starts there)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a session observes first: its frames' path (actions and poses), in whole chunks."""
+
+    trajectory: Trajectory
+    chunks: int
+    frames: int                      # video frames: the path that follows starts at this frame
+    what: str                        # one line (the log header's ``observed.source``)
+    source: str                      # a short name (the joined trajectory's source)
+
+
+def observed_prefix(cfg: SessionConfig, spec, start: CameraState = ORIGIN) -> Observed | None:
+    """The ``--observe`` clip's whole chunks, else the look around from ``start`` (the path's start),
+    else None: what the session ``cfg`` observes before anything is generated (live play's too)."""
+    if cfg.observe is None:
+        looking = look_around_chunks(cfg, spec)
+        if looking == 0:
+            return None
+        frames = spec.grid.frames_total(looking)
+        seen = trajectory_from_actions(look_around_track(frames, spec.action_mode, cfg.calibration),
+                                       spec.action_mode, cfg.calibration, source="a look around", start=start)
+        return Observed(seen, looking, frames, look_around_text(looking, frames), "a look around")
+    clip = Path(cfg.observe)
+    camera, chunks, frames = _observed_chunks(cfg, spec, clip)
+    what = (f"{clip}: {chunks} chunks ({frames} video frames) of " +
+            ("the world's rendered truth along its path" if camera == clip else
+             f"a recorded video along the camera path {camera}"))
+    return Observed(_load(cfg, spec, camera, frames, repeat="loop"), chunks, frames, what, str(clip))
 
 
 def session_path(cfg: SessionConfig, spec) -> SessionPath:
     """The trajectory of the session ``cfg`` with the model ``spec`` (see the module docstring)."""
     frames = spec.grid.frames_total(cfg.chunks)
     exploring = cfg.trajectory or packaged_trajectory(spec.default_trajectory)
-    clip, cap = cfg.observe, None
-    if clip is None and cfg.trajectory is None and spec.default_observation is not None and cfg.chunks > 1:
-        # the model's default run: its packaged clip (at most all but the last chunk), then its exploration
-        clip, cap = packaged_trajectory(spec.default_observation[0]), cfg.chunks - 1
-        exploring = packaged_trajectory(spec.default_observation[1])
-    if clip is None:
-        return SessionPath(_load(cfg, spec, exploring, frames))
-    clip = Path(clip)
-    camera, observed_chunks, clip_frames = _observed_chunks(cfg, spec, clip, cap)
-    seen = _load(cfg, spec, camera, clip_frames, repeat="loop")
-    after = _load(cfg, spec, exploring, frames - clip_frames)
+    looking = look_around_chunks(cfg, spec)
+    if cfg.observe is None and looking == 0:
+        whole = _load(cfg, spec, exploring, frames)
+        return SessionPath(whole, followed=whole)
+    if cfg.observe is None:   # the look around starts where the path does
+        after = _load(cfg, spec, exploring, frames - spec.grid.frames_total(looking))
+        prefix = observed_prefix(cfg, spec, state_from_pose(after.poses[0]))
+    else:
+        prefix = observed_prefix(cfg, spec)
+        after = _load(cfg, spec, exploring, frames - prefix.frames)
+    seen, clip_frames = prefix.trajectory, prefix.frames
     keyboard = torch.cat([seen.actions.keyboard, after.actions.keyboard])
     mouse = None if seen.actions.mouse is None else torch.cat([seen.actions.mouse, after.actions.mouse])
     joined = trajectory_from_actions(ActionTrack(keyboard, mouse), spec.action_mode, cfg.calibration,
-                                     source=f"{clip} observed for frames [0, {clip_frames}), then {after.source}",
+                                     source=f"{prefix.source} observed for frames [0, {clip_frames}), then {after.source}",
                                      start=state_from_pose(seen.poses[0]))
     joined = replace(joined, format=f"observed {seen.format} + {after.format}",
                      tracking=joined_tracking(seen.tracking, after.tracking, clip_frames))
-    what = (f"{clip}: {observed_chunks} chunks ({clip_frames} video frames) of " +
-            ("the world's rendered truth along its path" if camera == clip else
-             f"a recorded video along the camera path {camera}"))
-    return SessionPath(joined, observed_chunks, what)
+    return SessionPath(joined, prefix.chunks, prefix.what, after, clip_frames)
 
 
 def observe_poses_path(cfg: SessionConfig) -> Path:
@@ -111,9 +142,9 @@ def _load(cfg: SessionConfig, spec, path: Path, frames: int, repeat: str | None 
                            calibration=cfg.calibration)
 
 
-def _observed_chunks(cfg: SessionConfig, spec, clip: Path, cap: int | None = None) -> tuple[Path, int, int]:
-    """(the clip's camera path file, chunks, video frames) the session takes as observed (at most
-    ``cap`` chunks, for a model's default clip); one-line errors otherwise."""
+def _observed_chunks(cfg: SessionConfig, spec, clip: Path) -> tuple[Path, int, int]:
+    """(the clip's camera path file, chunks, video frames) the session takes as observed; one-line
+    errors otherwise."""
     flag = f"--observe {clip}"
     if not spec.observes:
         raise InputError(f"{flag}: the {spec.name} model cannot start from an observed clip (the arena "
@@ -139,8 +170,6 @@ def _observed_chunks(cfg: SessionConfig, spec, clip: Path, cap: int | None = Non
     if chunks == 0:
         raise InputError(f"{flag}: the clip is {frames} video frames, shorter than one chunk "
                          f"({spec.grid.frames_total(1)} frames)")
-    if cap is not None:
-        chunks = min(chunks, cap)
     if chunks >= cfg.chunks:
         raise InputError(f"{flag}: the clip covers {chunks} chunks, the whole session of {cfg.chunks}; "
                          f"give a longer session (--chunks above {chunks}) to generate after it")

@@ -54,6 +54,7 @@ def run_config(out: Path, doing: str = "resume") -> SessionConfig:
     if not isinstance(data, dict):
         raise InputError(f"cannot {doing} {out}: {path} is not a config")
     data["out"] = str(out)
+    data.setdefault("look_around", 0)   # a run from before the look around (engine.session.look_around) had none
     return resolve_session_config(None, data)
 
 

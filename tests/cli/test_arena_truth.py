@@ -90,7 +90,7 @@ def walk(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("walk")
     (tmp / "walk.yaml").write_text(WALK, encoding="utf-8")
     result = run("generate", "--chunks", "9", "--store", "window", "--save-every", "4", "--keep-savepoints", "4",
-                 "--trajectory", tmp / "walk.yaml", "--quiet", "--out", tmp / "w.mp4")
+                 "--trajectory", tmp / "walk.yaml", "--look-around", "0", "--quiet", "--out", tmp / "w.mp4")
     assert result.exit_code == 0, result.output
     return tmp
 

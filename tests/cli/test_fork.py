@@ -32,9 +32,9 @@ CHUNKS = 12
 # machine is a miss by design, and the run it is in differs from one where it came in time)
 ARENA = ["--model", "arena", "--store", "on-demand", "--io-deadline", "600", "--pool-slots", "4",
          "--save-every", "2", "--keep-savepoints", "6", "--chunks", str(CHUNKS), "--quiet",
-         # the tour as one file: the default run observes its first chunks, and a fork's chunks are all
-         # generated (forks across an observed prefix: tests/cli/test_observe.py)
-         "--trajectory", str(packaged_trajectory("arena_tour.yaml"))]
+         # the tour as one file, no look around: every chunk is generated (forks across an observed prefix:
+         # tests/cli/test_observe.py, tests/cli/test_look_around.py)
+         "--trajectory", str(packaged_trajectory("arena_tour.yaml")), "--look-around", "0"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 

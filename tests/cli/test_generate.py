@@ -33,36 +33,58 @@ def test_generate_writes_a_decodable_mp4_with_12n_minus_3_frames(tmp_path):
 def test_default_is_the_arena_model(tmp_path):
     """No flags but the length: the arena model, its packaged world and tour; the first line says so."""
     out = tmp_path / "arena.mp4"
-    result = run("generate", "--chunks", "3", "--out", str(out))
+    result = run("generate", "--chunks", "4", "--out", str(out))
     assert result.exit_code == 0, result.output
     first_line = result.output.splitlines()[0]
     assert "arena model" in first_line and "arena 1000017" in first_line
-    assert count_frames(out) == 12 * 3 - 3
+    assert count_frames(out) == 12 * 4 - 3
     header = json.loads((tmp_path / "arena.log.jsonl").read_text().splitlines()[0])
     assert header["model"]["model"] == "arena" and header["config"]["arena_seed"] == 1000017
-    # the default run observes its packaged look around (all but the last chunk of a short run), then explores
-    assert "arena_observe.yaml" in header["trajectory"] and "arena_explore.yaml" in header["trajectory"]
-    assert header["observed"]["chunks"] == 2 and "arena_observe.yaml" in header["observed"]["source"]
+    # an arena session first observes its look around (all but the last chunk of a short run), then tours
+    assert "a look around" in header["trajectory"] and "arena_tour.yaml" in header["trajectory"]
+    assert header["observed"]["chunks"] == 3 and "a look around" in header["observed"]["source"]
+    assert header["config"]["look_around"] == 7
     assert "observes a look around" in first_line
     chunks = [r for r in read_log(tmp_path / "arena.log.jsonl") if r["type"] == "chunk"]
-    assert [bool(r.get("observed")) for r in chunks] == [True, True, False]
+    assert [bool(r.get("observed")) for r in chunks] == [True, True, True, False]
 
 
-def test_the_default_run_observes_ten_chunks_and_an_explicit_path_observes_none(tmp_path):
+def test_an_arena_session_looks_around_for_seven_chunks_unless_told_otherwise(tmp_path):
     from engine.model.registry import model_spec
     from engine.session.observe import session_path
 
+    tour_file = REPO / "trajectories" / "arena_tour.yaml"
     long = resolve_session_config(None, {"chunks": 41})
     path = session_path(long, model_spec(long))
-    assert path.observed_chunks == 10 and path.trajectory.frames == 489
-    given = resolve_session_config(None, {"chunks": 41, "trajectory": REPO / "trajectories" / "arena_tour.yaml"})
-    assert session_path(given, model_spec(given)).observed_chunks == 0
-    one = resolve_session_config(None, {"chunks": 1})
-    assert session_path(one, model_spec(one)).observed_chunks == 0
-    # the two packaged files are the tour (468 frames): the same actions, frame for frame
-    tour = session_path(given, model_spec(given)).trajectory
-    assert torch.equal(path.trajectory.actions.keyboard[:468], tour.actions.keyboard[:468])
-    assert torch.equal(path.trajectory.actions.mouse[:468], tour.actions.mouse[:468])
+    assert path.observed_chunks == 7 and path.observed_frames == 81 and path.trajectory.frames == 489
+    given = resolve_session_config(None, {"chunks": 41, "trajectory": tour_file})
+    assert session_path(given, model_spec(given)).observed_chunks == 7      # a --trajectory is looked around too
+    off = resolve_session_config(None, {"chunks": 41, "trajectory": tour_file, "look_around": 0})
+    assert session_path(off, model_spec(off)).observed_chunks == 0
+    three = resolve_session_config(None, {"chunks": 41, "look_around": 3})
+    assert session_path(three, model_spec(three)).observed_chunks == 3
+    for short in (1, 3):   # a look around takes at least 3 chunks and leaves one to generate
+        cfg = resolve_session_config(None, {"chunks": short})
+        assert session_path(cfg, model_spec(cfg)).observed_chunks == 0
+    # a full turn on the spot at the fastest trained turn (mouse 0.3 = 4.5 degrees a frame), then still:
+    # the tour then starts at the start view, its actions frame for frame
+    mouse = path.trajectory.actions.mouse
+    assert torch.allclose(mouse[:80, 1], torch.full((80,), 0.3)) and not mouse[80:81].any()
+    assert not path.trajectory.actions.keyboard[:81].any()
+    tour = session_path(off, model_spec(off)).trajectory
+    assert torch.equal(path.trajectory.actions.keyboard[81:], tour.actions.keyboard[:408])
+    assert torch.equal(path.trajectory.actions.mouse[81:], tour.actions.mouse[:408])
+    start, back = path.trajectory.poses[0], path.trajectory.poses[81]
+    assert abs(abs(float(start[3:] @ back[3:])) - 1) < 1e-9 and abs(back[:3]).max() < 1e-9   # the start view again
+    assert abs(abs(float(start[3:] @ path.trajectory.poses[40][3:]))) < 1e-6                 # half way: behind
+
+
+def test_a_model_without_a_renderer_never_looks_around(tmp_path):
+    from engine.model.registry import model_spec
+    from engine.session.observe import session_path
+
+    tiny = resolve_session_config(None, {"model": "tiny", "chunks": 9})
+    assert tiny.look_around == 7 and session_path(tiny, model_spec(tiny)).observed_chunks == 0
 
 
 def test_arena_seed_picks_the_world(tmp_path):
@@ -202,7 +224,8 @@ def test_a_path_through_walls_is_clamped_and_logged(tmp_path):
     path = tmp_path / "through.yaml"
     path.write_text("segments:\n  - {keys: [w], seconds: 10}\n")
     out = tmp_path / "w.mp4"
-    result = run("generate", "--trajectory", str(path), "--chunks", "10", "--out", str(out), "--quiet")
+    result = run("generate", "--trajectory", str(path), "--chunks", "10", "--look-around", "0", "--out", str(out),
+                 "--quiet")
     assert result.exit_code == 0, result.output
     lines = (tmp_path / "w.log.jsonl").read_text().splitlines()
     notes = json.loads(lines[0])["notes"]

@@ -60,7 +60,7 @@ def test_the_path_is_the_clips_then_the_explorations(paths):
     assert path.observed_chunks == OBSERVED and "tour.yaml" in path.observed
     traj = path.trajectory
     assert traj.frames == spec.grid.frames_total(CHUNKS)
-    clip = session_path(_cfg(paths, "q", observe=None, trajectory=paths / "tour.yaml"), spec).trajectory
+    clip = session_path(_cfg(paths, "q", observe=None, look_around=0, trajectory=paths / "tour.yaml"), spec).trajectory
     seen = spec.grid.frames_total(OBSERVED)
     assert np.allclose(traj.poses[:seen], clip.poses[:seen], atol=1e-9)              # the clip's own path
     assert torch.equal(traj.actions.keyboard[seen:seen + 30, 1], torch.ones(30))      # then explore's "s"

@@ -101,12 +101,15 @@ def _check_resumed(tmp: Path, name: str, reference_frames) -> dict:
     assert chunks == list(range(CHUNKS))
     assert records[0]["type"] == "header" and records[-1]["type"] == "summary"
     assert records[-1]["status"] == "done" and records[-1]["chunks"] == CHUNKS
+    if name == "arena":   # its look around was observed once, and the resume did not look around again
+        assert [bool(r.get("observed")) for r in records if r["type"] == "chunk"] == [True] * 7 + [False] * 5
     return next(r for r in records if r["type"] == "resume")
 
 
 @pytest.mark.parametrize("model, point, seen", [
-    ("arena", "denoise of chunk 4", _chunk_at_least(3)),
+    ("arena", "chunk 4, inside the look around", _chunk_at_least(3)),     # chunks 0-6 are its look around
     ("arena", "just after save point 6", _savepoint_at_least(6)),
+    ("arena", "just after save point 8, past the look around", _savepoint_at_least(8)),
     ("micro", "denoise of chunk 6", _chunk_at_least(5)),
     ("synthetic", "write-back after chunk 8", (_chunk_at_least(7), _savepoint_at_least(2))),
 ])

@@ -84,9 +84,9 @@ def test_generate_and_plan_run_from_another_directory(installed, tmp_path):
     _run(worldpager, "generate", "--chunks", "2", "--quiet", "--out", "two.mp4", cwd=tmp_path, env=env)
     header = json.loads((tmp_path / "two.log.jsonl").read_text().splitlines()[0])
     # the packaged trajectory and weights of the installed engine, not the checkout's
-    # the default run observes arena_observe.yaml, then follows arena_explore.yaml: both from the wheel
-    assert header["trajectory"].startswith(str(venv / "lib")) and "arena_explore.yaml" in header["trajectory"]
-    assert header["observed"]["source"].startswith(str(venv / "lib"))
+    # the default run follows arena_tour.yaml from the wheel (a session of 2 chunks does not look around)
+    assert header["trajectory"].startswith(str(venv / "lib")) and "arena_tour.yaml" in header["trajectory"]
+    assert header["observed"] is None
     assert header["weights"].startswith(str(venv / "lib"))
     # a preset found inside the installed package (the tree it was built from is gone)
     plan = _run(worldpager, "plan", "--preset", "mg2-4090-32g", "--minutes", "1", cwd=tmp_path, env=env).stdout

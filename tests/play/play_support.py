@@ -1,5 +1,5 @@
 """Helpers of the play tests: a ``worldpager play`` subprocess (the arena model, a small cap, a spill
-directory) and the page's URL read from its stderr, the scripted player, and the frames of an MP4."""
+directory, a short look around: 3 chunks) and the page's URL read from its stderr, the scripted player, and the frames of an MP4."""
 from __future__ import annotations
 
 import asyncio
@@ -18,14 +18,14 @@ from tests_support import PATIENCE_S, WORLDPAGER
 class PlayProcess:
     """``worldpager play`` in a subprocess; ``url`` once it serves; ``stderr`` as it came."""
 
-    def __init__(self, tmp_path: Path, name: str, *extra: str, chunks: int = 8):
+    def __init__(self, tmp_path: Path, name: str, *extra: str, chunks: int = 8, look_around: int = 3):
         self.out = tmp_path / f"{name}.mp4"
         self.log = tmp_path / f"{name}.log.jsonl"
         self.recording = tmp_path / f"{name}.trajectory.yaml"
         args = ["play", "--port", "0", *extra]
         if "--from" not in extra:
             args += ["--out", str(self.out), "--chunks", str(chunks), "--spill", str(tmp_path / f"{name}.spill"), "--pool-slots", "4",
-                     "--save-every", "2", "--late-prefetch", "wait"]
+                     "--save-every", "2", "--late-prefetch", "wait", "--look-around", str(look_around)]
         self.proc = subprocess.Popen(WORLDPAGER + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      cwd=tmp_path)
         self.lines: list[str] = []

@@ -97,7 +97,7 @@ def test_the_page_steers_records_and_replays(tmp_path, browser):
     assert "over 0.5 ms" in stalls_text
     frames = mp4_frames(play.out)
     assert len(frames) == records[-1]["frames_total"]
-    recorded = load_trajectory(play.recording, "universal", frames=len(frames))
+    recorded = load_trajectory(play.recording, "universal", frames=len(frames) - 33)   # after the look around
     keys, mouse, poses = recorded.actions.keyboard.numpy(), recorded.actions.mouse.numpy(), recorded.poses
     walked, turned = np.flatnonzero(keys[:, 0] > 0), np.flatnonzero(mouse[:, 1] > 0)
     assert len(walked) and len(turned) and walked[0] < turned[0]
@@ -107,7 +107,7 @@ def test_the_page_steers_records_and_replays(tmp_path, browser):
     replay = subprocess.run(WORLDPAGER + ["generate", "--trajectory", str(play.recording), "--chunks", "20",
                                           "--out", "replay.mp4",
                                           "--spill", "replay.spill", "--pool-slots", "4", "--save-every", "2",
-                                          "--late-prefetch", "wait"],
+                                          "--late-prefetch", "wait", "--look-around", "3"],   # play's settings
                             capture_output=True, text=True, cwd=tmp_path, timeout=PATIENCE_S)
     assert replay.returncode == 0, replay.stderr
     assert all(np.array_equal(a, b) for a, b in zip(mp4_frames(tmp_path / "replay.mp4"), frames, strict=True))

@@ -29,7 +29,7 @@ def _run(tmp_path, *args):
 
 def test_played_session_is_recorded_and_replays_bit_for_bit(tmp_path):
     play = PlayProcess(tmp_path, "walk", chunks=12)
-    played = play_script(6, play.url, walk_and_turn())
+    played = play_script(9, play.url, walk_and_turn())
     assert play.finish() == 0, play.stderr
     assert played.role == "driver" and played.end["status"] == "done"
     records = _chunks(play.log)
@@ -37,13 +37,17 @@ def test_played_session_is_recorded_and_replays_bit_for_bit(tmp_path):
     assert summary["type"] == "summary" and summary["status"] == "done"
     frames = mp4_frames(play.out)
     assert len(frames) == records[-1]["frames_total"] == played.frames
+    # it looked around first (observed, marked), then took the player's inputs; the recording holds those
+    assert [bool(r.get("observed")) for r in records] == [True] * 3 + [False] * (len(records) - 3)
+    assert read_log(play.log)[0]["observed"]["chunks"] == 3
     # the held keys moved the camera: W walks forward (-z), then W + L turns right while walking
     from engine.io.trajectory import load_trajectory
-    recorded = load_trajectory(play.recording, "universal", frames=len(frames))
+    recorded = load_trajectory(play.recording, "universal", frames=len(frames) - 33)
     assert recorded.actions.keyboard[:, 0].sum() > 0 and recorded.actions.mouse[:, 1].max() > 0
     assert recorded.poses[-1, 2] < -0.5
     replay = _run(tmp_path, "generate", "--trajectory", str(play.recording), "--out", "replay.mp4",
-                  "--spill", "replay.spill", "--pool-slots", "4", "--late-prefetch", "wait", "--save-every", "2")
+                  "--spill", "replay.spill", "--pool-slots", "4", "--late-prefetch", "wait", "--save-every", "2",
+                  "--look-around", "3")
     assert replay.returncode == 0, replay.stderr
     assert (tmp_path / "replay.mp4").read_bytes() == play.out.read_bytes()
 

@@ -30,7 +30,7 @@ SAMPLES = {
     "preset": "mg2-4090-32g", "image": "start.png", "trajectory": "path.yaml", "observe": "tour.yaml",
     "observe_poses": "tour.poses.csv", "repeat": "pingpong", "out": "a.mp4", "log": "a.log.jsonl",
     "chunks": "7", "seconds": None, "minutes": None, "checkpoint": "ckpt", "seeded_weights": True, "prompt": "a street", "model": "tiny", "arena_seed": "7",
-    "arena_weights": "w.safetensors", "arena_reproject": "0.3", "seed": "3", "device": "cpu", "save_every": "5", "keep_savepoints": "3",
+    "arena_weights": "w.safetensors", "arena_reproject": "0.3", "look_around": "3", "seed": "3", "device": "cpu", "save_every": "5", "keep_savepoints": "3",
     "decode_overlap": True, "positions": "extend", "chunk_ms": "10", "kv_scale": "0.5", "store": "on-demand",
     "spill": "sp", "host_mem": "6", "pool_slots": "9", "device_mem": "4", "kv_bits": "8", "kv_keys": "pre-rope",
     "drive_bw": "0.25", "spill_max": "4G", "retrieve_k": "2", "retrieve_visit": "newest", "sink": True, "official_sink": True, "io_deadline": "12",

@@ -9,6 +9,10 @@ signs aligned across pieces): a session replayed from the recording sees the ver
 returns the video frames whose actions or poses changed (the pose of frame t is that of the actions of
 frames before t, so it is known one frame ahead of the actions).
 
+``observe(keyboard, mouse)`` gives the frames the session observes first (its look around, an observed
+clip): the recording leaves them out, and its ``start:`` is still the track's start (where the look
+around turns; the session's settings make the observed frames again, before the recording's).
+
 ``recording_yaml`` is the trajectory YAML (``start:`` and ``segments:``) of the frames given so far; its
 first line is ``RECORDING_MARK``, which tells a session that the file ends where the recording ends
 (``recorded_frames``: the session is not looped past it). Each value is written as the float it is, so
@@ -49,6 +53,7 @@ class LiveTrack:
         self._keyboard, self._mouse = keyboard, mouse
         self.known = 0                     # frames whose actions were given
         self.state = start                 # the camera at frame ``known``
+        self.observed = 0                  # the first frames, observed (``observe``): not recorded
 
     @property
     def frames(self) -> int:
@@ -77,6 +82,14 @@ class LiveTrack:
         self.known = a + n
         return a, stop
 
+    def observe(self, keyboard: np.ndarray, mouse: np.ndarray | None) -> None:
+        """Give the frames the session observes before the live ones (its look around, an observed
+        clip): they are the track's first frames, left out of the recording (the session's settings
+        make them again)."""
+        assert self.known == 0, "the observed frames come first"
+        self.extend(keyboard, mouse)
+        self.observed = self.known
+
     def given(self, frames: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """The actions given so far (or of the first ``frames``): keyboard [n, k], mouse [n, 2] or None."""
         n = self.known if frames is None else frames
@@ -90,10 +103,11 @@ def recording_yaml(track: LiveTrack, comment: str = "") -> str:
     Written without a YAML library (a long session rewrites it every chunk): runs of equal actions are
     one segment each, every value the float it is (``repr``)."""
     keyboard, mouse = track.given()
+    keyboard, mouse = keyboard[track.observed:], None if mouse is None else mouse[track.observed:]
     rows = keyboard if mouse is None else np.concatenate([keyboard, mouse], axis=1)
     names = KEYBOARD_KEYS[track.mode]
     s = track.start
-    lines = [f"{RECORDING_MARK}: {track.known} video frames", *(f"# {line}" for line in comment.splitlines()),
+    lines = [f"{RECORDING_MARK}: {track.known - track.observed} video frames", *(f"# {line}" for line in comment.splitlines()),
              f"start: {{position: [{s.x!r}, {s.y!r}, {s.z!r}], yaw: {s.yaw!r}, pitch: {s.pitch!r}, roll: {s.roll!r}}}",
              "segments:" if len(rows) else "segments: []"]
     edges = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1 if len(rows) > 1 else np.zeros(0, int)
