@@ -387,6 +387,7 @@ class SessionConfig:
     arena_seed: int = DEFAULT_ARENA_SEED  # arena model only: which procedural world
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
     arena_reproject: float | None = None  # arena model only: re-projection radius in world units; None = the weights'
+    arena_reproject_depth: bool = False  # arena model only: re-project with the depth head's depth (from anywhere)
     prompt: str | None = None          # LingBot-World-Fast from a release folder: the text the scene follows
     save_every: int | None = None      # save point every N chunks; None = about every save_interval_s of wall time; 0 = none
     save_interval_s: float = 30.0      # with save_every None: wall time between save points (a slow machine makes them at fewer chunks)

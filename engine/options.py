@@ -71,7 +71,8 @@ SECTIONS = ("Inputs", "Output", "Model", "Memory", "Disk tier", "Positions", "Ru
 SECTION_OF = {
     **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat", "prompt"), "Inputs"),
     **dict.fromkeys(("out", "log"), "Output"),
-    **dict.fromkeys(("checkpoint", "seeded_weights", "model", "arena_seed", "arena_weights", "arena_reproject", "seed", "device",
+    **dict.fromkeys(("checkpoint", "seeded_weights", "model", "arena_seed", "arena_weights", "arena_reproject",
+                     "arena_reproject_depth", "seed", "device",
                      "chunk_ms", "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
                      "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
@@ -132,6 +133,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("arena_reproject", "float", "Arena model: a generated frame takes the pixels of memory frames seen from "
          "within this many world units of its camera, turned to its view (0: off). Default: the weights' own (0.15).",
          "arena_reproject"),
+    _opt("arena_reproject_depth", "switch", "Arena model: a generated frame takes the pixels of memory and window "
+         "frames from any distance, moved into its view with the depth the model predicted for them (weights "
+         "with a depth head). Default: off.", "arena_reproject_depth"),
     _opt("seed", "int", "Seed of the noise. Default: 0.", "seed"),
     _opt("device", "text", "auto, cpu, cuda or cuda:N. Default: auto.", "device"),
     _opt("save_every", "int", "Save point every N chunks (0: none). Default: about every 30 s of wall time.",
