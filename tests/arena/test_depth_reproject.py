@@ -202,3 +202,21 @@ def test_a_depth_head_fills_the_depth_layer_with_its_depth_and_each_chunks_kind(
     pipeline.denoise(1, ctx)
     inv, kind = unpack(layer.current()[1], CFG)
     assert kind.tolist() == [[GENERATED] * 3] and torch.isfinite(inv).all()
+
+
+# ---- training the head alone --------------------------------------------------------------------
+
+def test_head_only_training_with_a_depth_weight_moves_the_depth_head_alone(tmp_path):
+    from engine.arena.train import Recipe, flow_times, train
+
+    cfg = ArenaModelConfig(layers=1, depth_head=True)
+    recipe = Recipe(steps=2, batch=1, chunks=3, warmup=1, self_context=0.0, depth_weight=1.0, head_only=True,
+                    clean_share=0.5)
+    t = flow_times(torch.Generator().manual_seed(0), (4000,), dataclasses.replace(recipe, p_pure_noise=0.0))
+    assert 0.4 < (t == 0).float().mean() < 0.6                              # the clean share: given frames
+    torch.manual_seed(recipe.seed)
+    before = ArenaDiT(cfg).state_dict()
+    train(tmp_path / "run", recipe, cfg, save_every=1, quiet=True)
+    after = torch.load(tmp_path / "run" / "last.pt", weights_only=True)["model"]
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved == {"depth_out.weight", "depth_out.bias"}, moved
