@@ -34,6 +34,7 @@ CFG = ArenaModelConfig()
 ARENA = Arena.generate(1500003)
 FLOOR_DB = 22.5        # measured 24.3 dB on every frame of chunks 2-4 (nearest sampling's limit is ~26 dB)
 GAIN_DB = 1.5          # measured 2.9 dB over the rotation-only re-projection
+SAME_PLACE_DB = 40.0   # measured 48.6 dB back at the observed camera (int4 pixels); a splat alone gave 30.6
 
 
 def _view(cam) -> torch.Tensor:
@@ -123,12 +124,15 @@ def test_an_observed_view_beats_the_sessions_own_frame_of_the_same_surface():
 
 # ---- sessions -----------------------------------------------------------------------------------
 
-# Chunk 0 (observed) at the start; then half a unit forward and hold: from chunk 2 on every frame is
-# 0.49 units in front of chunk 0's camera, facing the same way, with chunk 0 in the memory.
+# Chunk 0 (observed) at the start; then half a unit forward and hold: in chunks 2-4 every frame is 0.49
+# units in front of chunk 0's camera, facing the same way, with chunk 0 in the memory; then back to the
+# start (chunk 5's last two frames and chunk 6).
 WALK = """segments:
   - {frames: 9}
   - {keys: [w], frames: 4}
   - {frames: 44}
+  - {keys: [s], frames: 4}
+  - {frames: 24}
 """
 
 
@@ -155,10 +159,11 @@ def _session(tmp_path, on: bool, chunks: int = 5):
     return latents, memory, session.model
 
 
-def _walk_psnr(tmp_path, on: bool, monkeypatch) -> list[float]:
+def _walk_psnr(tmp_path, on: bool, monkeypatch) -> tuple[list[float], list[float]]:
+    """PSNR of the frames half a unit away (chunks 2-4) and back at the start (chunks 5, 6)."""
     if on:
         monkeypatch.setattr(ArenaPipeline, "depth_source", staticmethod(_true_inverse_depth))
-    latents, memory, pipeline = _session(tmp_path, on)
+    latents, memory, pipeline = _session(tmp_path, on, chunks=7)
     monkeypatch.setattr(ArenaPipeline, "depth_source", None)
     fpc = CFG.frames_per_chunk
     start = pipeline.cam[0]
@@ -166,14 +171,20 @@ def _walk_psnr(tmp_path, on: bool, monkeypatch) -> list[float]:
         assert 0 in memory[c], memory
         moved = np.hypot(*(pipeline.cam[c * fpc:(c + 1) * fpc, :2] - start[:2]).T)
         assert np.allclose(moved, 0.494, atol=0.01) and np.allclose(pipeline.cam[c * fpc:(c + 1) * fpc, 2:], 0)
-    return [psnr(latents[c][i][None], pipeline.truth(c)[i][None]).item() for c in (2, 3, 4) for i in range(fpc)]
+    away = [psnr(latents[c][i][None], pipeline.truth(c)[i][None]).item() for c in (2, 3, 4) for i in range(fpc)]
+    back = [(c, i) for c in (5, 6) for i in range(fpc) if np.allclose(pipeline.cam[c * fpc + i], start, atol=1e-6)]
+    assert len(back) == 5 and all(0 in memory[c] for c, _ in back), (back, memory)
+    return away, [psnr(latents[c][i][None], pipeline.truth(c)[i][None]).item() for c, i in back]
 
 
 def test_with_correct_depth_a_walk_brings_back_the_observed_view_from_half_a_unit(tmp_path, monkeypatch):
-    with_depth = _walk_psnr(tmp_path / "on", True, monkeypatch)
-    without = _walk_psnr(tmp_path / "off", False, monkeypatch)
+    with_depth, back = _walk_psnr(tmp_path / "on", True, monkeypatch)
+    without, back_without = _walk_psnr(tmp_path / "off", False, monkeypatch)
     assert min(with_depth) > FLOOR_DB, with_depth
     assert min(with_depth) > max(without) + GAIN_DB, (with_depth, without)
+    # back where it was observed: the observed pixels themselves (through int4), as without depth; no
+    # splat of a generated frame bleeds over them
+    assert min(back) > SAME_PLACE_DB and min(back_without) > SAME_PLACE_DB, (back, back_without)
 
 
 def test_a_depth_head_fills_the_depth_layer_with_its_depth_and_each_chunks_kind(tmp_path):
