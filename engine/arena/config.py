@@ -50,7 +50,7 @@ class ArenaModelConfig:
                                      # (engine.arena.codebook); inference takes each sub-patch's likeliest code
     code_patch: int = 4
     depth_head: bool = False         # training: a per-pixel inverse-depth output beside the x0 (target: the
-                                     # renderer's depth, ``train --depth-weight``); nothing at inference reads it yet
+                                     # renderer's depth, ``train --depth-weight``); inference reads it with reproject_depth
     reproject: float = 0.15          # inference: pixels of context frames seen from within this many world units
                                      # of a frame's camera, warped to its view, replace the x0 (engine.arena.reproject;
                                      # 0: off); a session's --arena-reproject overrides it
