@@ -8,7 +8,8 @@ x0 otherwise), ``depth`` (``--arena-reproject-depth`` with the weights' depth he
 same wiring fed the renderer's true depth: what a perfect head would give; a measurement, never
 inference). PSNR of every generated latent frame against the true view, per arm (mean of per-frame PSNR), split by
 class: ``moved`` (at least ``MOVED`` units from every observed camera: only depth can bring the observed
-view there) and ``at_obs`` (back within it: rotation-only re-projection copies the observed pixels). Prints a table and a last line of JSON.
+view there) and ``at_obs`` (back within it: rotation-only re-projection copies the observed pixels).
+Prints a table and a last line of JSON.
 """
 from __future__ import annotations
 
