@@ -4,10 +4,13 @@ Owns the checks across rows (each row alone is ``worldpager_cli.row_fields``'s).
 by arm and episode, so rows merged from runs of different settings would be paired wrong or not at all:
 
 * one row per measurement — arm and episode (revisit: seed and kind; positions and long: seed; drift:
-  block) — after identical repeats are dropped: a second one comes from a run of other settings
-  (``--chunks``, ``--observed``, ``--prefix-chunks``, ``--minutes``);
+  block; walk: seed, kind and whether the look-around was observed) — after identical repeats are
+  dropped: a second one comes from a run of other settings (``--chunks``, ``--observed``,
+  ``--prefix-chunks``, ``--minutes``);
 * a revisit episode's frames of each class the same for every arm (the cameras are the path's);
-* every drift arm the same blocks; every long row the same bin length, and a seed every arm ran.
+* every drift arm the same blocks; every long row the same bin length, and a seed every arm ran; every
+  walk row the same bin length and minutes of video, and, with and without the look-around, an episode
+  (seed and kind) every arm of that setting ran.
 
 Each failure is one ``JsonInputError`` naming the row (``--from-rows F line N``) or the arms.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 from engine.bounded_json import JsonInputError
 
 MEASUREMENT = {"revisit": ("arm", "seed", "kind"), "positions": ("arm", "seed"), "drift": ("arm", "block_start"),
-               "long": ("arm", "seed")}
+               "long": ("arm", "seed"), "walk": ("arm", "seed", "kind", "look_around")}
 SETTINGS = "merge rows of runs with the same settings (--chunks, --observed, --prefix-chunks, --block, --minutes)"
 
 
@@ -75,9 +78,28 @@ def _long_rows(rows: list[tuple[dict, str]]) -> None:
                              "arms on the same seeds: merge runs of the same --seeds and --seed-start")
 
 
+def _walk_rows(rows: list[tuple[dict, str]]) -> None:
+    walk = [(row, what) for row, what in rows if row["experiment"] == "walk"]
+    for row, what in walk:
+        lead, lead_what = walk[0]
+        if (row["bin_s"], row["frames"]) != (lead["bin_s"], lead["frames"]):
+            raise JsonInputError(f"{what}: {row['frames']} video frames in bins of {row['bin_s']} s, not the "
+                                 f"{lead['frames']} in bins of {lead['bin_s']} s of {lead_what}; {SETTINGS}")
+    for look in (True, False):
+        episodes: dict = {}
+        for row, _ in walk:
+            if row["look_around"] == look:
+                episodes.setdefault(row["arm"], set()).add((row["seed"], row["kind"]))
+        if episodes and not set.intersection(*episodes.values()):
+            raise JsonInputError("--from-rows: no walk episode (seed and kind) has rows of every arm; the figures "
+                                 "pair arms on the same episodes: merge runs of the same --seeds, --seed-start and "
+                                 "--kinds")
+
+
 def check_together(rows: list[tuple[dict, str]]) -> None:
     """The rows (each with where it was read) fit together (see the module docstring)."""
     _once(rows)
     _revisit_frames(rows)
     _drift_blocks(rows)
     _long_rows(rows)
+    _walk_rows(rows)

@@ -1,14 +1,14 @@
 """Rows of benchmark runs read back (``bench quality --from-rows``, given once or more): the one reader
-of rows files, for the revisit benchmark and the long one (no numpy, no torch).
+of rows files, for the revisit benchmark, the long one and the walking one (no numpy, no torch).
 
 Owns reading them and what makes two rows the same measurement.
 
-* ``read_rows(paths, long)`` — every file through the bounded JSON Lines reader
+* ``read_rows(paths, long, walk=False)`` — every file through the bounded JSON Lines reader
   (``engine.bounded_json.iter_json_lines``: the input gate refuses a FIFO, a device, a directory or a
   file under ``/proc`` before it is opened; a line's size, UTF-8 and nesting depth are checked), every
   row an object whose fields have the kinds its summary reads (``worldpager_cli.row_fields``). A row of
-  the other benchmark (a ``long`` row without ``--long``, a revisit, positions or drift row with it) is
-  refused naming the flag to read it with; a file with no rows is refused. Rows that name the same
+  another benchmark (a ``long`` row without ``--long``, a ``walk`` row without ``--walk``, a revisit,
+  positions or drift row with either) is refused naming the flag to read it with; a file with no rows is refused. Rows that name the same
   experiment, arm and episode are kept once, the first: two runs merged both hold the baselines
   (window-only, bf16, int4) of the same episodes, which would otherwise count twice in every pooled
   figure. What is left must fit together (``worldpager_cli.merged_checks``).
@@ -27,46 +27,52 @@ from worldpager_cli.row_fields import FIELDS, check_row
 
 FLAG = "--from-rows"
 MAX_LINE_BYTES = 4 << 20       # a long row of a day of video (1,440 bins of ~600 bytes) fits
-ROW_IDENTITY = ("experiment", "arm", "seed", "kind", "arena_seed", "block_start", "chunks")
+ROW_IDENTITY = ("experiment", "arm", "seed", "kind", "arena_seed", "block_start", "chunks", "look_around")
+FLAGS = {"long": "--long", "walk": "--walk"}
 REVISIT_EXPERIMENTS = ("revisit", "positions", "drift")
 
 
-def _benchmark(row: dict, what: str, long: bool) -> None:
-    """A row of the benchmark being summarised (``long``: ``bench quality --long``), else the flag to use."""
+def _benchmark(row: dict, what: str, long: bool, walk: bool = False) -> None:
+    """A row of the benchmark being summarised (``long``: ``bench quality --long``; ``walk``: ``--walk``),
+    else the flag to use."""
     experiment = row["experiment"]
     if experiment not in FIELDS:
         raise JsonInputError(f"{what}: experiment {experiment!r} is none of {', '.join(FIELDS)}: is it a rows "
                              "file of bench quality?")
-    if long and experiment != "long":
-        raise JsonInputError(f"{what} is a {experiment} row of bench quality, not a row of the long benchmark "
-                             "(read it without --long)")
-    if not long and experiment == "long":
-        raise JsonInputError(f"{what} is a row of the long benchmark (bench quality --long): read it with --long")
+    wanted = "long" if long else "walk" if walk else None
+    if wanted and experiment != wanted:
+        benchmark = "the long benchmark" if wanted == "long" else "the walking benchmark"
+        read = f"read it with {FLAGS[experiment]}" if experiment in FLAGS else f"read it without {FLAGS[wanted]}"
+        raise JsonInputError(f"{what} is a {experiment} row of bench quality, not a row of {benchmark} ({read})")
+    if not wanted and experiment in FLAGS:
+        name = "long" if experiment == "long" else "walking"
+        raise JsonInputError(f"{what} is a row of the {name} benchmark (bench quality {FLAGS[experiment]}): read "
+                             f"it with {FLAGS[experiment]}")
     if experiment == "revisit" and "classes" not in row:
         raise JsonInputError(f"{what} is a revisit row of the earlier leave-and-return benchmark (no frame "
                              "classes); run the revisit experiment again")
 
 
-def _rows_of(path: Path, long: bool) -> list[tuple[dict, str]]:
+def _rows_of(path: Path, long: bool, walk: bool = False) -> list[tuple[dict, str]]:
     """Each row of the file at ``path``, checked, with where it is (``--from-rows F line N``)."""
     found = []
     for number, value in iter_json_lines(path, FLAG, MAX_LINE_BYTES):
         what = f"{FLAG} {shown(path)} line {number}"
         row = expect_object(value, what, {"experiment": STRING})
-        _benchmark(row, what, long)
+        _benchmark(row, what, long, walk)
         found.append((check_row(row, what), what))
     if not found:
         raise JsonInputError(f"{FLAG} {shown(path)} holds no rows: is it the right file?")
     return found
 
 
-def read_rows(paths, long: bool) -> tuple[list[dict], int]:
+def read_rows(paths, long: bool, walk: bool = False) -> tuple[list[dict], int]:
     """The rows of every file in ``paths``, checked, each measurement once (the first), and how many
     rows were dropped as repeats (see the module docstring)."""
     seen, kept = set(), []
     total = 0
     for path in paths:
-        for row, what in _rows_of(Path(path), long):
+        for row, what in _rows_of(Path(path), long, walk):
             total += 1
             key = tuple(row.get(k) for k in ROW_IDENTITY)
             if key not in seen:

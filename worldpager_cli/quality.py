@@ -18,7 +18,7 @@ from worldpager_cli.bench import echo_json, machine
 from worldpager_cli.json_output import json_result
 from worldpager_cli.merged_rows import read_rows, repeated_line
 from worldpager_cli.quality_flags import (MAX_CHUNKS, MAX_MINUTES, MAX_SEED, MAX_SEEDS, MAX_THREADS, BoundedNumber,
-                                          check_flags)
+                                          check_flags, given)
 from worldpager_cli.quality_tables import SMOKE_LINE, echo_tables
 
 
@@ -48,7 +48,8 @@ def _shape(chunks: int, observed: int):
               help="Held-out arenas; each runs one episode of every kind.")
 @click.option("--seed-start", type=_count(0, MAX_SEED), default=0, show_default=True,
               help="First held-out seed (to split a run over processes; read them together with --from-rows).")
-@click.option("--kinds", default="glance,spin,walk", show_default=True, help="Kinds of revisit episode.")
+@click.option("--kinds", default="glance,spin,walk", show_default=True,
+              help="Kinds of revisit episode (with --walk: kinds of walk, default all of onward, loops, near, home).")
 @click.option("--chunks", "episode_chunks", type=_count(1, MAX_CHUNKS, "chunks"), default=40, show_default=True,
               help="Chunks of each revisit episode.")
 @click.option("--observed", type=_count(1, MAX_CHUNKS, "chunks"), default=4, show_default=True,
@@ -71,7 +72,7 @@ def _shape(chunks: int, observed: int):
               help="Intra-op threads of the model (on a shared CPU, a team of two waits at every barrier for a preempted thread).")
 @click.option("--from-rows", "from_rows", multiple=True, type=click.Path(path_type=Path),
               help="Run nothing: summarise these rows files of earlier runs (quality-rows.jsonl; with --long "
-                   "long-rows.jsonl) into the tables and figure; once for each file.")
+                   "long-rows.jsonl, with --walk walk-rows.jsonl) into the tables and figure; once for each file.")
 @click.option("--quick", is_flag=True,
               help="A smoke test: one short episode of each kind, window, bf16 and int4 (or --arms); "
                    "positions past a horizon moved to chunk 4. With --long: one 22-second session per arm.")
@@ -80,7 +81,14 @@ def _shape(chunks: int, observed: int):
                    "window-only and int4 memory (--arms may add extend, rerotate6/30/96), scored per minute "
                    "on the decoded MP4 against the rendered truth.")
 @click.option("--minutes", type=BoundedNumber(False, 0, MAX_MINUTES, low_open=True, unit="minutes"), default=5.0,
-              show_default=True, help=f"With --long: minutes of video a session (at most {MAX_MINUTES}).")
+              show_default=True, help=f"With --long or --walk: minutes of video a session (at most {MAX_MINUTES}).")
+@click.option("--walk", "walk_mode", is_flag=True,
+              help="Walking: per held-out arena (--seeds) one walk of --minutes of each kind (--kinds: onward, "
+                   "loops, near, home), window-only, int4 memory and int4 without re-projection (--arms may add "
+                   "the long benchmark's), scored per class of frame (new places at least 0.5 units from every "
+                   "earlier camera, revisits, ...) on the exact latent frames against the rendered truth.")
+@click.option("--no-look-around", "no_look_around", is_flag=True,
+              help="With --walk: start walking at once (no observed turn on the spot first; chunk 0 is given).")
 @click.option("--no-baselines", "no_baselines", is_flag=True,
               help="With --long: run only the --arms named, not window and int4 (merge their rows with "
                    "another run's by --from-rows).")
@@ -88,10 +96,18 @@ def _shape(chunks: int, observed: int):
 @click.pass_context
 def bench_quality(ctx, seeds, seed_start, kinds, episode_chunks, observed, arm_names, position_seeds, prefix_chunks,
                   drift_chunks, block, only, out_dir, weights, workdir, threads, from_rows, quick, long_mode,
-                  minutes, no_baselines) -> None:
+                  minutes, walk_mode, no_look_around, no_baselines) -> None:
     """Revisits to observed and to generated views, retention, positions past the horizon and drift,
-    against the rendered truth; --long: per minute of sessions minutes long."""
-    check_flags(ctx, long_mode, only, kinds, arm_names, no_baselines)
+    against the rendered truth; --long: per minute of sessions minutes long; --walk: walking, per class
+    of frame."""
+    check_flags(ctx, long_mode, only, kinds, arm_names, no_baselines, walk_mode)
+    if walk_mode:
+        from worldpager_cli.quality_walk_cmd import run_walk
+
+        walk_kinds = _names(kinds) if given(ctx, "kinds") else None
+        run_walk(seeds, seed_start, walk_kinds, arm_names, minutes, out_dir, weights, threads, from_rows, quick,
+                 look_around=not no_look_around)
+        return
     if long_mode:
         from worldpager_cli.quality_long_cmd import run_long
 

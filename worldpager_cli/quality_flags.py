@@ -6,10 +6,12 @@ Owns what a usage error (exit 2, one line naming the flag) is for this command:
   its low) with a high bound too, so ``--minutes 1e308`` is refused before it becomes a number of chunks;
 * a name list (``--only``, ``--kinds``, ``--arms``) naming something that is not one of its choices; the
   choices of ``--arms`` are the benchmark's own (``--long`` has others);
-* a flag of the other benchmark: ``--minutes`` and ``--no-baselines`` only mean something with
-  ``--long``; ``--kinds``, ``--chunks``, ``--observed``, ``--position-seeds``, ``--prefix-chunks``,
-  ``--drift-chunks``, ``--block``, ``--only`` and ``--workdir`` only without it. A flag the user gave, not
-  its default, is what counts: given where it means nothing, it is refused rather than ignored.
+* a flag of another benchmark: ``--minutes`` only means something with ``--long`` or ``--walk``,
+  ``--no-baselines`` only with ``--long``, ``--no-look-around`` only with ``--walk``; ``--chunks``,
+  ``--observed``, ``--position-seeds``, ``--prefix-chunks``, ``--drift-chunks``, ``--block``, ``--only`` and
+  ``--workdir`` only without both, ``--kinds`` without ``--long`` (with ``--walk`` it names walk kinds);
+  ``--long`` and ``--walk`` together are refused. A flag the user gave, not its default, is what
+  counts: given where it means nothing, it is refused rather than ignored.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ MAX_CHUNKS = 100_000           # chunks of an episode, a prefix or a drift sessi
 MAX_THREADS = 1024
 
 LONG_ONLY = ("minutes", "no_baselines")
+WALK_ONLY = ("no_look_around",)
+WALK_TAKES = ("minutes", "kinds", "no_look_around")
 REVISIT_ONLY = ("kinds", "episode_chunks", "observed", "position_seeds", "prefix_chunks", "drift_chunks",
                 "block", "only", "workdir")
 
@@ -56,8 +60,12 @@ def _choose(flag: str, text: str, choices, empty_ok: bool = False) -> None:
         raise click.BadParameter(f"{bad[0]!r} is not one of {', '.join(choices)}", param_hint=f"'{flag}'")
 
 
-def _given(ctx: click.Context, name: str) -> bool:
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the user gave flag ``name`` (not its default)."""
     return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+
+
+_given = given
 
 
 def _flag(ctx: click.Context, name: str) -> str:
@@ -65,13 +73,38 @@ def _flag(ctx: click.Context, name: str) -> str:
     return param.opts[0]
 
 
+def _check_walk(ctx: click.Context, long_mode: bool, kinds: str, arm_names: str) -> None:
+    if long_mode:
+        raise click.UsageError("--long and --walk are two benchmarks: give one of them")
+    wrong = [n for n in (*REVISIT_ONLY, *LONG_ONLY) if n not in WALK_TAKES and _given(ctx, n)]
+    if wrong:
+        raise click.UsageError(f"{_flag(ctx, wrong[0])} is a flag of another benchmark; --walk does not take it "
+                               "(leave it out, or leave out --walk)")
+    from engine.quality.long_run import OPTIONAL_ARMS
+    from engine.quality.walk_paths import WALK_KINDS
+    from engine.quality.walk_run import WALK_ARMS
+
+    if _given(ctx, "kinds"):
+        _choose("--kinds", kinds, WALK_KINDS)
+    _choose("--arms", arm_names, (*(a.name for a in WALK_ARMS), *OPTIONAL_ARMS), empty_ok=True)
+
+
 def check_flags(ctx: click.Context, long_mode: bool, only: str, kinds: str, arm_names: str,
-                no_baselines: bool) -> None:
+                no_baselines: bool, walk_mode: bool = False) -> None:
     """Refuse (``click.UsageError``, exit 2) the flags that do not fit together or name no choice."""
+    if walk_mode:
+        _check_walk(ctx, long_mode, kinds, arm_names)
+        return
+    walk_only = [n for n in WALK_ONLY if _given(ctx, n)]
+    if walk_only:
+        raise click.UsageError(f"{_flag(ctx, walk_only[0])} only applies to the walking benchmark: add --walk")
     wrong = [n for n in (REVISIT_ONLY if long_mode else LONG_ONLY) if _given(ctx, n)]
     if wrong and long_mode:
         raise click.UsageError(f"{_flag(ctx, wrong[0])} is a flag of the revisit benchmark; --long does not "
                                "take it (leave it out, or leave out --long)")
+    if wrong and wrong[0] == "minutes":
+        raise click.UsageError("--minutes only applies to the long benchmark: add --long (or --walk: the walking "
+                               "benchmark)")
     if wrong:
         raise click.UsageError(f"{_flag(ctx, wrong[0])} only applies to the long benchmark: add --long")
     if long_mode:
