@@ -391,6 +391,7 @@ class SessionConfig:
     arena_weights: Path | None = None  # arena model only: weights file; None = the packaged ones
     arena_reproject: float | None = None  # arena model only: re-projection radius in world units; None = the weights'
     look_around: int = LOOK_AROUND_CHUNKS  # arena model only: chunks of a turn on the spot observed first (0: none)
+    arena_reproject_depth: bool = False  # arena model only: re-project with the depth head's depth (from anywhere)
     prompt: str | None = None          # LingBot-World-Fast from a release folder: the text the scene follows
     save_every: int | None = None      # save point every N chunks; None = about every save_interval_s of wall time; 0 = none
     save_interval_s: float = 30.0      # with save_every None: wall time between save points (a slow machine makes them at fewer chunks)

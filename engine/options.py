@@ -73,7 +73,8 @@ SECTIONS = ("Inputs", "Output", "Model", "Memory", "Disk tier", "Positions", "Ru
 SECTION_OF = {
     **dict.fromkeys(("preset", "image", "trajectory", "observe", "observe_poses", "repeat", "prompt"), "Inputs"),
     **dict.fromkeys(("out", "log"), "Output"),
-    **dict.fromkeys(("checkpoint", "seeded_weights", "model", "arena_seed", "arena_weights", "arena_reproject", "look_around", "seed", "device",
+    **dict.fromkeys(("checkpoint", "seeded_weights", "model", "arena_seed", "arena_weights", "arena_reproject",
+                     "arena_reproject_depth", "look_around", "seed", "device",
                      "chunk_ms", "kv_scale"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
                      "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
@@ -134,6 +135,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("arena_reproject", "float", "Arena model: a generated frame takes the pixels of memory frames seen from "
          "within this many world units of its camera, turned to its view (0: off). Default: the weights' own (0.15).",
          "arena_reproject"),
+    _opt("arena_reproject_depth", "switch", "Arena model: a generated frame takes the pixels of memory and window "
+         "frames from any distance, moved into its view with the depth the model predicted for them (weights "
+         "with a depth head). Default: off.", "arena_reproject_depth"),
     _opt("look_around", "int", "Arena model: the session first observes a look around at its start (a full turn "
          "on the spot, the world's rendered truth, marked in the corner) for this many chunks (0: none, else at least "
          "3), at most all but the last; not with --observe, whose clip is observed instead. Default: 7.", "look_around"),

@@ -4,9 +4,10 @@ Owns every size the arena model, its training and its pipeline derive from (no l
 frame size and field of view, patching, width/depth, chunk and window lengths in latent frames, the
 rotary time positions and their native horizon, the camera-ray features, the sampler's timesteps, the
 output's design (the pixel warp source, the number of hypotheses per token, the optional depth head, the
-re-projection radius),
+re-projection radius and whether it uses depth),
 and the ``KVLayout`` the memory stores (the transformer's layers plus one copy layer: geometric keys and
-clean pixel-patch values, which is why ``3 * patch**2`` must equal ``dim``).
+clean pixel-patch values, which is why ``3 * patch**2`` must equal ``dim``; with depth re-projection one
+more layer: each token's predicted inverse depth).
 """
 from __future__ import annotations
 
@@ -49,10 +50,14 @@ class ArenaModelConfig:
                                      # (engine.arena.codebook); inference takes each sub-patch's likeliest code
     code_patch: int = 4
     depth_head: bool = False         # training: a per-pixel inverse-depth output beside the x0 (target: the
-                                     # renderer's depth, ``train --depth-weight``); nothing at inference reads it yet
+                                     # renderer's depth, ``train --depth-weight``); inference reads it with reproject_depth
     reproject: float = 0.15          # inference: pixels of context frames seen from within this many world units
                                      # of a frame's camera, warped to its view, replace the x0 (engine.arena.reproject;
                                      # 0: off); a session's --arena-reproject overrides it
+    reproject_depth: bool = False    # inference: re-project memory and window frames from any distance with the
+                                     # depth predicted for each (engine.arena.depth_reproject; needs the depth
+                                     # head); the store keeps each frame's depth in one more KV layer;
+                                     # a session's --arena-reproject-depth turns it on
 
     def __post_init__(self) -> None:
         assert self.height % self.patch == 0 and self.width % self.patch == 0
@@ -96,8 +101,11 @@ class ArenaModelConfig:
         f = self.frames_per_chunk
         return (self.rope_table_frames - f) // f + 1
 
-    def kv_layout(self) -> KVLayout:
-        return KVLayout(layers=self.layers + 1, tokens_per_frame=self.tokens_per_frame,
+    def kv_layout(self, depth: bool | None = None) -> KVLayout:
+        """The stored KV: the transformer's layers, the copy layer and, with depth re-projection
+        (``depth``; None: ``reproject_depth``), the depth layer (``engine.arena.depth_reproject``)."""
+        extra = 2 if (self.reproject_depth if depth is None else depth) else 1
+        return KVLayout(layers=self.layers + extra, tokens_per_frame=self.tokens_per_frame,
                         frames_per_chunk=self.frames_per_chunk, heads=self.heads, head_dim=self.head_dim,
                         window_frames=self.window_frames)
 

@@ -4,8 +4,8 @@ Owns the warp of frames ``[B, S, 3, H, W]`` with their z-depth ``[B, S, H, W]`` 
 camera's forward axis, ``inf`` for sky: ``engine.arena.render.depth``'s convention) from their cameras
 ``[B, S, 4]`` into target cameras ``[B, F, 4]`` (x, z, yaw, pitch degrees: ``engine.arena.warp._basis``
 and ``render.camera_rays``). Every camera's eye is at the arena's one eye height, so heights cancel and
-points are kept relative to the eye plane. Not wired into the model: the model does not predict depth
-yet, and the renderer's depth is ground truth that inference must never read.
+points are kept relative to the eye plane. At inference the depth is the model's own prediction
+(``engine.arena.depth_reproject``); the renderer's depth is ground truth that inference must never read.
 
 **Forward splatting with a z-buffer**, not backward warping: a backward warp looks each target pixel up
 in the source and needs the *target's* depth, which the generator does not have before it has made the

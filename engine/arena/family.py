@@ -4,7 +4,8 @@ Owns the arena-specific parts of a session's set-up: the world is ``cfg.arena_se
 is that world's rendered view (a start image is refused: the arena model cannot place an arbitrary
 picture in its world), the default path is the packaged ``arena_tour.yaml``, the weights come from
 ``cfg.arena_weights`` or the package, and ``cfg.arena_reproject`` (when given) overrides the weights'
-re-projection radius. The model's shape is read from the weights file's metadata, so a
+re-projection radius (``cfg.arena_reproject_depth``: re-projection with the depth head's depth, refused
+for weights without one). The model's shape is read from the weights file's metadata, so a
 retrained model of another size needs no code change.
 """
 from __future__ import annotations
@@ -52,6 +53,9 @@ def spec(cfg) -> ModelSpec:
         raise ConfigError(f"--checkpoint {cfg.checkpoint} is for MG2 models; the arena model reads "
                           "--arena-weights (give --model mg2-universal to run MG2)")
     m, meta, params = _facts(cfg)
+    if cfg.arena_reproject_depth and not m.depth_head and ArenaPipeline.depth_source is None:
+        raise ConfigError(f"--arena-reproject-depth needs weights with a depth head; {_weights(cfg)} has none "
+                          "(train one: python -m engine.arena.train --depth-weight)")
     banner = (f"worldpager: arena model (our own world model, {params / 1e6:.1f} M parameters, "
               f"{meta.get('train_steps', '?')} training steps) in arena {cfg.arena_seed}: "
               f"{m.height}x{m.width} frames shown at {m.video_size[0]}x{m.video_size[1]}{_plan(cfg)}")
@@ -85,24 +89,27 @@ def build(cfg, image, trajectory, device, dtype, cache):
     path = _weights(cfg)
     model = cache.get(("arena", weights_stamp(path), str(device), dtype), lambda: load_model(path, device, dtype))
     return ArenaPipeline(model, Arena.generate(cfg.arena_seed), trajectory, cfg.seed, cfg.positions, device, dtype,
-                         weights=str(path), reproject=cfg.arena_reproject)
+                         weights=str(path), reproject=cfg.arena_reproject,
+                         reproject_depth=cfg.arena_reproject_depth)
 
 
 def header_facts(cfg) -> dict:
     m, _, params = _facts(cfg)
-    layout = m.kv_layout()
+    layout = m.kv_layout(m.reproject_depth or cfg.arena_reproject_depth)
     return {"model": "arena", "arena_seed": cfg.arena_seed, "params": params,
             "layers": m.layers, "copy_layers": 1, "heads": m.heads, "head_dim": m.head_dim, "dim": m.dim,
             "frame": [m.height, m.width], "video": list(m.video_size), "fps": m.fps,
             "frames_per_chunk": m.frames_per_chunk, "tokens_per_chunk": m.tokens_per_chunk,
             "window_frames": m.window_frames, "sampler_steps": list(m.steps),
             "reproject": float(m.reproject if cfg.arena_reproject is None else cfg.arena_reproject),
+            "reproject_depth": bool(m.reproject_depth or cfg.arena_reproject_depth),
             "kv_bytes_per_chunk_fp32": layout.bytes_per_chunk(4.0), "horizon_chunk": m.horizon_chunk}
 
 
 def layout(cfg) -> KVLayout:
     """The arena model's shape is in its weights file's metadata (read without the weights)."""
-    return config_of(_weights(cfg)).kv_layout()
+    m = config_of(_weights(cfg))
+    return m.kv_layout(m.reproject_depth or cfg.arena_reproject_depth)
 
 
 FAMILY = Family(spec, build, header_facts, layout)

@@ -23,8 +23,9 @@ patches; a per-token gate mixes in what the copy head fetched. Two options of th
 (``ArenaModelConfig``): ``warp`` adds a third source, the window's last frame warped pixel for pixel to
 each frame's camera (``engine.arena.warp``; exact for a turn, nearest sampling), mixed per pixel by a
 softmax over (generated, copied, warped); ``depth_head`` adds a per-pixel inverse-depth output (trained
-against the renderer's depth; the geometry that will use it is ``engine.arena.depth_warp``; nothing at
-inference reads it yet); ``hypotheses`` > 1 gives each token several candidate
+against the renderer's depth; at inference with ``reproject_depth`` the pipeline stores it beside each
+chunk's pixels in the depth layer and context frames are re-projected with it from anywhere:
+``engine.arena.depth_reproject``); ``hypotheses`` > 1 gives each token several candidate
 patches and a categorical over them (trained winner-takes-all: each candidate becomes one sharp mode
 instead of their average), and the likeliest is kept. At inference, given its context frames' cameras
 (``ChunkInputs.ctx_cam``), ``chunk_forward`` re-projects the pixels of context frames seen from the same
@@ -40,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.arena import codebook
+from engine.arena import depth_reproject
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
 from engine.arena.patches import patchify, unpatchify
 from engine.arena.reproject import reproject
@@ -120,6 +122,8 @@ class ChunkInputs(NamedTuple):
     prev_cam: torch.Tensor | None = None        # [B, 4] the camera of the window's last frame (the warp's source)
     ctx_cam: torch.Tensor | None = None         # [B, S, 4] the cameras of the context's frames, copy-layer order
     reproject: float = 0.0                      # re-projection radius (engine.arena.reproject; 0: off)
+    ctx_time: torch.Tensor | None = None        # [B, S] latent-frame index of each context frame
+    depth: bool = False                         # re-project with the stored depth (engine.arena.depth_reproject)
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
@@ -377,11 +381,12 @@ class ArenaDiT(nn.Module):
 
     def chunk_inputs(self, actions: torch.Tensor, cam: torch.Tensor, start_frame: int,
                      prev_cam: torch.Tensor | None = None, ctx_cam: torch.Tensor | None = None,
-                     reproject: float = 0.0) -> ChunkInputs:
+                     reproject: float = 0.0, ctx_time: torch.Tensor | None = None, depth: bool = False) -> ChunkInputs:
         """What every forward of one chunk shares: ray features, action embedding, rotary tables, copy keys,
         the cameras (and ``prev_cam [B, 4]``, the window's last frame's: the warp's source; ``ctx_cam
         [B, S, 4]``, those of the context's frames in the copy layer's order, with the ``reproject``
-        radius: the re-projection's sources).
+        radius: the re-projection's sources; with ``depth``, re-projection with the depth layer's depth, the
+        context frames' latent-frame indices ``ctx_time [B, S]`` ranking them).
 
         ``actions`` come in the model's dtype; the ray features are computed from ``cam`` in float32 and
         then cast to it (in bf16 a position of a few world units times the highest octave's frequency
@@ -391,7 +396,7 @@ class ArenaDiT(nn.Module):
         pos = self.token_positions(torch.full((cam.shape[0],), float(start_frame), device=cam.device))
         return ChunkInputs(geom, self.a_embed(actions), self.rope.tables(pos, dtype), self.copy_keys(geom),
                            cam.float(), None if prev_cam is None else prev_cam.float(),
-                           None if ctx_cam is None else ctx_cam.float(), float(reproject))
+                           None if ctx_cam is None else ctx_cam.float(), float(reproject), ctx_time, depth)
 
     def _window_warp(self, copy_state, inputs: ChunkInputs) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The window's last frame (the copy layer's stored pixels) warped to the chunk's cameras."""
@@ -407,13 +412,14 @@ class ArenaDiT(nn.Module):
         return patches.to(v_win.dtype), valid
 
     def chunk_forward(self, frames: torch.Tensor, t: torch.Tensor, inputs: ChunkInputs, ctx,
-                      output: bool = True) -> torch.Tensor | None:
+                      output: bool = True, with_depth: bool = False):
         """x0 ``[B, F, 3, H, W]`` for input frames ``[B, F, 3, H, W]`` at flow time ``t [B]``.
 
         Writes the chunk's K/V (and copy-layer K/V) into the context's current region; ``ctx.commit()``
         by the caller makes them history. ``output=False`` (the clean pass) only writes the K/V: the
         last layer's attention and MLP, the copy head and the output head feed nothing stored, so they
-        are skipped and None is returned."""
+        are skipped and None is returned. ``with_depth`` (a depth head): returns ``(x0, inverse depth
+        [B, F, H, W])``, the head's, or where depth re-projection replaced a pixel the depth it moved."""
         cfg = self.cfg
         h = self.embed(frames, inputs.geom)
         cond = self.condition_embedded(t, inputs.action_emb)
@@ -435,7 +441,55 @@ class ArenaDiT(nn.Module):
                                  self._window_warp(copy_state, inputs))
         x0 = self.likeliest(x0, logits)
         x0 = unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
-        return self._reprojected(x0, v_all[:, :n_ctx], inputs)
+        inv = self.inverse_depth(h, cond) if with_depth else None
+        if inputs.depth:
+            x0, inv = self._depth_reprojected(x0, inv, v_all[:, :n_ctx], ctx, inputs)
+        else:
+            x0 = self._reprojected(x0, v_all[:, :n_ctx], inputs)
+        return (x0, inv) if with_depth else x0
+
+    def inverse_depth(self, h: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """The depth head's inverse depth ``[B, F, H, W]`` of the final hidden states ``h [B, T, d]``."""
+        cfg = self.cfg
+        assert cfg.depth_head, "inverse depth needs the depth head"
+        shift, scale = (m.unsqueeze(-2) for m in self.final_mod(F.silu(cond)).chunk(2, dim=-1))
+        inv = self.depth_out(modulate(self.final_norm(h), shift, scale))                # [B, T, p*p]
+        inv = inv.unflatten(1, (cfg.frames_per_chunk, -1))
+        return unpatchify(torch.cat([inv] * 3, -1), cfg.patch, cfg.height, cfg.width)[:, :, 0]
+
+    def write_depth(self, ctx, inv_depth: torch.Tensor, kind: int) -> None:
+        """The chunk's inverse depth ``[B, F, H, W]`` (``kind``: observed or generated) into the context's
+        depth layer (``engine.arena.depth_reproject``), beside the K/V the chunk's passes wrote."""
+        k, v = depth_reproject.pack(inv_depth, kind, self.cfg)
+        state = ctx.layers[self.cfg.layers + 1].self_kv
+        state.write_current(k.to(state.k.dtype), v.to(state.v.dtype))
+
+    def _depth_reprojected(self, x0: torch.Tensor, inv: torch.Tensor | None, v_ctx: torch.Tensor, ctx,
+                           inputs: ChunkInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x0`` with the context frames (pixels ``v_ctx``, depth and kind from the depth layer) moved into
+        its views with their depth (``engine.arena.depth_reproject``); ``inv`` where a pixel was moved:
+        its depth in the target. Then the observed frames within the rotation-only radius are warped in
+        over it as ``engine.arena.reproject`` does (a splat's footprint can bleed a near edge of another
+        source over an observed pixel seen from the very same place; the rotation warp cannot)."""
+        cfg = self.cfg
+        if inputs.ctx_cam is None or v_ctx.shape[1] == 0:
+            return x0, inv
+        assert len(ctx.layers) > cfg.layers + 1, "depth re-projection needs the context's depth layer"
+        d_ctx = ctx.layers[cfg.layers + 1].self_kv.context()[1][:, :v_ctx.shape[1]]
+        frames = unpatchify(v_ctx.flatten(-2).unflatten(1, (-1, cfg.tokens_per_frame)), cfg.patch, cfg.height,
+                            cfg.width)
+        if frames.shape[1] != inputs.ctx_cam.shape[1]:
+            raise ValueError(f"{frames.shape[1]} context frames but {inputs.ctx_cam.shape[1]} context cameras")
+        ctx_inv, kind = depth_reproject.unpack(d_ctx, cfg)
+        out, hit, z = depth_reproject.reproject_with_depth(x0, frames, ctx_inv, kind, inputs.ctx_time,
+                                                           inputs.ctx_cam, inputs.cam, cfg.hfov)
+        if inv is not None:
+            inv = torch.where(hit, z.reciprocal().to(inv.dtype), inv)
+        if inputs.reproject > 0:   # observed frames from (nearly) the same place: exact for a turn, no splat
+            far = torch.full_like(inputs.ctx_cam, 1e9)
+            cams = torch.where((kind == depth_reproject.OBSERVED)[..., None], inputs.ctx_cam, far)
+            out = reproject(out, frames, cams, inputs.cam, inputs.reproject, cfg.hfov)[0]
+        return out, inv
 
     def _reprojected(self, x0: torch.Tensor, v_ctx: torch.Tensor, inputs: ChunkInputs) -> torch.Tensor:
         """``x0 [B, F, 3, H, W]`` with the context frames' pixels (the copy layer's values ``v_ctx``) seen

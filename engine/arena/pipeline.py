@@ -17,6 +17,13 @@ Owns what a session of the arena model needs around the network:
   whose pixels the copy layer holds); with re-projection (``reproject`` > 0, the model's or the
   session's ``arena_reproject``) the cameras of every context frame, from which chunks the session's
   memory placed in the context (``AttentionContext.memory_chunks``) and the window's.
+* **Depth.** With depth re-projection (``reproject_depth``, the model's or the session's
+  ``arena_reproject_depth``; it needs the depth head) the layout has the depth layer, every chunk leaves
+  its inverse depth there (a generated chunk: the depth head on the sampler's last pass, re-projected
+  pixels keeping the depth they were moved with; an observed chunk: the depth head on a full pass over the
+  observed frames at t = 0, which writes the same K/V as the clean pass), and a generated chunk re-projects
+  every context frame with it (``engine.arena.depth_reproject``; context frames ranked by their latent
+  frame). Never the renderer's depth: ``depth_source`` is a hook for tests only.
 * **Positions.** Latent-frame time positions; ``native`` stops at the horizon (``rope_table_frames``),
   ``extend`` computes past it, ``rerotate`` moves memory keys with ``rotate_time`` (time rotation of
   the transformer layers; the copy layer has no time position).
@@ -31,24 +38,32 @@ import torch
 
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
 from engine.arena.data import latent_actions, latent_camera, render_latents
+from engine.arena.depth_reproject import GENERATED, OBSERVED
 from engine.arena.model import ArenaDiT
 from engine.arena.world import Arena
-from engine.errors import HorizonError
+from engine.errors import ConfigError, HorizonError
 from engine.geometry import make_poses
 from engine.state_tensors import generator_state, optional, set_generator_state
 
 
 class ArenaPipeline:
     name = "arena"
+    # Tests only: ``(pipeline, chunk) -> inverse depth [F, H, W]`` used in place of the depth head's.
+    depth_source = None
 
     def __init__(self, model: ArenaDiT, arena: Arena, trajectory, seed: int, positions: str,
-                 device: torch.device, dtype: torch.dtype, weights: str, reproject: float | None = None):
-        """``reproject``: the re-projection radius in world units (0: off; None: the model's own)."""
+                 device: torch.device, dtype: torch.dtype, weights: str, reproject: float | None = None,
+                 reproject_depth: bool = False):
+        """``reproject``: the re-projection radius in world units (0: off; None: the model's own);
+        ``reproject_depth``: re-project with predicted depth (or the model's own ``reproject_depth``)."""
         cfg: ArenaModelConfig = model.cfg
         self.reproject = float(cfg.reproject if reproject is None else reproject)
+        self.depth = bool(cfg.reproject_depth or reproject_depth)
+        if self.depth and not cfg.depth_head and ArenaPipeline.depth_source is None:
+            raise ConfigError(f"--arena-reproject-depth needs weights with a depth head; {weights} has none")
         self.model, self.cfg, self.arena = model, cfg, arena
         self.positions, self.device, self.dtype, self.weights = positions, device, dtype, weights
-        self.layout, self.grid = cfg.kv_layout(), cfg.video_grid()
+        self.layout, self.grid = cfg.kv_layout(self.depth), cfg.video_grid()
         self.frame_size = cfg.video_size
         self.horizon_chunk = cfg.horizon_chunk
         self.trajectory = trajectory
@@ -121,14 +136,16 @@ class ArenaPipeline:
         cam = torch.from_numpy(self.cam[rows].astype(np.float32))[None].to(self.device)   # float32: see chunk_inputs
         prev = rows.start - 1       # the window's last latent frame: the warp's source camera
         prev_cam = torch.from_numpy(self.cam[prev].astype(np.float32))[None].to(self.device) if prev >= 0 else None
-        ctx_cam = self.context_cameras(chunk, ctx) if ctx is not None and self.reproject > 0 else None
+        ctx_cam = ctx_time = None
+        if ctx is not None and (self.reproject > 0 or self.depth):
+            ctx_cam, ctx_time = self.context_cameras(chunk, ctx, with_time=True)
         return self.model.chunk_inputs(actions, cam, chunk * cfg.frames_per_chunk, prev_cam, ctx_cam,
-                                       self.reproject), to
+                                       self.reproject, ctx_time, self.depth), to
 
-    def context_cameras(self, chunk: int, ctx) -> torch.Tensor:
+    def context_cameras(self, chunk: int, ctx, with_time: bool = False):
         """The cameras ``[1, S, 4]`` of ``chunk``'s context frames in the copy layer's order: the memory's
         chunks as the session placed them (``ctx.memory_chunks``), then the window's (the chunks just
-        before ``chunk``)."""
+        before ``chunk``); ``with_time``: and their latent-frame indices ``[1, S]``."""
         kv = ctx.layers[self.cfg.layers].self_kv
         per_chunk = self.cfg.tokens_per_chunk
         memory = list(ctx.memory_chunks)
@@ -138,19 +155,38 @@ class ArenaPipeline:
         chunks = memory + list(range(chunk - window, chunk))
         rows = np.concatenate([np.arange(c * self.cfg.frames_per_chunk, (c + 1) * self.cfg.frames_per_chunk)
                                for c in chunks]) if chunks else np.zeros(0, dtype=np.int64)
-        return torch.from_numpy(self.cam[rows].astype(np.float32).reshape(1, -1, 4)).to(self.device)
+        cams = torch.from_numpy(self.cam[rows].astype(np.float32).reshape(1, -1, 4)).to(self.device)
+        return (cams, torch.from_numpy(rows.astype(np.int64))[None].to(self.device)) if with_time else cams
 
     def _clean_pass(self, x0: torch.Tensor, inputs, to: dict, ctx) -> torch.Tensor:
         """The pass at t = 0 on ``x0`` [1, F, 3, H, W] that leaves the chunk's K/V in the context."""
         self.model.chunk_forward(x0, torch.zeros(1, **to), inputs, ctx, output=False)
         return x0
 
+    def _store_depth(self, chunk: int, ctx, inv: torch.Tensor | None, kind: int) -> None:
+        """The chunk's inverse depth into the depth layer (``depth_source``'s when a test sets one)."""
+        if ArenaPipeline.depth_source is not None:
+            inv = torch.as_tensor(ArenaPipeline.depth_source(self, chunk))[None]
+        self.model.write_depth(ctx, inv.to(self.device), kind)
+
+    def _with_depth(self) -> bool:
+        return self.depth and self.cfg.depth_head and ArenaPipeline.depth_source is None
+
     @torch.no_grad()
     def observe(self, chunk: int, ctx) -> torch.Tensor:
         """An observed chunk: the world's rendered truth at the chunk's poses, through the clean pass only
-        (no noise drawn)."""
+        (no noise drawn); with depth re-projection a full pass instead (the same K/V) for the depth head."""
         inputs, to = self._inputs(chunk)
-        return self._clean_pass(self.truth(chunk)[None].to(**to), inputs, to, ctx)
+        truth = self.truth(chunk)[None].to(**to)
+        if not self.depth:
+            return self._clean_pass(truth, inputs, to, ctx)
+        inv = None
+        if self._with_depth():
+            inv = self.model.chunk_forward(truth, torch.zeros(1, **to), inputs, ctx, with_depth=True)[1]
+        else:
+            self._clean_pass(truth, inputs, to, ctx)
+        self._store_depth(chunk, ctx, inv, OBSERVED)
+        return truth
 
     @torch.no_grad()
     def denoise(self, chunk: int, ctx) -> torch.Tensor:
@@ -161,12 +197,20 @@ class ArenaPipeline:
         shape = (1, cfg.frames_per_chunk, 3, cfg.height, cfg.width)
         x = torch.randn(shape, generator=self.rng).to(**to)
         steps = list(cfg.steps)
+        inv = None
         for i, t in enumerate(steps):
-            x0 = self.model.chunk_forward(x, torch.full((1,), t, **to), inputs, ctx)
-            if i + 1 < len(steps):
+            last = i + 1 == len(steps)
+            x0 = self.model.chunk_forward(x, torch.full((1,), t, **to), inputs, ctx,
+                                          with_depth=last and self._with_depth())
+            if last and self._with_depth():
+                x0, inv = x0
+            if not last:
                 nxt = steps[i + 1]
                 x = (1 - nxt) * x0 + nxt * torch.randn(shape, generator=self.rng).to(**to)
-        return self._clean_pass(x0.clamp(-1, 1), inputs, to, ctx)
+        out = self._clean_pass(x0.clamp(-1, 1), inputs, to, ctx)
+        if self.depth:
+            self._store_depth(chunk, ctx, inv, GENERATED)
+        return out
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor, chunk: int) -> torch.Tensor:

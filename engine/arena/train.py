@@ -63,6 +63,8 @@ class Recipe:
     code_weight: float = 1.0          # a codebook: weight of the cross-entropy of each sub-patch's code (the truth's nearest)
     head_only: bool = False           # train the codebook head alone (every other weight frozen)
     depth_weight: float = 0.0         # a depth head: weight of the MSE of its inverse depth against the renderer's
+    clean_share: float = 0.0          # share of chunks trained at t = 0 (given their clean frames: what a depth
+                                      # head sees of an observed chunk at inference)
 
 
 DECAY_SHARE = 0.2              # of a timed run: the last share of its minutes decays the learning rate
@@ -86,7 +88,10 @@ def learning_rate(r: Recipe, step: int) -> float:
 def flow_times(gen: torch.Generator, shape, r: Recipe) -> torch.Tensor:
     """Per-chunk flow times: t = 1 with probability p_pure_noise, else logit-normal towards high noise."""
     t = torch.sigmoid(torch.randn(shape, generator=gen) * 1.0 + 0.8)
-    return torch.where(torch.rand(shape, generator=gen) < r.p_pure_noise, torch.ones(shape), t)
+    t = torch.where(torch.rand(shape, generator=gen) < r.p_pure_noise, torch.ones(shape), t)
+    if r.clean_share > 0:
+        t = torch.where(torch.rand(shape, generator=gen) < r.clean_share, torch.zeros(shape), t)
+    return t
 
 
 def degrade_context(clean: torch.Tensor, gen: torch.Generator, r: Recipe) -> torch.Tensor:
@@ -318,9 +323,10 @@ def train(out: Path, r: Recipe, cfg: ArenaModelConfig, device: str = "cpu", save
         init_from(model, init, torch.Generator().manual_seed(r.seed))
     elif cfg.codebook:   # a new model's codes: fitted on training renders
         model.init_new_parts(["code_head.weight"])
-    if r.head_only:   # only the codebook head learns (AdamW skips weights without gradients)
+    if r.head_only:   # only the codebook (or depth) head learns (AdamW skips weights without gradients)
+        head = "depth_out." if r.depth_weight > 0 else "code_head."
         for name, param in model.named_parameters():
-            param.requires_grad_(name.startswith("code_head."))
+            param.requires_grad_(name.startswith(head))
     log_path = out / "train.log.jsonl"
     _truncate_log(log_path, step)
     log = open(log_path, "a", buffering=1)
@@ -421,7 +427,10 @@ def main(argv=None) -> None:
     p.add_argument("--hard-copy", action="store_true", help="new model: hard copies at inference (and in self-context)")
     p.add_argument("--codebook", type=int, default=None, help="new model: a categorical output over this many codes")
     p.add_argument("--code-weight", type=float, default=Recipe.code_weight, help="weight of the codebook cross-entropy")
-    p.add_argument("--head-only", action="store_true", help="train the codebook head alone")
+    p.add_argument("--head-only", action="store_true",
+                   help="train the codebook head alone (with --depth-weight: the depth head alone)")
+    p.add_argument("--clean-share", type=float, default=Recipe.clean_share,
+                   help="share of chunks trained at t = 0 (a depth head's view of observed chunks)")
     p.add_argument("--depth-weight", type=float, default=Recipe.depth_weight,
                    help="> 0: add the depth head (a new model, or to --init's) and weigh its inverse-depth MSE so")
     p.add_argument("--export", type=Path, default=None, help="after training, write fp16 weights here")
@@ -431,7 +440,7 @@ def main(argv=None) -> None:
         torch.set_num_threads(a.threads)
     r = Recipe(seed=a.seed, steps=a.steps, batch=a.batch, chunks=a.chunks, lr=a.lr, warmup=a.warmup,
                copy_decision=a.copy_decision, memory_distance=a.memory_distance, code_weight=a.code_weight,
-               head_only=a.head_only, depth_weight=a.depth_weight)
+               head_only=a.head_only, depth_weight=a.depth_weight, clean_share=a.clean_share)
     cfg = model_config(a.out, a.init, warp=a.warp or None, hypotheses=a.hypotheses, hard_copy=a.hard_copy or None,
                        codebook=a.codebook, depth_head=True if a.depth_weight > 0 else None)
     if a.depth_weight > 0 and not cfg.depth_head:

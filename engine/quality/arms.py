@@ -32,6 +32,8 @@ BF16 = Arm("bf16", "--kv-bits 16", _memory(kv_bits=16))
 INT4 = Arm("int4", "--kv-bits 4 (the default: k 3, no sink, prefetch)", _memory(kv_bits=4))
 # The arena model's x0 alone, without the re-projection of context frames seen from the same place.
 NO_REPROJECT = Arm("noreproject", "--arena-reproject 0 (int4)", {"arena_reproject": 0.0, **_memory(kv_bits=4)})
+DEPTH = Arm("depth", "--arena-reproject-depth (int4; weights with a depth head)",
+            {"arena_reproject_depth": True, **_memory(kv_bits=4)})
 
 REVISIT_ARMS = (
     WINDOW,

@@ -1,0 +1,73 @@
+"""Re-projection with predicted depth at inference: the depth layer of the store and the composite into x0.
+
+Owns what ``ArenaModelConfig.reproject_depth`` (a session's ``--arena-reproject-depth``) adds to the arena
+model's output: every frame the model makes or is shown leaves its inverse depth (predicted by the depth
+head; never the renderer's) beside its pixels, and a generated frame takes, per pixel, the best context
+frame's pixel moved into its view with that depth, from any distance (``engine.arena.depth_warp``: forward
+splatting with a z-buffer; ``engine.arena.source_rank``: the front surface, observed before generated,
+the better view, the earlier frame). Pixels no source covers keep the model's x0.
+
+**The depth layer.** One more layer of the ``KVLayout`` (after the copy layer), written with every chunk's
+clean pass, so the depth travels with the chunk through every tier and format of the store (quantised like
+any layer: int4/int8 per token and 64-channel value group, fp16 scale and zero point; the disk tier). A
+token's value holds ``DEPTH`` — its patch's ``patch**2`` inverse depths (1 / world units, sky 0), one value
+group, so int4 keeps 16 levels between the patch's nearest and farthest point — then ``KIND``, a group all
+equal to the frame's kind (0 observed, 1 generated: a constant group is stored exactly), then zeros; the
+keys are zero (the layer is never attended). Its cost is one layer's: for the arena model (180 tokens x 192
+channels of keys and values a chunk) 37,504 B a chunk at int4 and 72,064 B at int8, +20% over the five other
+layers (187,520 B and 360,320 B).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from engine.arena.config import ArenaModelConfig
+from engine.arena.depth_warp import composite, warp
+from engine.arena.patches import patchify, unpatchify
+from engine.arena.source_rank import GENERATED, OBSERVED
+
+SKY_INVERSE = 1e-2   # inverse depth below this (farther than 100 world units, past any arena wall): sky
+__all__ = ["OBSERVED", "GENERATED", "pack", "unpack", "z_depth", "reproject_with_depth"]
+
+
+def pack(inv_depth: torch.Tensor, kind: int, cfg: ArenaModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The depth layer's (K, V) ``[B, F*N, heads, head_dim]`` of a chunk's inverse depth ``[B, F, H, W]``
+    made (``kind``) ``OBSERVED`` or ``GENERATED``."""
+    p2 = cfg.patch * cfg.patch
+    depth = patchify(inv_depth[:, :, None].float(), cfg.patch).flatten(1, 2)        # [B, F*N, p*p]
+    kinds = torch.full_like(depth, float(kind))
+    rest = torch.zeros(*depth.shape[:-1], cfg.dim - 2 * p2, dtype=depth.dtype, device=depth.device)
+    v = torch.cat([depth, kinds, rest], -1).unflatten(-1, (cfg.heads, cfg.head_dim))
+    return torch.zeros_like(v), v
+
+
+def unpack(v: torch.Tensor, cfg: ArenaModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse depth ``[B, S, H, W]`` and kind ``[B, S]`` (long) of the context frames whose depth-layer
+    values are ``v [B, S*N, heads, head_dim]``."""
+    p2 = cfg.patch * cfg.patch
+    flat = v.flatten(-2).float().unflatten(1, (-1, cfg.tokens_per_frame))             # [B, S, N, C]
+    depth = flat[..., :p2]
+    inv = unpatchify(torch.cat([depth] * 3, -1), cfg.patch, cfg.height, cfg.width)[:, :, 0]
+    kind = (flat[..., p2:2 * p2].mean((-1, -2)) > 0.5).long()
+    return inv, kind
+
+
+def z_depth(inv_depth: torch.Tensor) -> torch.Tensor:
+    """World-unit z-depth (``inf``: sky) of inverse depths."""
+    return torch.where(inv_depth > SKY_INVERSE, inv_depth.clamp_min(SKY_INVERSE).reciprocal(),
+                       torch.full_like(inv_depth, math.inf))
+
+
+def reproject_with_depth(x0: torch.Tensor, frames: torch.Tensor, inv_depth: torch.Tensor, kind: torch.Tensor,
+                         time: torch.Tensor, ctx_cam: torch.Tensor, cam: torch.Tensor,
+                         hfov: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x0 [B, F, 3, H, W]`` with every pixel some context frame (``frames [B, S, 3, H, W]``, their inverse
+    depth ``[B, S, H, W]``, ``kind`` and latent-frame ``time [B, S]``, cameras ``ctx_cam [B, S, 4]``) sees
+    from the cameras ``cam [B, F, 4]`` replaced by the winning source's pixel. Returns it, the replaced
+    pixels ``[B, F, H, W]`` and their z-depth in the target (``inf`` elsewhere)."""
+    warped = warp(frames.float(), z_depth(inv_depth), ctx_cam.float(), cam.float(), hfov)
+    moved, hit, depth, _ = composite(warped, kind, time)
+    out = torch.where(hit[:, :, None], moved.to(x0.dtype), x0)
+    return out, hit, depth
