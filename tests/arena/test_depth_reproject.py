@@ -149,7 +149,7 @@ def _session(tmp_path, on: bool, chunks: int = 5):
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "walk.yaml").write_text(WALK)
     cfg = SessionConfig(model="arena", arena_seed=1500003, trajectory=tmp_path / "walk.yaml", chunks=chunks,
-                        out=tmp_path / "o.mp4", save_every=0, arena_reproject_depth=on,
+                        out=tmp_path / "o.mp4", save_every=0, look_around=0, arena_reproject_depth=on,
                         memory=MemoryConfig(kv_bits=4, pool_slots=2, spill=tmp_path / "spill",
                                             late_prefetch="wait")).validate()
     latents, memory = {}, {}

@@ -88,7 +88,7 @@ def _session(tmp_path, reproject_radius):
     (tmp_path / "path.yaml").write_text(PATH)
     tag = f"r{reproject_radius}"
     cfg = SessionConfig(model="arena", arena_seed=1500003, trajectory=tmp_path / "path.yaml", chunks=12,
-                        out=tmp_path / f"{tag}.mp4", save_every=0, arena_reproject=reproject_radius,
+                        out=tmp_path / f"{tag}.mp4", save_every=0, look_around=0, arena_reproject=reproject_radius,
                         memory=MemoryConfig(kv_bits=4, pool_slots=4, spill=tmp_path / f"{tag}.spill",
                                             late_prefetch="wait")).validate()
     latents, memory = {}, {}
