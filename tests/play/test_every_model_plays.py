@@ -56,7 +56,7 @@ def _frames(session: Session) -> list[torch.Tensor]:
 def test_a_model_plays_live_and_replays_from_its_recording(tmp_path, model, extra):
     recording = tmp_path / "live.trajectory.yaml"
     cfg = SessionConfig(model=model, out=tmp_path / "live.mp4", chunks=CHUNKS + 4, trajectory=recording,
-                        device="cpu", save_every=0, **extra).validate()
+                        device="cpu", save_every=0, look_around=0, **extra).validate()   # live inputs only
     spec = model_spec(cfg)
     track = LiveTrack(spec.action_mode, spec.grid.frames_total(cfg.chunks), cfg.calibration)
     session = Session(cfg, source=ScriptedSource(track, recording))
