@@ -42,19 +42,27 @@ def _strip(plan, rows: list[dict], out_dir: Path) -> dict:
             **long_strip(sessions, bins, plan.bin_s, out_dir / STRIP, names=names)}
 
 
+def finish_benchmark(kind: str, summary: dict, out_dir: Path, figure_name: str, draw, smoke_line: str, echo,
+                     params: dict, strip: dict | None = None) -> None:
+    """The end of a per-minute benchmark (``--long``, ``--walk``): its figure drawn into ``out_dir`` by
+    ``draw(summary, path)``, the still, the smoke-size line for summarised rows, its tables (``echo``)
+    and the last JSON line (``kind``)."""
+    make_output_dir(out_dir, "--out-dir", (figure_name,))
+    summary["figure"] = str(draw(summary, out_dir / figure_name))
+    if strip:
+        summary["still"] = strip
+    if summary["smoke_test"] and "from_rows" in params:
+        click.echo(smoke_line)
+    echo(summary)
+    echo_json(kind, summary, machine("cpu"), params)
+
+
 def _finish(rows: list[dict], out_dir: Path, params: dict, strip: dict | None = None) -> None:
     from engine.quality.long_figure import long_figure
     from engine.quality.long_summary import summarise_long
 
-    summary = summarise_long(rows)
-    make_output_dir(out_dir, "--out-dir", (FIGURE,))
-    summary["figure"] = str(long_figure(summary, out_dir / FIGURE))
-    if strip:
-        summary["still"] = strip
-    if summary["smoke_test"] and "from_rows" in params:
-        click.echo(LONG_SMOKE_LINE)
-    echo_long(summary)
-    echo_json("quality-long", summary, machine("cpu"), params)
+    finish_benchmark("quality-long", summarise_long(rows), out_dir, FIGURE, long_figure, LONG_SMOKE_LINE,
+                     echo_long, params, strip)
 
 
 def _progress(row: dict) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from engine.output_files import make_output_dir
-from worldpager_cli.bench import echo_json, machine
 from worldpager_cli.merged_rows import read_rows, repeated_line
+from worldpager_cli.quality_long_cmd import finish_benchmark
 from worldpager_cli.quality_walk import WALK_SMOKE_LINE, echo_walk
 
 ROWS = "walk-rows.jsonl"
@@ -40,15 +40,8 @@ def _finish(rows: list[dict], out_dir: Path, params: dict, strip: dict | None = 
     from engine.quality.walk_figure import walk_figure
     from engine.quality.walk_summary import summarise_walk
 
-    summary = summarise_walk(rows)
-    make_output_dir(out_dir, "--out-dir", (FIGURE,))
-    summary["figure"] = str(walk_figure(summary, out_dir / FIGURE))
-    if strip:
-        summary["still"] = strip
-    if summary["smoke_test"] and "from_rows" in params:
-        click.echo(WALK_SMOKE_LINE)
-    echo_walk(summary)
-    echo_json("quality-walk", summary, machine("cpu"), params)
+    finish_benchmark("quality-walk", summarise_walk(rows), out_dir, FIGURE, walk_figure, WALK_SMOKE_LINE,
+                     echo_walk, params, strip)
 
 
 def _progress(row: dict) -> str:
