@@ -3,7 +3,8 @@
 The same option table as ``generate`` (``engine.options``: model, checkpoint, memory, spill, quota,
 positions, save points, presets, environment variables, the config file), plus where to serve
 (``--host``, ``--port``, ``--open``) and ``--from`` (continue a played session live from its last save
-point). ``--observe`` starts the session from an observed clip as ``generate``'s does, and an arena
+point), and ``--truth`` (the arena model only: the page shows the renderer's truth beside each frame;
+any other model is a usage error, exit 2, before anything is read or written). ``--observe`` starts the session from an observed clip as ``generate``'s does, and an arena
 session first observes its look around (``--look-around``); the live inputs follow. The length flags are a cap (default ``DEFAULT_MINUTES``); the session runs until the page's Stop,
 Ctrl-C or the cap. Human text on stderr (the URL among it), ``--json``'s summary on stdout.
 
@@ -19,6 +20,7 @@ import importlib
 import ipaddress
 import signal
 import webbrowser
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -34,13 +36,15 @@ from worldpager_cli.run_summary import run_summary, summary_text
 from worldpager_cli.streams import keep_going_without_stdout
 from worldpager_cli.json_output import json_line
 
-PLAY_SECTIONS = {"host": "Serve", "port": "Serve", "open_browser": "Serve", "parent": "Inputs",
+PLAY_SECTIONS = {"host": "Serve", "port": "Serve", "open_browser": "Serve", "truth": "Serve", "parent": "Inputs",
                  "overwrite": "Output", "quiet": "Output", "as_json": "Output"}
 
 
 @click.command(cls=SectionedCommand, sections=PLAY_SECTIONS, examples=(
     "# the arena model, live in the browser (open the printed URL)",
     "worldpager play --out walk.mp4",
+    "# the same, with the renderer's truth beside every frame on the page",
+    "worldpager play --truth --out walk.mp4",
     "# MG2 from its weights, memory spilled to a drive, the browser opened for you",
     "worldpager play --checkpoint ~/mg2 --spill /mnt/nvme/wp --out walk.mp4 --open",
     "# go on playing a session that ended (or was killed) from its last save point",
@@ -52,13 +56,17 @@ PLAY_SECTIONS = {"host": "Serve", "port": "Serve", "open_browser": "Serve", "par
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="Port to serve on (0: any free one).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
+@click.option("--truth", is_flag=True,
+              help="The arena model only: show the renderer's true frame at each frame's camera beside it on the page "
+                   "(not recorded).")
 @click.option("--from", "parent", type=click.Path(path_type=Path),
               help="A played session's MP4: continue it live from its last save point (same files).")
 @click.option("--overwrite", is_flag=True, help="Replace the outputs of an earlier run at --out (default: refuse).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but the URL, errors and warnings (stderr).")
 @click.option("--json", "as_json", is_flag=True, help="At the end, print the run's summary as one JSON object on stdout.")
-def play(host, port, open_browser, parent, overwrite, quiet, as_json, **opts) -> None:
+def play(host, port, open_browser, truth, parent, overwrite, quiet, as_json, **opts) -> None:
     """Walk the world live from a browser: keys and mouse steer; recorded, resumable, forkable."""
+    serve = Serving(host, port, open_browser, truth)
     need_web_server("worldpager play")
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     _check_host(host)
@@ -67,12 +75,30 @@ def play(host, port, open_browser, parent, overwrite, quiet, as_json, **opts) ->
         if given:
             raise ConfigError(f"--from {parent} continues that session with its own settings; {given[0]} "
                               "cannot change them (fork it to go on with others)")
-        _continue(parent, host, port, open_browser, quiet, as_json)
+        _continue(parent, serve, quiet, as_json)
         return
     if opts.get("trajectory") is not None:
         raise ConfigError(f"--trajectory {opts['trajectory']}: play takes its inputs live and records them beside "
                           "the MP4; to run a trajectory file, use worldpager generate --trajectory")
-    _play(opts, host, port, open_browser, overwrite, quiet, as_json)
+    _play(opts, serve, overwrite, quiet, as_json)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Where and how the page is served (``--host``, ``--port``, ``--open``, ``--truth``)."""
+    host: str
+    port: int
+    open_browser: bool
+    truth: bool
+
+
+def check_truth(cfg, truth: bool) -> None:
+    """``--truth`` needs a world the renderer knows: the arena model's (a usage error otherwise, exit 2)."""
+    from engine.config import ARENA_MODEL
+
+    if truth and cfg.model != ARENA_MODEL:
+        raise click.UsageError(f"--truth shows the arena renderer's true frames: it needs --model {ARENA_MODEL} "
+                               f"(this session's model is {cfg.model}, whose world has no renderer)")
 
 
 WEB_SERVER = "aiohttp"
@@ -99,7 +125,7 @@ def _check_host(host: str) -> None:
                    "reach it and has the URL's token can watch, and steer while nobody else does", err=True)
 
 
-def _play(opts, host, port, open_browser, overwrite, quiet, as_json) -> None:
+def _play(opts, serve: Serving, overwrite, quiet, as_json) -> None:
     from engine.model.registry import model_spec
     from engine.overlay import resolve_session_config, with_user_config
     from engine.play.run import DEFAULT_MINUTES, play_config
@@ -117,13 +143,14 @@ def _play(opts, host, port, open_browser, overwrite, quiet, as_json) -> None:
     n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
     cfg = with_absolute_paths(resolve_session_config(preset, {**flags, "chunks": n}, base))
     cfg = play_config(cfg)
+    check_truth(cfg, serve.truth)
     spec = model_spec(cfg)   # its banner says what this run does: inputs live, no default path
     check_video_path(cfg.out)
     check_output_paths(cfg)
     with claim_output(cfg.out):
         refuse_existing(cfg, overwrite)
         _refuse_recording(cfg.trajectory, overwrite)
-        _serve(cfg, spec, host, port, open_browser, quiet, as_json)
+        _serve(cfg, spec, serve, quiet, as_json)
 
 
 def _refuse_recording(path: Path, overwrite: bool) -> None:
@@ -134,7 +161,7 @@ def _refuse_recording(path: Path, overwrite: bool) -> None:
                          "choose another --out")
 
 
-def _continue(parent: Path, host, port, open_browser, quiet, as_json) -> None:
+def _continue(parent: Path, serve: Serving, quiet, as_json) -> None:
     from engine.model.registry import model_spec
     from engine.play.run import recording_path
     from engine.session.ownership import claim_output
@@ -142,6 +169,7 @@ def _continue(parent: Path, host, port, open_browser, quiet, as_json) -> None:
 
     with claim_output(parent, "play --from"):
         cfg = run_config(parent, doing="continue")
+        check_truth(cfg, serve.truth)
         if cfg.trajectory is None or Path(cfg.trajectory) != recording_path(cfg.out):
             raise InputError(f"cannot continue {parent} live: it was not played live (its inputs are "
                              f"{cfg.trajectory or 'the model default'}); `worldpager fork {parent} --trajectory "
@@ -151,10 +179,10 @@ def _continue(parent: Path, host, port, open_browser, quiet, as_json) -> None:
         check_spill(parent, cfg, sp, "continue")
         for note in notes:
             click.echo(f"worldpager: {note}", err=True)
-        _serve(cfg, model_spec(cfg), host, port, open_browser, quiet, as_json, resume_from=sp)
+        _serve(cfg, model_spec(cfg), serve, quiet, as_json, resume_from=sp)
 
 
-def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None) -> None:
+def _serve(cfg, spec, serve: Serving, quiet, as_json, resume_from=None) -> None:
     from engine.play.run import prepare_play
     from worldpager_cli.progress import make_progress
 
@@ -162,7 +190,8 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
     grid = spec.grid
     frames_before = 0 if resume_from is None else resume_from.facts["frames_total"]
     progress = make_progress(total=cfg.chunks, frames_total=grid.frames_total(cfg.chunks), quiet=True)
-    run = prepare_play(cfg, spec, host, port, resume_from=resume_from, on_chunk=progress.update)
+    run = prepare_play(cfg, spec, serve.host, serve.port, resume_from=resume_from, on_chunk=progress.update,
+                       truth=serve.truth)
     try:
         say(spec.banner)
         click.echo(f"worldpager: play at {run.url}", err=True)
@@ -174,7 +203,7 @@ def _serve(cfg, spec, host, port, open_browser, quiet, as_json, resume_from=None
         apply_cpu_threads(cfg, run.session.device)
         with _interrupt_on_signals():   # nothing made yet: SIGTERM and SIGHUP stop the load at once
             run.session.load()
-        if open_browser:
+        if serve.open_browser:
             webbrowser.open(run.url)
         with _end_on_signals(run):
             result = run.run()

@@ -7,7 +7,8 @@ sends the script's inputs at their times (relative to the socket's hello), recei
 and sends ``stop`` once ``chunks`` chunk records have come; it returns what a viewer would have seen.
 Frames are "shown" as the page shows them: at the video's frame rate, never before they arrive. The
 key-to-frame latency of an input is from its sending to the showing of the first frame made with it.
-The server's messages are read through the one bounded reader (``server_message``: JSON text, an object
+A frame's truth (``play --truth``) is not a frame shown: it is kept apart (``Played.truths``, by video
+frame). The server's messages are read through the one bounded reader (``server_message``: JSON text, an object
 with a ``type``; a frame at least its header): anything else is one ``InputError`` line, not a traceback.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 from engine.bounded_json import NUMBER, STRING, expect_object, parse_json
 from engine.errors import InputError
-from engine.play.frames import HEADER, parse_header
+from engine.play.frames import HEADER, is_truth, parse_header
 
 MAX_SERVER_MESSAGE = 1 << 20     # bytes of one JSON message from the server (its summary is the largest)
 MAX_SERVER_DEPTH = 8
@@ -43,6 +44,7 @@ class Played:
     end: dict | None = None
     role: str | None = None
     last_seq_seen: int = 0
+    truths: dict[int, bytes] = field(default_factory=dict)   # video frame -> its truth's JPEG (play --truth)
 
 
 def human_script(seed: int, seconds: float) -> list[Step]:
@@ -79,11 +81,16 @@ def server_message(data: str | bytes) -> dict:
     return message
 
 
-def frame_header(data: bytes) -> tuple[int, int, int, int]:
-    """The header of a frame message from the server (``engine.play.frames``)."""
+def frame_header_checked(data: bytes) -> bytes:
+    """``data``, a frame message from the server at least its header long (else one ``InputError`` line)."""
     if len(data) < HEADER.size:
         raise InputError(f"a frame message from worldpager play of {len(data)} bytes, shorter than its header")
-    return parse_header(data)
+    return data
+
+
+def frame_header(data: bytes) -> tuple[int, int, int, int]:
+    """The header of a frame message from the server (``engine.play.frames``)."""
+    return parse_header(frame_header_checked(data))
 
 
 async def drive(url: str, script: list[Step], chunks: int, timeout_s: float = 600.0) -> Played:
@@ -105,6 +112,9 @@ async def drive(url: str, script: list[Step], chunks: int, timeout_s: float = 60
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             msg = await ws.receive(timeout=max(1.0, deadline - time.monotonic()))
+            if msg.type == aiohttp.WSMsgType.BINARY and is_truth(frame_header_checked(msg.data)):
+                played.truths[frame_header(msg.data)[1]] = msg.data[HEADER.size:]
+                continue
             if msg.type == aiohttp.WSMsgType.BINARY:
                 now = time.monotonic()
                 late = now - due > 1.0 / fps

@@ -4,7 +4,9 @@ Contract. ``prepare_play(cfg, spec, host, port)`` binds the server first (a port
 output exists), then builds the ``Session`` on a ``LiveSource`` — so the session validates its inputs and
 creates its MP4, log and config as ``generate`` does — and hooks the session's frames and chunk records
 to the server: each chunk's frames are JPEG-encoded on one worker thread (in order) and sent as they are
-decoded; each chunk record goes out as the page's figures (``chunk_message``: its ``stalled`` is the
+decoded (with ``truth``, the arena model's, each frame's rendered truth follows it: ``engine.play.truth``,
+rendered and encoded on that worker thread, never the session's; a frame whose messages cannot be made
+is said in one warning line); each chunk record goes out as the page's figures (``chunk_message``: its ``stalled`` is the
 log's own test, ``stall_ms`` above ``STALL_MS``, the threshold the benchmarks count stalls by).
 ``PlayRun.run()`` loads the model if needed, runs the session on the calling thread (signals behave as in
 ``generate``), then sends the summary and closes the server.
@@ -29,20 +31,22 @@ the first run did for those frames.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from engine.config import SessionConfig
+from engine.config import ARENA_MODEL, SessionConfig
 from engine.io.trajectory import load_trajectory
 from engine.io.poses import ORIGIN, state_from_pose
 from engine.io.trajectory.live import LiveTrack
 from engine.planner.model import STALL_EPS_S
 from engine.play.controls import HELP
-from engine.play.frames import frame_messages, to_uint8
+from engine.play.frames import frame_messages, to_uint8, truth_messages
 from engine.play.server import PlayServer
 from engine.play.source import LiveSource
+from engine.play.truth import PlayTruth
 from engine.session.loop import Session, SessionResult
 from engine.session.observe import observed_prefix
 
@@ -51,6 +55,7 @@ CHUNK_FIELDS = ("chunk", "frames_total", "wall_ms", "compute_ms", "memory_ms", "
                 "stale", "pool_used_bytes", "pool_free_bytes", "disk_bytes_read", "disk_bytes_written",
                 "rss_bytes", "device_bytes", "input_wait_ms", "input_seq", "decode_ms", "paused_ms")
 STALL_MS = STALL_EPS_S * 1e3  # a chunk stalled when its stall_ms is above this (the paper's 0.5 ms)
+log = logging.getLogger("worldpager.play")
 
 
 def stalled(record: dict) -> bool:
@@ -62,6 +67,26 @@ def chunk_message(record: dict, dropped: int) -> dict:
     """The page's figures of one chunk record: its fields, whether it stalled, the messages dropped so far."""
     return {"type": "chunk", **{k: record[k] for k in CHUNK_FIELDS if k in record}, "stalled": stalled(record),
             "dropped": dropped}
+
+
+def chunk_frames(video, chunk: int, first: int, seq: int, truth: PlayTruth | None = None,
+                 poses=None) -> list[bytes]:
+    """A chunk's frame messages; with ``truth``, each frame's truth (at ``poses``) right after it."""
+    messages = frame_messages(video, chunk, first, seq)
+    if truth is None:
+        return messages
+    truths = truth_messages(truth.frames(poses), chunk, first, seq)
+    return [message for pair in zip(messages, truths, strict=True) for message in pair]
+
+
+def _said_if_failed(chunk: int):
+    """A done-callback of the encoder's task: a failure is one warning line, not swallowed."""
+    def said(future) -> None:
+        failure = future.exception()
+        if failure is not None:
+            log.warning("worldpager: warning: play could not send chunk %d's frames to the page: %s: %s",
+                        chunk, type(failure).__name__, failure)
+    return said
 
 
 def recording_path(out: Path) -> Path:
@@ -131,8 +156,10 @@ class PlayRun:
 
 
 def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | None = None,
-                 resume_from=None, on_chunk: Callable[[dict], None] | None = None) -> PlayRun:
-    """Bind the server, then set up the session (see the module docstring); ``cfg`` is ``play_config``'s."""
+                 resume_from=None, on_chunk: Callable[[dict], None] | None = None, truth: bool = False) -> PlayRun:
+    """Bind the server, then set up the session (see the module docstring); ``cfg`` is ``play_config``'s;
+    ``truth``: send each frame's rendered truth too (the arena model only; the CLI refuses others)."""
+    assert not truth or cfg.model == ARENA_MODEL, cfg.model
     grid = spec.grid
     first = observed_prefix(cfg, spec)   # a look around, or --observe: observed before the live frames
     start = ORIGIN if first is None else state_from_pose(first.trajectory.poses[0])
@@ -154,18 +181,25 @@ def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | No
     info = {"stall_threshold_ms": STALL_MS, "model": spec.name, "mode": spec.action_mode, "fps": grid.fps, "frame_size": list(spec.frame_size),
             "chunk_frames": grid.frames_per_chunk, "keys": HELP[spec.action_mode], "out": str(cfg.out),
             "log": str(cfg.log_path), "recording": str(cfg.trajectory), "chunks_cap": cfg.chunks,
-            "spill": None if cfg.memory.spill is None else str(cfg.memory.spill), "store": cfg.memory.store}
+            "spill": None if cfg.memory.spill is None else str(cfg.memory.spill), "store": cfg.memory.store,
+            "truth": truth}
     server = PlayServer(source, info, host, port, token or secrets.token_urlsafe(16))
     url = server.start()
     encoder = ThreadPoolExecutor(1, thread_name_prefix="wp-play-jpeg")
     sent = [frames_before]
+    shown: list[PlayTruth | None] = [None]     # the truth's renderer, made with the model (at the first frames)
     user_hook = on_chunk or (lambda record: None)
 
     def on_frames(chunk: int, frames) -> None:
         video = to_uint8(frames)
         first, sent[0] = sent[0], sent[0] + len(video)
         seq = source.seq_of(chunk)
-        encoder.submit(lambda: server.publish_frames(chunk, frame_messages(video, chunk, first, seq)))
+        if truth and shown[0] is None:
+            shown[0] = PlayTruth(session.model)
+        poses = None if shown[0] is None else shown[0].poses(first, len(video))   # copied here: cheap
+        task = encoder.submit(lambda: server.publish_frames(
+            chunk, chunk_frames(video, chunk, first, seq, shown[0], poses), frames=len(video)))
+        task.add_done_callback(_said_if_failed(chunk))
 
     def chunk_record(record: dict) -> None:
         source.commit()                   # the chunk is in the MP4: the recording takes its name

@@ -19,10 +19,11 @@ loop (the session runs on the caller's):
   too deep, not JSON, not an object, a missing field, a field of the wrong kind — is counted
   (``dropped``) and dropped; it never ends that client's socket, the session or the server (a message
   over aiohttp's ``MAX_WIRE`` is the one that closes its socket).
-* To the clients: ``hello`` (role, model, frame rate, key map), ``state`` (who steers, paused or not),
-  ``chunk`` (the chunk's log figures), ``end`` (the summary); frames as binary messages
-  (``engine.play.frames``), sent to every client in order. When the driver's copy of a chunk is out,
-  ``LiveSource.delivered`` is told (the pacing's clock).
+* To the clients: ``hello`` (role, model, frame rate, key map, whether frames come with their ``truth``),
+  ``state`` (who steers, paused or not), ``chunk`` (the chunk's log figures), ``end`` (the summary); frames
+  as binary messages (``engine.play.frames``; with ``play --truth`` each frame's truth message follows it),
+  sent to every client in order. When the driver's copy of a chunk is out, ``LiveSource.delivered`` is
+  told how many video frames it held (the pacing's clock; truth messages are not frames of the video).
 
 ``publish_*`` are thread-safe (called from the session's thread). ``close()`` says goodbye to the clients
 and stops the thread.
@@ -152,8 +153,9 @@ class PlayServer:
 
     # ---- what the session publishes (any thread) -------------------------------------------------
 
-    def publish_frames(self, chunk: int, messages: list[bytes]) -> None:
-        self._soon(self._enqueue, ("frames", chunk, messages))
+    def publish_frames(self, chunk: int, messages: list[bytes], frames: int | None = None) -> None:
+        """A chunk's binary messages; ``frames``: the video frames among them (default: all of them)."""
+        self._soon(self._enqueue, ("frames", chunk, messages, len(messages) if frames is None else frames))
 
     def publish(self, message: dict) -> None:
         if message.get("type") == "end":
@@ -283,10 +285,10 @@ class PlayServer:
                 if item[0] == "json":
                     await client.ws.send_str(item[1])
                     continue
-                _, chunk, messages = item
+                _, chunk, messages, frames = item
                 for message in messages:
                     await client.ws.send_bytes(message)
                 if client is self.driver:
-                    self.source.delivered(chunk, len(messages), self.clock())
+                    self.source.delivered(chunk, frames, self.clock())
             except (ConnectionError, RuntimeError):   # the tab went away mid-send: its handler ends it
                 return

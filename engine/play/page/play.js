@@ -1,6 +1,8 @@
 // worldpager play: the page. Held keys and pointer movement go to the session as input messages;
 // frames come back as binary messages (16-byte header: chunk, frame, input seq, frames in the chunk;
-// then a JPEG) and are shown at the video's frame rate, never ahead of it; each chunk's log figures are
+// then a JPEG) and are shown at the video's frame rate, never ahead of it; with `play --truth` (hello's
+// `truth`) each frame is followed by its truth (the chunk word's top bit set), drawn beside it when the
+// frame is (a frame waits for its truth, so the two always show the same camera); each chunk's log figures are
 // drawn beside them. `window.wp` holds what the page knows (read by the tests). A chunk counts as
 // stalled when the server says so (`stalled`: its stall_ms above the log's threshold, hello's
 // `stall_threshold_ms`), not for any wait at all.
@@ -9,16 +11,20 @@
 const token = new URLSearchParams(location.search).get("token") || "";
 const $ = (id) => document.getElementById(id);
 const screen = $("screen"), ctx = screen.getContext("2d");
+const truthScreen = $("truth"), tctx = truthScreen.getContext("2d");
 const chart = $("chart"), cctx = chart.getContext("2d");
 const wp = window.wp = {
   role: null, paused: true, ended: null, info: null, framesShown: 0, framesReceived: 0,
   last: null, latencies: [], chunks: [], underruns: 0, hits: 0, misses: 0, stalls: 0, diskWritten: 0,
+  truthReceived: 0, truthShown: 0,
 };
 const KEYS = new Set(["w", "a", "s", "d", "i", "j", "k", "l", "z", "c"]);
 const held = new Set();
 let seq = 0, dx = 0, dy = 0, lastSent = 0, fps = 16;
 const sentAt = new Map();      // input seq -> when it was sent (performance.now)
-const queue = [];              // decoded frames waiting for their turn: {bitmap, chunk, frame, seq}
+const queue = [];              // frames waiting for their turn, in order: {bitmap, truth, chunk, frame, seq}
+const waiting = new Map();     // video frame -> its queued entry, until its truth has come (--truth)
+const TRUTH_FLAG = 0x80000000; // in a frame message's chunk word: the message is that frame's truth
 let nextDue = 0, shownTimes = [], madeTimes = [];
 
 const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws?token=${encodeURIComponent(token)}`);
@@ -44,7 +50,9 @@ function onText(m) {
     $("model").textContent = `${m.model} (${m.mode}), ${m.fps} fps`;
     $("keys").textContent = m.keys;
     $("files").textContent = `video ${m.out} · log ${m.log} · inputs ${m.recording}`;
-    screen.width = m.frame_size[1]; screen.height = m.frame_size[0];
+    screen.width = truthScreen.width = m.frame_size[1]; screen.height = truthScreen.height = m.frame_size[0];
+    $("truth-panel").hidden = !m.truth;
+    document.querySelector("#view .label").hidden = !m.truth;
   } else if (m.type === "state") {
     wp.role = m.role; wp.paused = m.paused;
     $("role").textContent = m.role; $("role").className = `badge ${m.role}`;
@@ -71,18 +79,41 @@ function setState(text) {
   $("state").className = `badge ${text.startsWith("live") ? "driver" : "paused"}`;
 }
 
+function decode(buffer, entry, key) {
+  createImageBitmap(new Blob([buffer.slice(16)], {type: "image/jpeg"})).then(
+    (bitmap) => { entry[key] = bitmap; },
+    () => { entry.broken = true; });     // a frame that cannot be decoded is skipped, not waited on
+}
+
 function onFrame(buffer) {
-  const view = new DataView(buffer);
-  const meta = {chunk: view.getUint32(0), frame: view.getUint32(4), seq: view.getUint32(8), count: view.getUint32(12)};
+  const view = new DataView(buffer), word = view.getUint32(0);
+  const meta = {chunk: (word & ~TRUTH_FLAG) >>> 0, frame: view.getUint32(4), seq: view.getUint32(8), count: view.getUint32(12)};
+  if (word & TRUTH_FLAG) {
+    const entry = waiting.get(meta.frame);
+    waiting.delete(meta.frame);
+    wp.truthReceived += 1;
+    if (entry) decode(buffer, entry, "truth");
+    return;
+  }
   wp.framesReceived += 1;
   madeTimes.push(performance.now());
-  createImageBitmap(new Blob([buffer.slice(16)], {type: "image/jpeg"})).then((bitmap) => {
-    queue.push({bitmap, ...meta});
-  });
+  const entry = {bitmap: null, truth: null, wantsTruth: !!(wp.info && wp.info.truth), ...meta};
+  queue.push(entry);
+  if (entry.wantsTruth) waiting.set(meta.frame, entry);
+  decode(buffer, entry, "bitmap");
+}
+
+function ready(entry) {
+  return entry.bitmap !== null && (!entry.wantsTruth || entry.truth !== null);
 }
 
 function draw(now) {
-  if (queue.length) {
+  while (queue.length && queue[0].broken) {
+    const gone = queue.shift();
+    waiting.delete(gone.frame);
+    for (const b of [gone.bitmap, gone.truth]) if (b) b.close();
+  }
+  if (queue.length && ready(queue[0])) {
     if (nextDue === 0 || now - nextDue > 1000 / fps) {
       if (nextDue !== 0 && wp.framesShown > 0) wp.underruns += 1;
       nextDue = now;
@@ -91,6 +122,11 @@ function draw(now) {
       const f = queue.shift();
       ctx.drawImage(f.bitmap, 0, 0, screen.width, screen.height);
       f.bitmap.close();
+      if (f.truth) {
+        tctx.drawImage(f.truth, 0, 0, truthScreen.width, truthScreen.height);
+        f.truth.close();
+        wp.truthShown += 1;
+      }
       wp.framesShown += 1; wp.last = {chunk: f.chunk, frame: f.frame, seq: f.seq};
       shownTimes.push(now);
       for (const [s, t] of sentAt) {       // every input this frame was made with has now been seen
