@@ -4,7 +4,8 @@ The scripted player (the page's protocol through the real socket) receives, with
 truth message for each video frame, and each is the arena's render at the camera the session's model
 used for that frame (``worldpager arena truth``'s poses, from the log); the truth is not a frame shown,
 the recording still replays to the same MP4 bytes. A model other than the arena's is refused in one
-line (exit 2) before anything is written. In a real browser (marked ``browser``) the truth panel shows.
+line (exit 2) before anything is written; a chunk whose messages cannot be made is one warning line.
+In a real browser (marked ``browser``) the truth panel shows.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from engine.arena.session_camera import session_camera
 from engine.arena.truth import render_frames
 from engine.arena.world import Arena
 from engine.play.frames import TRUTH_FLAG, frame_messages, is_truth, parse_header, truth_messages
+from engine.play.run import _said_if_failed
 from engine.telemetry import read_log
 from play_support import PlayProcess, mp4_frames, play_script, walk_and_turn
 from test_browser import browser, until, wp  # noqa: F401  (browser: the headless Chromium fixture)
@@ -31,6 +33,17 @@ def test_truth_messages_carry_the_flag_and_the_same_header():
     assert [is_truth(m) for m in frames + truths] == [False, False, True, True]
     assert [parse_header(m) for m in truths] == [parse_header(m) for m in frames] == [(7, 40, 3, 2), (7, 41, 3, 2)]
     assert truths[0][:4] == (7 | TRUTH_FLAG).to_bytes(4, "big")
+
+
+def test_a_chunk_that_cannot_be_sent_is_said_not_swallowed(caplog):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as encoder:
+        task = encoder.submit(lambda: np.zeros(3)[7])
+        task.add_done_callback(_said_if_failed(5))
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == ["worldpager: warning: play could not send chunk 5's frames to the page: IndexError: "
+                    "index 7 is out of bounds for axis 0 with size 3"]
 
 
 def _mean_abs(a: np.ndarray, b: np.ndarray) -> float:
