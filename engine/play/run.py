@@ -35,7 +35,7 @@ import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from engine.config import ARENA_MODEL, SessionConfig
 from engine.io.trajectory import load_trajectory
@@ -46,9 +46,11 @@ from engine.play.controls import HELP
 from engine.play.frames import frame_messages, to_uint8, truth_messages
 from engine.play.server import PlayServer
 from engine.play.source import LiveSource
-from engine.play.truth import PlayTruth
 from engine.session.loop import Session, SessionResult
 from engine.session.observe import observed_prefix
+
+if TYPE_CHECKING:
+    from engine.play.truth import PlayTruth
 
 DEFAULT_MINUTES = 60.0       # a played session's length cap without --chunks/--seconds/--minutes
 CHUNK_FIELDS = ("chunk", "frames_total", "wall_ms", "compute_ms", "memory_ms", "stall_ms", "hits", "misses",
@@ -82,7 +84,7 @@ def chunk_frames(video, chunk: int, first: int, seq: int, truth: PlayTruth | Non
 def _said_if_failed(chunk: int):
     """A done-callback of the encoder's task: a failure is one warning line, not swallowed."""
     def said(future) -> None:
-        failure = future.exception()
+        failure = None if future.cancelled() else future.exception()
         if failure is not None:
             log.warning("worldpager: warning: play could not send chunk %d's frames to the page: %s: %s",
                         chunk, type(failure).__name__, failure)
@@ -187,7 +189,7 @@ def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | No
     url = server.start()
     encoder = ThreadPoolExecutor(1, thread_name_prefix="wp-play-jpeg")
     sent = [frames_before]
-    shown: list[PlayTruth | None] = [None]     # the truth's renderer, made with the model (at the first frames)
+    shown: list["PlayTruth | None"] = [None]     # the truth's renderer, made with the model (at the first frames)
     user_hook = on_chunk or (lambda record: None)
 
     def on_frames(chunk: int, frames) -> None:
@@ -195,6 +197,8 @@ def prepare_play(cfg: SessionConfig, spec, host: str, port: int, token: str | No
         first, sent[0] = sent[0], sent[0] + len(video)
         seq = source.seq_of(chunk)
         if truth and shown[0] is None:
+            from engine.play.truth import PlayTruth   # the arena's renderer: loaded only for --truth
+
             shown[0] = PlayTruth(session.model)
         poses = None if shown[0] is None else shown[0].poses(first, len(video))   # copied here: cheap
         task = encoder.submit(lambda: server.publish_frames(
