@@ -82,6 +82,30 @@ def test_a_played_session_with_truth_sends_each_frames_true_render(tmp_path):
     assert (tmp_path / "replay.mp4").read_bytes() == play.out.read_bytes()
 
 
+def _truth_matches(played, log, frames: range) -> None:
+    """Each of ``frames`` came with its truth, the render at the camera the session's log gives it."""
+    camera = session_camera(log)
+    arena = Arena.generate(camera.arena_seed)
+    assert sorted(played.truths) == list(frames)
+    for i in (frames[0], frames[len(frames) // 2], frames[-1]):
+        got = np.asarray(Image.open(io.BytesIO(played.truths[i])).convert("RGB"))
+        assert _mean_abs(got, render_frames(arena, camera.poses[i:i + 1], camera)[0]) < 4.0
+
+
+def test_play_from_with_truth_sends_the_truth_of_the_frames_after_the_save_point(tmp_path):
+    play = PlayProcess(tmp_path, "on", chunks=12)
+    play_script(5, play.url, walk_and_turn())
+    assert play.finish() == 0, play.stderr
+    before = [r for r in read_log(play.log) if r["type"] == "chunk"][-1]["frames_total"]
+    again = PlayProcess(tmp_path, "on", "--from", str(play.out), "--truth")
+    assert again.url is not None, again.stderr
+    played = play_script(2, again.url, walk_and_turn())
+    assert again.finish() == 0, again.stderr
+    after = [r for r in read_log(play.log) if r["type"] == "chunk"][-1]["frames_total"]
+    assert after > before
+    _truth_matches(played, play.log, range(before, after))
+
+
 def test_truth_is_refused_for_a_model_without_a_renderer(tmp_path):
     result = subprocess.run(WORLDPAGER + ["play", "--truth", "--model", "synthetic", "--port", "0", "--out", "s.mp4"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=PATIENCE_S)
