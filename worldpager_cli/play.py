@@ -2,14 +2,17 @@
 
 The same option table as ``generate`` (``engine.options``: model, checkpoint, memory, spill, quota,
 positions, save points, presets, environment variables, the config file), plus where to serve
-(``--host``, ``--port``, ``--open``) and ``--from`` (continue a played session live from its last save
-point), and ``--truth`` (the arena model only: the page shows the renderer's truth beside each frame;
-any other model is a usage error, exit 2, before anything is read or written). ``--observe`` starts the session from an observed clip as ``generate``'s does, and an arena
-session first observes its look around (``--look-around``); the live inputs follow. The length flags are a cap (default ``DEFAULT_MINUTES``); the session runs until the page's Stop,
-Ctrl-C or the cap. Human text on stderr (the URL among it), ``--json``'s summary on stdout.
+(``--host``, ``--port``, ``--open``), ``--truth`` (the arena model only: the page shows the renderer's
+truth beside each frame; any other model is a usage error, exit 2, before anything is read or written)
+and ``--from`` (continue a played session live from its last save point). ``--observe`` starts the
+session from an observed clip as ``generate``'s does, and an arena session first observes its look
+around (``--look-around``); the live inputs follow. The length flags are a cap (default
+``DEFAULT_MINUTES``); the session runs until the page's Stop, Ctrl-C or the cap. Human text on stderr
+(the URL among it), ``--json``'s summary on stdout.
 
 Exit codes: 0 when the session ends (Stop, Ctrl-C, the cap), 1 bad input (one line; without aiohttp:
-``need_web_server``'s line, before anything is read or written), 130 a second Ctrl-C (aborted at once) or
+``need_web_server``'s line, before anything is read or written), 2 a usage error (``--truth`` of a
+model other than the arena's among them), 130 a second Ctrl-C (aborted at once) or
 SIGTERM / SIGHUP (stopped after the chunk in hand, as ``generate``). A new session that ends before its
 first chunk is in the MP4 (a failed start, a stop before any chunk) leaves no file behind
 (``engine.play.run``), so the same command runs again.

@@ -5,9 +5,10 @@ output exists), then builds the ``Session`` on a ``LiveSource`` — so the sessi
 creates its MP4, log and config as ``generate`` does — and hooks the session's frames and chunk records
 to the server: each chunk's frames are JPEG-encoded on one worker thread (in order) and sent as they are
 decoded (with ``truth``, the arena model's, each frame's rendered truth follows it: ``engine.play.truth``,
-rendered and encoded on that worker thread, never the session's; a frame whose messages cannot be made
-is said in one warning line); each chunk record goes out as the page's figures (``chunk_message``: its ``stalled`` is the
-log's own test, ``stall_ms`` above ``STALL_MS``, the threshold the benchmarks count stalls by).
+rendered and encoded on that worker thread, never the session's; a chunk whose messages cannot be made
+is said in one warning line); each chunk record goes out as the page's figures (``chunk_message``: its
+``stalled`` is the log's own test, ``stall_ms`` above ``STALL_MS``, the threshold the benchmarks count
+stalls by).
 ``PlayRun.run()`` loads the model if needed, runs the session on the calling thread (signals behave as in
 ``generate``), then sends the summary and closes the server.
 

@@ -2,8 +2,8 @@
 // frames come back as binary messages (16-byte header: chunk, frame, input seq, frames in the chunk;
 // then a JPEG) and are shown at the video's frame rate, never ahead of it; with `play --truth` (hello's
 // `truth`) each frame is followed by its truth (the chunk word's top bit set), drawn beside it when the
-// frame is (a frame waits for its truth, so the two always show the same camera); each chunk's log figures are
-// drawn beside them. `window.wp` holds what the page knows (read by the tests). A chunk counts as
+// frame is (a frame waits for its truth, so the two always show the same camera); each chunk's log
+// figures are drawn beside them. `window.wp` holds what the page knows (read by the tests). A chunk counts as
 // stalled when the server says so (`stalled`: its stall_ms above the log's threshold, hello's
 // `stall_threshold_ms`), not for any wait at all.
 "use strict";
