@@ -637,7 +637,8 @@ def speed(model: str, chunks: int, warmup: int, threads: int | None, overlap: bo
     if compare is not None:
         if model != "arena":
             raise click.BadOptionUsage("compare", f"--compare {compare} is for the arena model (not --model {model})")
-        return _speed_compare(flags, warmup, rounds, workdir)
+        _speed_compare(flags, warmup, rounds, workdir)
+        return
     r = bench_speed(flags, warmup, workdir)
     m = r["medians_ms"]
     decode = "decode on a worker" if r["decode_overlap"] else "decode in the loop"
