@@ -14,6 +14,7 @@ import platform
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from worldpager_cli.json_output import emit_json, json_line, json_result
 
@@ -634,6 +635,8 @@ def speed(model: str, chunks: int, warmup: int, threads: int | None, overlap: bo
 
     flags = {"model": model, "chunks": chunks, "threads": threads, "decode_overlap": overlap, "device": device}
     flags = {k: v for k, v in flags.items() if v is not None}
+    if compare is None and click.get_current_context().get_parameter_source("rounds") is ParameterSource.COMMANDLINE:
+        raise click.BadOptionUsage("rounds", "--rounds is for --compare (one session otherwise)")
     if compare is not None:
         if model != "arena":
             raise click.BadOptionUsage("compare", f"--compare {compare} is for the arena model (not --model {model})")
@@ -670,8 +673,15 @@ def _speed_compare(flags: dict, warmup: int, rounds: int, workdir: Path | None) 
         ratio = r["ratio"].get(name)
         verdict = "" if name not in RATIOS or ratio is None else ("pass" if ratio <= target else "fail")
         rows.append((name.removesuffix("_ms"), *(num(arms[a]["medians_ms"].get(name)) for a in ARMS),
-                     "" if ratio is None else f"{ratio:.2f}x", verdict))
+                     "" if ratio is None else _times(ratio), verdict))
     echo_table(("step", *(f"{a} ms" for a in ARMS), "depth / today", f"<= {target:g}x"), rows)
-    click.echo("; ".join(f"{a}: {num(arms[a]['chunks_per_s'])} chunks/s ({arms[a]['measured']} chunks)" for a in ARMS))
+    per_round = ", ".join(f"{name.removesuffix('_ms')} " + " ".join(_times(x[name]) for x in r["round_ratios"])
+                          for name in RATIOS)
+    click.echo("; ".join(f"{a}: {num(arms[a]['chunks_per_s'])} chunks/s ({arms[a]['measured']} chunks)" for a in ARMS)
+               + f"; depth / today per round: {per_round}")
     echo_json("speed", r, machine(r["device"]), {"chunks": flags["chunks"], "warmup": warmup, "rounds": rounds,
                                                  "compare": "depth", **flags})
+
+
+def _times(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"

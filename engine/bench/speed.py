@@ -13,7 +13,7 @@ with the same threads, **interleaved in rounds**: round r runs one session of ea
 even rounds and depth first in odd ones (A B, B A, ...), so a machine that gets busier or quieter weighs
 on both arms alike. Each arm's chunks after ``warmup`` of every round are pooled into its medians; the
 ratios depth / today of the median wall and compute (model) times are checked against ``TARGET`` (a
-figure, never an assertion). The packaged weights have no depth head, and a head's compute does not
+figure, never an assertion); each round's own ratios show how much the machine moved them. The packaged weights have no depth head, and a head's compute does not
 depend on its weights' values: the depth arm runs the packaged weights plus a seeded random depth head
 (``engine.arena.weights.with_seeded_depth_head``), so its pictures mean nothing, its times are the
 ones a trained head would take. The 1-minute load average before and after every session is recorded.
@@ -92,6 +92,15 @@ def _load() -> float | None:
         return None
 
 
+def _ratios(today: dict, depth: dict) -> dict:
+    """depth / today of the medians of ``RATIOS`` (None where today's is 0 or missing)."""
+    out = {}
+    for step in RATIOS:
+        a, b = today["medians_ms"].get(step), depth["medians_ms"].get(step)
+        out[step] = b / a if a and b is not None else None
+    return out
+
+
 def bench_speed_compare(flags: dict, warmup: int, rounds: int, workdir: Path | None = None) -> dict:
     """Today's arena session against the same with depth re-projection, interleaved in ``rounds`` (see
     the module docstring): per arm its pooled medians, per session its own, the ratios and the target."""
@@ -113,12 +122,11 @@ def bench_speed_compare(flags: dict, warmup: int, rounds: int, workdir: Path | N
                                  "chunks": sum(1 for x in records if x.get("type") == "chunk"),
                                  **medians(steady), "load_before": load_before, "load_after": _load()})
     arms = {arm: medians(pooled[arm]) for arm in ARMS}
-    ratio = {}
-    for step in RATIOS:
-        today, depth = arms["today"]["medians_ms"].get(step), arms["depth"]["medians_ms"].get(step)
-        ratio[step] = depth / today if today and depth is not None else None
+    ratio = _ratios(arms["today"], arms["depth"])
+    by_round = [{s["arm"]: s for s in sessions if s["round"] == r} for r in range(rounds)]
+    round_ratios = [{"round": r, **_ratios(pair["today"], pair["depth"])} for r, pair in enumerate(by_round)]
     loads = [s[k] for s in sessions for k in ("load_before", "load_after") if s[k] is not None]
-    return {"compare": "depth", "arms": arms, "ratio": ratio, "target": TARGET,
+    return {"compare": "depth", "arms": arms, "ratio": ratio, "round_ratios": round_ratios, "target": TARGET,
             "within_target": {k: None if v is None else v <= TARGET for k, v in ratio.items()},
             "rounds": rounds, "order": "interleaved in rounds: A B, then B A, ...", "depth_head": DEPTH_HEAD_NOTE,
             "sessions": sessions, "status": "done" if all(s["status"] == "done" for s in sessions) else "failed",

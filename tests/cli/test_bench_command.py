@@ -208,6 +208,7 @@ def test_bench_speed_compare_depth_interleaves_both_arms_and_reports_the_ratio(t
                                                                        "store_ms", "decode_ms", "stall_ms"}
     assert set(doc["ratio"]) == {"wall_ms", "compute_ms"} and all(v > 0 for v in doc["ratio"].values())
     assert doc["target"] == 1.5
+    assert [set(r) for r in doc["round_ratios"]] == [{"round", "wall_ms", "compute_ms"}] * 2
     assert doc["within_target"] == {k: v <= 1.5 for k, v in doc["ratio"].items()}
     assert [(s["arm"], s["round"]) for s in doc["sessions"]] == [("today", 0), ("depth", 0), ("depth", 1), ("today", 1)]
     assert all(s["load_before"] is not None for s in doc["sessions"]) and doc["load_1min"]["max"] >= 0
@@ -215,9 +216,11 @@ def test_bench_speed_compare_depth_interleaves_both_arms_and_reports_the_ratio(t
     assert list(work.iterdir()) == []
 
 
-def test_bench_speed_compare_is_for_the_arena_model():
+def test_bench_speed_compare_is_for_the_arena_model_and_rounds_for_compare():
     result = run("speed", "--compare", "depth", "--model", "micro", "--chunks", 2)
     assert result.exit_code == 2 and "--compare depth is for the arena model" in result.output
+    result = run("speed", "--rounds", 3, "--chunks", 2)
+    assert result.exit_code == 2 and "--rounds is for --compare" in result.output
 
 
 def test_the_seeded_depth_head_is_reproducible_and_loads_as_a_depth_head(tmp_path):
