@@ -13,10 +13,13 @@ with the same threads, **interleaved in rounds**: round r runs one session of ea
 even rounds and depth first in odd ones (A B, B A, ...), so a machine that gets busier or quieter weighs
 on both arms alike. Each arm's chunks after ``warmup`` of every round are pooled into its medians; the
 ratios depth / today of the median wall and compute (model) times are checked against ``TARGET`` (a
-figure, never an assertion); each round's own ratios show how much the machine moved them. The packaged weights have no depth head, and a head's compute does not
-depend on its weights' values: the depth arm runs the packaged weights plus a seeded random depth head
-(``engine.arena.weights.with_seeded_depth_head``), so its pictures mean nothing, its times are the
-ones a trained head would take. The 1-minute load average before and after every session is recorded.
+figure, never an assertion); each round's own ratios show how much the machine moved them. The packaged
+weights have no depth head, and a head's compute hardly depends on its weights' values: the depth arm
+runs the packaged weights plus a seeded random depth head
+(``engine.arena.weights.with_seeded_depth_head``), so its pictures mean nothing and its times are about
+a trained head's (the splat's work grows with the pixels that land in a view and their footprints: with
+the renderer's true depth in its place it measured about 10 % less). The 1-minute load average before
+and after every session is recorded.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ RATIOS = ("wall_ms", "compute_ms")   # the ratios the target is for
 TARGET = 1.5                         # chunk compute with depth and re-projection <= 1.5x today's
 DEPTH_HEAD_SEED = 0
 DEPTH_HEAD_NOTE = (f"the depth arm runs the packaged weights plus a seeded random depth head (seed "
-                   f"{DEPTH_HEAD_SEED}): its compute is a trained head's, its pictures are not")
+                   f"{DEPTH_HEAD_SEED}): its compute is about a trained head's, its pictures are not")
 
 
 def medians(steady: list[dict]) -> dict:
