@@ -3,7 +3,9 @@
 Owns the command's flags, its arms and its table, then the last line of JSON. Arms: the arena model
 idle and beside a CPU burner (``--chunks``), and prefetch against on-demand at MG2's KV size
 (``--model synthetic --kv-scale 1``) under a ``--drive-bw`` cap (``--synthetic-chunks``; 0 skips them).
-Each arm is played by a scripted human-like player (``--seed``), then replayed from its recording.
+Each arm is played by a scripted human-like player (``--seed``), then replayed from its recording. The
+arena arms' played sessions are then scored per walking class as ``bench quality --walk`` scores a walk
+(exact latent frames against the rendered truth; ``engine.play.bench.walk_classes``): a second table.
 Without aiohttp (the server and the player) it is one line naming the install command, as ``play``.
 """
 from __future__ import annotations
@@ -61,6 +63,27 @@ def bench_play(spill: Path, chunks: int, synthetic_chunks: int, drive_bw: str, p
                f"chunks; synthetic arms at MG2's KV size, drive {drive_bw} GB/s; figures after {warmup} chunks")
     echo_table(("arm", "chunks", "shown fps", "made fps", "key→frame p50", "p99", "stall p50", "p99",
                 "stalled", "underruns", "hit live", "hit replay"), rows)
+    _echo_walk(results)
     echo_json("play", {"runs": results}, machine("cpu"),
               {"chunks": chunks, "synthetic_chunks": synthetic_chunks, "drive_bw": drive_bw,
                "pool_slots": pool_slots, "seed": seed, "warmup": warmup})
+
+
+def _echo_walk(results: list[dict]) -> None:
+    """Per walking class (``bench quality --walk``'s names) and arena arm: the played frames' figures."""
+    from worldpager_cli.quality_long import _f
+    from worldpager_cli.quality_walk import CLASS_NAMES
+
+    scored = [r for r in results if r.get("walk")]
+    if not scored:
+        return
+    click.echo("Played sessions per walking class (bench quality --walk's classes): exact latent frames of the "
+               "MP4 against the rendered truth, pooled over frames; chunk 0 (the prompt) counts as observed")
+    rows = []
+    for cls, label in CLASS_NAMES.items():
+        for i, r in enumerate(scored):
+            c = r["walk"]["classes"][cls]
+            entry = {k: {"value": c[k]} for k in ("psnr", "ssim", "sharpness", "self_consistency", "truth_consistency")}
+            rows.append((label if i == 0 else "", r["name"], str(c["frames"]), _f(entry["psnr"]), _f(entry["ssim"], 3),
+                         _f(entry["sharpness"], 3), _f(entry["self_consistency"]), _f(entry["truth_consistency"])))
+    echo_table(("class", "arm", "frames", "PSNR", "SSIM", "sharp", "self-consist.", "truth views"), rows)

@@ -4,7 +4,9 @@ Owns the file format: a safetensors file whose tensors are exactly ``ArenaDiT(cf
 on disk, float32 or the session dtype in memory) and whose metadata holds the model config (JSON) and
 the training figures (steps, wall time, loss). Loading is strict like MG2's: a missing, unexpected or
 mis-shaped key is a ``CheckpointError`` naming the key and the file; a config in the file that differs
-from the one asked for is an error too.
+from the one asked for is an error too. ``with_seeded_depth_head`` writes a file of the same format whose
+model has a depth head with seeded random weights (what costs compute, not what it predicts: for
+measuring a session with depth re-projection where no trained depth head exists).
 """
 from __future__ import annotations
 
@@ -107,6 +109,31 @@ def load_model(path: Path | None = None, device="cpu", dtype=torch.float32) -> A
         model = ArenaDiT(cfg)
     model.load_state_dict(load_state_dict(path, cfg), assign=True)
     return model.to(device=device, dtype=dtype).eval()
+
+
+SEEDED_INVERSE_DEPTH = 0.25   # 1 / world units: the seeded head's mean (4 units, inside any arena's walls)
+SEEDED_SPREAD = 0.08          # scale of its random weights (measured: 0.25 +- 0.02, from 0.10 to 0.40 over a
+                              # session: surfaces 2.5 to 10 units away, none read as sky)
+
+
+def with_seeded_depth_head(path: Path, out: Path, seed: int) -> Path:
+    """Write ``out``: the weights of ``path`` (which must have no depth head) plus a depth head drawn from
+    ``seed`` (reproducible), its predicted inverse depth about ``SEEDED_INVERSE_DEPTH`` (never sky), so
+    that every pixel is moved as a trained head's would be. The metadata says it is seeded."""
+    cfg = config_of(path)
+    if cfg.depth_head:
+        raise CheckpointError(f"{path}: its model already has a depth head")
+    tensors = load_state_dict(path, cfg)
+    generator = torch.Generator().manual_seed(seed)
+    p2 = cfg.patch * cfg.patch
+    # the head reads layer-normed, modulated hidden states (about unit scale per channel)
+    tensors["depth_out.weight"] = torch.randn((p2, cfg.dim), generator=generator) * (SEEDED_SPREAD / cfg.dim ** 0.5)
+    tensors["depth_out.bias"] = torch.full((p2,), SEEDED_INVERSE_DEPTH)
+    meta = {**read_metadata(path), "config": json.dumps(dataclasses.asdict(dataclasses.replace(cfg, depth_head=True))),
+            "depth_head": f"seeded {seed}: random, for measuring compute (its depth is not the world's)"}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.to(torch.float16).contiguous() for k, v in tensors.items()}, str(out), metadata=meta)
+    return out
 
 
 def export_checkpoint(ckpt: Path, out: Path, extra_meta: dict | None = None) -> dict:

@@ -7,8 +7,19 @@ server, bound to loopback on a free port; the session on a thread of this proces
 shown per second of the viewer's clock and made per second of generation (wall time less the pauses
 for input), key-to-frame latency P50 / P99, stall P50 / P99 of the log and the chunks that stalled (above
 the log's threshold, ``engine.play.run.stalled``), playback underruns, and the
-prefetch hit rate (hits / (hits + misses), after ``warmup`` chunks) live and replayed from the file.
+prefetch hit rate (hits / (hits + misses), after ``warmup`` chunks) live and replayed from the file,
+and for an arena arm ``walk``: its frames per walking class (below; None for other models).
 ``burner``: one process spinning on a CPU core for the arm's whole run (both halves).
+
+An arena arm's played session is then scored as ``bench quality --walk`` scores a walk, from its files
+alone once the timed part is over (``walk_classes``): its exact latent frames (every ``temporal``-th
+frame of the MP4) against the arena's rendered truth at their cameras, in the walking benchmark's
+classes of frame (``engine.quality.walk_classes``: new place, seeing surfaces seen before, never-seen
+view, revisit, to an observed / generated place, near with a new view, every generated frame) with its
+scoring (``engine.quality.walk_score``) and its figures pooled over frames (``engine.quality
+.walk_summary``): per class frames, PSNR, SSIM, sharpness, self-consistency and the truth's own
+consistency. The replay writes the same MP4 bytes (``tests/play/test_play_session.py``): it is not
+scored again.
 """
 from __future__ import annotations
 
@@ -44,6 +55,25 @@ def _pct(values: list[float], p: float) -> float | None:
     return percentile(values, p) if values else None
 
 
+def walk_classes(log: Path, video: Path) -> dict:
+    """The played arena session (``log``, ``video``) scored per walking class (the module docstring):
+    ``observed_chunks`` (chunk 0, the prompt, counts as observed), ``latent_frames`` and per class of
+    ``engine.quality.walk_classes.CLASSES`` its ``frames`` and each figure of ``walk_summary.FIGURES``
+    (None where the class has no frame)."""
+    from engine.quality.long_run import _counters
+    from engine.quality.walk_classes import CLASSES
+    from engine.quality.walk_score import score_walk
+    from engine.quality.walk_summary import FIGURES, figure
+
+    observed = _counters(log)["observed_chunks"]
+    row, _ = score_walk(log, video, observed)
+    classes = {}
+    for cls in CLASSES:
+        frames = int(sum(b["classes"][cls]["frames"] for b in row["bins"]))
+        classes[cls] = {"frames": frames, **{name: figure([row], cls, name)["value"] for name, _, _ in FIGURES}}
+    return {"observed_chunks": observed, "latent_frames": row["latent_frames"], "classes": classes}
+
+
 def play_arm(overlay: dict, workdir: Path, name: str, seed: int, chunks: int, burner: bool = False,
              warmup: int = 3) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +97,8 @@ def play_arm(overlay: dict, workdir: Path, name: str, seed: int, chunks: int, bu
             "latencies": len(played.latencies_ms), "stall_p50_ms": _pct(stalls, 50), "stall_p99_ms": _pct(stalls, 99),
             "stalled_chunks": sum(1 for r in made if stalled(r)), "underruns": played.underruns,
             "hit_rate_live": hit_rate(records, warmup), "hit_rate_replay": hit_rate(replayed, warmup),
-            "replay_chunks": len(replayed), "status": live["status"]}
+            "replay_chunks": len(replayed), "status": live["status"],
+            "walk": walk_classes(live["log"], live["video"]) if overlay.get("model") == "arena" else None}
 
 
 def _config(overlay: dict, workdir: Path, name: str, chunks: int | None = None):
@@ -98,7 +129,7 @@ def _live(overlay: dict, workdir: Path, name: str, seed: int, chunks: int) -> di
         worker.join()
     finally:
         run.close()
-    return {"played": played, "log": cfg.log_path, "recording": cfg.trajectory,
+    return {"played": played, "log": cfg.log_path, "video": cfg.out, "recording": cfg.trajectory,
             "status": outcome["result"].status if "result" in outcome else "failed"}
 
 

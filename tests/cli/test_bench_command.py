@@ -179,3 +179,64 @@ def test_bench_speed_reports_the_steps_medians_and_leaves_nothing_behind(tmp_pat
     assert off.exit_code == 0, off.output
     doc = json.loads(off.stdout)
     assert doc["decode_overlap"] is False and doc["threads"] == 2
+
+
+def test_bench_speed_compare_depth_interleaves_both_arms_and_reports_the_ratio(tmp_path, monkeypatch):
+    from engine.arena.model import ArenaDiT
+
+    work = tmp_path / "work"
+    work.mkdir()
+    calls = []
+    real = ArenaDiT.inverse_depth
+
+    def counted(self, *args):   # the depth arm runs the depth head (today's does not)
+        calls.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(ArenaDiT, "inverse_depth", counted)
+    result = run("speed", "--compare", "depth", "--chunks", 3, "--warmup", 1, "--rounds", 2, "--workdir", work)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("bench speed --compare depth: arena on cpu")
+    assert any("seeded random depth head" in line for line in lines)
+    assert any(line.split()[:3] == ["step", "today", "ms"] for line in lines)
+    doc = last_json(result.stdout)
+    assert doc["bench"] == "speed" and doc["compare"] == "depth" and doc["status"] == "done"
+    assert set(doc["arms"]) == {"today", "depth"}
+    for arm in doc["arms"].values():
+        assert arm["measured"] == 2 * 2 and set(arm["medians_ms"]) == {"wall_ms", "compute_ms", "memory_ms",
+                                                                       "store_ms", "decode_ms", "stall_ms"}
+    assert set(doc["ratio"]) == {"wall_ms", "compute_ms"} and all(v > 0 for v in doc["ratio"].values())
+    assert doc["target"] == 1.5
+    assert [set(r) for r in doc["round_ratios"]] == [{"round", "wall_ms", "compute_ms"}] * 2
+    assert doc["within_target"] == {k: v <= 1.5 for k, v in doc["ratio"].items()}
+    assert [(s["arm"], s["round"]) for s in doc["sessions"]] == [("today", 0), ("depth", 0), ("depth", 1), ("today", 1)]
+    assert all(s["load_before"] is not None for s in doc["sessions"]) and doc["load_1min"]["max"] >= 0
+    assert len(calls) == 2 * 3   # every chunk of the two depth sessions, none of today's
+    assert list(work.iterdir()) == []
+
+
+def test_bench_speed_compare_is_for_the_arena_model_and_rounds_for_compare():
+    result = run("speed", "--compare", "depth", "--model", "micro", "--chunks", 2)
+    assert result.exit_code == 2 and "--compare depth is for the arena model" in result.output
+    result = run("speed", "--rounds", 3, "--chunks", 2)
+    assert result.exit_code == 2 and "--rounds is for --compare" in result.output
+
+
+def test_the_seeded_depth_head_is_reproducible_and_loads_as_a_depth_head(tmp_path):
+    import torch
+
+    from engine.arena.weights import load_model, packaged_weights_path, read_metadata, with_seeded_depth_head
+    from engine.errors import CheckpointError
+
+    a = with_seeded_depth_head(packaged_weights_path(), tmp_path / "a.safetensors", 3)
+    b = with_seeded_depth_head(packaged_weights_path(), tmp_path / "b.safetensors", 3)
+    c = with_seeded_depth_head(packaged_weights_path(), tmp_path / "c.safetensors", 4)
+    ma, mb, mc = load_model(a), load_model(b), load_model(c)
+    assert ma.cfg.depth_head and "seeded 3" in read_metadata(a)["depth_head"]
+    assert torch.equal(ma.depth_out.weight, mb.depth_out.weight)
+    assert not torch.equal(ma.depth_out.weight, mc.depth_out.weight)
+    base = load_model(packaged_weights_path())
+    assert torch.equal(ma.head.weight, base.head.weight)   # the rest is the packaged model's
+    with pytest.raises(CheckpointError, match="already has a depth head"):
+        with_seeded_depth_head(a, tmp_path / "d.safetensors", 0)
