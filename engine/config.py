@@ -360,6 +360,9 @@ class MemoryConfig:
     writeback: str = "background"            # WRITEBACK_MODES: when a stored chunk goes to the drive
     io_deadline_s: float = 30.0              # a synchronous read or a write-back late by this much fails
     late_prefetch: str = "miss"              # LATE_PREFETCH_MODES: a prefetch still loading is a miss, or waited for
+    hedge_slots: int | None = None           # staging slots for the sets of stop / turn / walk-ahead; None = auto
+    device_cache: int | None = None          # chunks kept on the device once loaded; None = auto (engine.memory.budget)
+    stick: float = 0.1                       # retrieval keeps a view at hand unless another adds this much coverage
     keys: str = "post-rope"                  # KEY_CONVENTIONS: stored keys after or before the rotation
 
 
@@ -432,6 +435,15 @@ class SessionConfig:
             (self.memory.late_prefetch in LATE_PREFETCH_MODES,
              f"--late-prefetch (memory.late_prefetch) must be one of {', '.join(LATE_PREFETCH_MODES)}, "
              f"got {self.memory.late_prefetch!r}"),
+            (self.memory.hedge_slots is None or (type(self.memory.hedge_slots) is int
+                                                 and 0 <= self.memory.hedge_slots <= 64),
+             f"memory.hedge_slots must be an integer 0..64 or null (automatic), got {self.memory.hedge_slots!r}"),
+            (self.memory.device_cache is None or (type(self.memory.device_cache) is int
+                                                  and 0 <= self.memory.device_cache <= 4096),
+             f"memory.device_cache must be an integer 0..4096 chunks or null (automatic), got "
+             f"{self.memory.device_cache!r}"),
+            (type(self.memory.stick) in (int, float) and 0 <= self.memory.stick <= 1,
+             f"memory.stick must be a number 0..1 (a share of the view's coverage), got {self.memory.stick!r}"),
             (self.memory.keys in KEY_CONVENTIONS,
              f"--kv-keys (memory.keys) must be one of {', '.join(KEY_CONVENTIONS)}, got {self.memory.keys!r}"),
             (self.memory.keys != "pre-rope" or self.model in MODEL_CONFIGS or self.model in LINGBOT_MODELS,

@@ -185,7 +185,8 @@ def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float | No
     if device_baseline_gib is None:
         device_baseline_gib = planner.device_baseline_bytes(model) / GiB
     base = planner.Budgets.from_gib(_host_gib(cfg), cfg.memory.device_mem_gib, 0.0, device_baseline_gib)
-    staging = (planner.cpu_staging_bytes(model, cfg.memory.store, cfg.memory.retrieve_k)
+    mem = cfg.memory
+    staging = (planner.cpu_staging_bytes(model, mem.store, mem.retrieve_k, mem.hedge_slots, mem.device_cache)
                if planned_device(cfg) == "cpu" else 0)
     return replace(base, host_baseline=host_baseline, pool_slots=cfg.memory.pool_slots,
                    host_staging=staging, host_given=host is not None)

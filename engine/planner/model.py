@@ -101,7 +101,7 @@ from dataclasses import dataclass
 from engine.config import LINGBOT_MODELS, SessionConfig, session_model_config
 from engine.errors import ConfigError
 from engine.kv_format import ChunkFormat
-from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw
+from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw, staging_of
 from engine.layout import ModelShape
 from engine.lingbot_models import lingbot_config
 from engine.planner.timeline import TimelineInputs, percentile, timeline
@@ -342,9 +342,15 @@ def check_device_fits(model: ModelShape, budgets: Budgets, retrieve_k: int, sink
                           f"use a larger GPU")
 
 
-def cpu_staging_bytes(model: ModelShape, store: str, retrieve_k: int) -> int:
-    """The float32 staging slots a tiered store allocates on a CPU (``engine.session.preflight.staging_chunks``)."""
-    return max(retrieve_k, 1) * model.kv_bytes_per_chunk(4.0) if store in TIERED_STORES else 0
+def cpu_staging_bytes(model: ModelShape, store: str, retrieve_k: int, hedge_slots: int | None = None,
+                      device_cache: int | None = None) -> int:
+    """The float32 staging slots (the set's and the hedges') and the device cache a tiered store keeps on
+    a CPU (``engine.session.preflight.staging_chunks``, the rule of ``engine.memory.budget.staging_of``)."""
+    if store not in TIERED_STORES:
+        return 0
+    staging = staging_of(retrieve_k, hedge_slots, device_cache, model.kv_bytes_per_chunk(2.0),
+                         prefetching=store in ("prefetch", "dram-only"))
+    return staging.chunks * model.kv_bytes_per_chunk(4.0)
 
 
 @dataclass(frozen=True)

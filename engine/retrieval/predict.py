@@ -9,7 +9,10 @@ chunk ahead (the default prefetch); 2 leaves two chunks' compute time to stage t
 ``ConstantVelocityPredictor`` extrapolates the last per-frame motion: position linearly, rotation by
 powers of the last per-frame rotation delta (a quaternion, applied in the world frame). For an MG2
 camera driven by held keys and a held camera move this is exact until the user changes the input
-(paper §II.C: the next retrieval set is found with a 0.66-0.94 hit rate). ``ReuseCurrentPredictor``
+(paper §II.C: the next retrieval set is found with a 0.66-0.94 hit rate). ``hedge_poses`` adds the changes of input a player makes most — stop, turn
+either way, walk ahead — at the fastest turn and pace the session has shown so far (so the rates are the
+model's and the player's, not assumed): a prefetch that stages the sets of these too is not caught out
+when a key is pressed or let go at a chunk's boundary. ``ReuseCurrentPredictor``
 returns the current chunk's own key — "the next chunk will look where this one looks" — the baseline
 the paper compares against (0.03-0.52).
 """
@@ -20,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.geometry import normalize, quat_multiply
+from engine.geometry import _axis_quat, normalize, quat_multiply, quat_to_matrix, rotation_angle
 from engine.retrieval.select import SUMMARY_FRAMES, ChunkGrid, ChunkPose
 
 
@@ -112,3 +115,34 @@ def quat_power(q: np.ndarray, exponent: np.ndarray) -> np.ndarray:
 
 def _conjugate(q: np.ndarray) -> np.ndarray:
     return np.asarray(q, dtype=np.float64) * np.array([1.0, -1.0, -1.0, -1.0])
+
+
+HEDGE_HISTORY = 1024    # frames whose motion sets the hedges' rates (about a minute of video: bounded cost)
+
+
+def hedge_poses(known: np.ndarray, frames: np.ndarray) -> list[np.ndarray]:
+    """Poses [len(frames), 7] at absolute frame indices ``frames`` under the input changes a player makes
+    most, each from the last known pose: the camera stops; it turns left or right on the spot; it walks
+    straight ahead. Turns go at the fastest rotation between two of the last ``HEDGE_HISTORY`` frames of
+    ``known``, the walk at the fastest pace there (world units a frame, along the camera's level forward);
+    a rate never shown is never guessed (none turned: no turning hedges; none moved: no walking one)."""
+    known = np.asarray(known, dtype=np.float64)
+    last = known[-1]
+    steps = np.asarray(frames, dtype=np.float64) - (len(known) - 1)
+    known = known[-HEDGE_HISTORY:]
+    out = [np.repeat(last[None], len(steps), axis=0)]                        # stop
+    if len(known) < 2:
+        return out
+    turn = float(rotation_angle(known[:-1, 3:], known[1:, 3:]).max())      # degrees a frame
+    pace = float(np.linalg.norm(np.diff(known[:, :3], axis=0), axis=1).max())
+    if turn > 1e-6:
+        for sign in (1.0, -1.0):
+            q = quat_multiply(_axis_quat(1, sign * turn * steps), last[3:])   # about world up
+            out.append(np.concatenate([np.repeat(last[None, :3], len(steps), 0), normalize(q)], -1))
+    forward = quat_to_matrix(last[3:]) @ np.array([0.0, 0.0, -1.0])          # the camera looks along -z
+    forward[1] = 0.0
+    if pace > 1e-9 and np.linalg.norm(forward) > 1e-6:
+        forward /= np.linalg.norm(forward)
+        positions = last[:3] + steps[:, None] * pace * forward
+        out.append(np.concatenate([positions, np.repeat(last[None, 3:], len(steps), 0)], -1))
+    return out

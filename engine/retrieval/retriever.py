@@ -20,6 +20,12 @@ five angle bins, and a later chunk whose middle frame falls in a bin the first o
 the coverage ranking with the copy (measured on the long benchmark: a slow turn at the start pose
 retrieved its own earlier copies instead of the observed tour, and the re-projected views lost detail
 copy by copy).
+
+Prefetch for a walk (``predict_staging``): the set of the extrapolated pose first, then, with ``hedge``,
+the sets of the input changes a player makes most (``engine.retrieval.predict.hedge_poses``: stop, turn
+either way, walk ahead), merged rank by rank — every hypothesis's best pick before any one's second —
+up to the staging slots. ``preferred`` (the chunks at hand: in a slot, staged, in the device cache) goes
+to the policy, which may keep them over near-equal views (``FovOverlapPolicy.stick``).
 """
 from __future__ import annotations
 
@@ -27,7 +33,8 @@ import numpy as np
 
 from engine.geometry import euler_from_quat
 from engine.layout import VideoGrid
-from engine.retrieval.predict import ConstantVelocityPredictor, PosePredictor, ReuseCurrentPredictor
+from engine.retrieval.predict import (ConstantVelocityPredictor, PosePredictor, ReuseCurrentPredictor,
+                                      hedge_poses, known_until)
 from engine.retrieval.select import ChunkGrid, ChunkPose, FovOverlapPolicy, RetrievalPolicy
 
 SNAP = 1e-4    # of a cell: a coordinate this close to a cell's edge is on it (numeric drift, not a move)
@@ -46,11 +53,12 @@ PREDICTORS = {"constant-velocity": ConstantVelocityPredictor, "reuse-current": R
 class Retriever:
     def __init__(self, poses: np.ndarray, grid: VideoGrid, policy: RetrievalPolicy | None = None,
                  predictor: PosePredictor | None = None, cell_size: float = 0.5, angle_bin: float = 10.0,
-                 first_visit: bool = False):
+                 first_visit: bool = False, hedge: bool = False, stick: float = 0.0):
         self.poses = np.asarray(poses)                       # [T, 7] xyz + quaternion per video frame
         self.grid = ChunkGrid.of_video(grid)
         self.first_visit = first_visit
-        self.policy = policy or FovOverlapPolicy(prefer_first=first_visit)
+        self.hedge = hedge
+        self.policy = policy or FovOverlapPolicy(prefer_first=first_visit, stick=stick)
         self.predictor = predictor or ConstantVelocityPredictor()
         self.cell_size, self.angle_bin = cell_size, angle_bin
         self._keys: dict[int, ChunkPose] = {}
@@ -103,18 +111,38 @@ class Retriever:
             self._keys[chunk] = ChunkPose.of_chunk(self.poses, chunk, self.grid)
         return self._keys[chunk]
 
-    def _select(self, query: ChunkPose, candidates: list[int], k: int) -> list[int]:
+    def _select(self, query: ChunkPose, candidates: list[int], k: int, preferred=()) -> list[int]:
         if k <= 0 or not candidates:
             return []
-        return self.policy.select(query, {c: self.key(c) for c in self.representatives(candidates)}, k)
+        return self.policy.select(query, {c: self.key(c) for c in self.representatives(candidates)}, k,
+                                  preferred=preferred)
 
-    def select(self, chunk: int, candidates: list[int], k: int) -> list[int]:
+    def select(self, chunk: int, candidates: list[int], k: int, preferred=()) -> list[int]:
         """The set for ``chunk`` from its real pose."""
-        return self._select(self.key(chunk), candidates, k)
+        return self._select(self.key(chunk), candidates, k, preferred)
 
-    def predict_select(self, chunk: int, candidates: list[int], k: int) -> list[int]:
+    def predict_select(self, chunk: int, candidates: list[int], k: int, preferred=()) -> list[int]:
         """The set for ``chunk`` from its pose predicted ``lookahead`` chunks earlier."""
         known_chunk = chunk - self.predictor.lookahead
         if known_chunk < 0:
             return []
-        return self._select(self.predictor.predict(self.poses, known_chunk, self.grid), candidates, k)
+        return self._select(self.predictor.predict(self.poses, known_chunk, self.grid), candidates, k, preferred)
+
+    def predict_staging(self, chunk: int, candidates: list[int], k: int, slots: int, preferred=(),
+                        carried=()) -> list[int]:
+        """What to stage for ``chunk`` (at most ``slots`` ids): the predicted set, then ``carried`` (the
+        caller's: what the last chunk missed), then (``hedge``) the sets of the hedged poses, merged rank
+        by rank."""
+        predicted = self.predict_select(chunk, candidates, k, preferred)
+        sets = []
+        known_chunk = chunk - self.predictor.lookahead
+        if self.hedge and known_chunk >= 0 and k > 0 and candidates:
+            known = known_until(self.poses, known_chunk, self.grid)
+            frames = self.grid.summary_frames(chunk, len(self.key(known_chunk).poses))
+            sets += [self._select(ChunkPose(p), candidates, k, preferred) for p in hedge_poses(known, frames)]
+        merged = dict.fromkeys([*predicted, *carried])
+        for rank in range(k):
+            for picks in sets:
+                if rank < len(picks):
+                    merged.setdefault(picks[rank])
+        return list(merged)[:slots]

@@ -7,17 +7,21 @@ Contract:
     convention: x, y, z, qw, qx, qy, qz, camera looks along its local -z, world +y up) of ``m`` frames
     spread over the chunk (default 3: first, middle, last), because a chunk's KV holds all its frames and
     a turning camera sweeps ~18 degrees within one chunk.
-  * ``RetrievalPolicy.select(query, candidates, k, exclude, newest_allowed)`` returns at most ``k``
-    candidate ids, best first. It never returns an id in ``exclude`` (the caller's sink) or newer than
-    ``newest_allowed`` (the local window: the newest chunk that has left the window), and it is a pure
-    function of its arguments (same inputs, same list).
+  * ``RetrievalPolicy.select(query, candidates, k, exclude, newest_allowed, preferred)`` returns at most
+    ``k`` candidate ids, best first. It never returns an id in ``exclude`` (the caller's sink) or newer
+    than ``newest_allowed`` (the local window: the newest chunk that has left the window), and it is a pure
+    function of its arguments (same inputs, same list). ``preferred`` names the chunks already at hand
+    (in a slot, staged or in the device cache): a policy may favour them over near-equal others.
 
 ``FovOverlapPolicy`` (the default) scores like WorldMem / HY-WorldPlay (research/world_model_peers.md
 §4): a fixed, seeded set of sample points inside the query camera's frustum stands in for "what the query
 will see"; a candidate covers a point when the point lies inside the frustum of any of its summary frames.
 Picks are greedy set cover — each pick maximises the fraction of points *not yet covered* plus a small
 recency bonus — so the k picks complement each other instead of repeating one view, and picking stops
-early when no candidate adds at least ``min_gain``. Candidates farther than ``max_distance`` from the
+early when no candidate adds at least ``min_gain``. A candidate at hand (``preferred``) gets ``stick`` on
+top of its gain: between near-equal views the one already loaded wins, so a small change of pose does not
+swap a slot for a view that adds almost nothing (each swap is a load, and one the prefetch may not have
+guessed: a retrieval miss). Candidates farther than ``max_distance`` from the
 query are never considered (also the prefilter that keeps thousands of candidates cheap). No occlusion:
 a wall between two cameras is invisible to this test (see the peers note on VMem for the alternative).
 """
@@ -101,7 +105,8 @@ class ChunkPose:
 
 class RetrievalPolicy(Protocol):
     def select(self, query: ChunkPose, candidates: Mapping[int, ChunkPose], k: int,
-               exclude: Collection[int] = (), newest_allowed: int | None = None) -> list[int]:
+               exclude: Collection[int] = (), newest_allowed: int | None = None,
+               preferred: Collection[int] = ()) -> list[int]:
         """At most ``k`` ids of ``candidates``, best first; none in ``exclude`` or newer than
         ``newest_allowed``; deterministic."""
         ...
@@ -131,6 +136,9 @@ class FovOverlapPolicy:
       * ``prefer_first`` False — True turns the bonus round (``0.01 * (1 - id / newest)``): between near
         duplicates the *first* visit wins, the world as it was first seen or observed rather than the
         model's latest rendition of it (which, in a long session, is a copy of a copy).
+      * ``stick`` 0 — the bonus of a candidate at hand (``preferred``), in coverage (0.1 = 10 % of the
+        query's points): a view at hand is kept unless another adds that much more. The session sets it
+        (``memory.stick``).
       * ``min_gain`` 0.05 — stop picking when no candidate adds at least 5 % new coverage, so a set can
         be shorter than ``k`` (e.g. an exact revisit covers everything with one chunk).
       * ``seed`` 0 — the sample points are drawn once per policy, so selection is reproducible.
@@ -147,6 +155,7 @@ class FovOverlapPolicy:
     recency_weight: float = 0.01
     prefer_first: bool = False
     min_gain: float = 0.05
+    stick: float = 0.0
     seed: int = 0
     block: int = 512
     _local_points: np.ndarray = field(init=False, repr=False, compare=False)
@@ -155,6 +164,7 @@ class FovOverlapPolicy:
         assert 0 < self.hfov_deg < 180 and 0 < self.vfov_deg < 180
         assert 0 < self.near < self.far and self.points_per_frame >= 1 and self.block >= 1
         assert self.max_distance >= 0 and self.recency_weight >= 0 and 0 <= self.min_gain <= 1
+        assert self.stick >= 0
         object.__setattr__(self, "_local_points", self._sample_local_points())
 
     @property
@@ -172,7 +182,8 @@ class FovOverlapPolicy:
     # ------------------------------------------------------------ public
 
     def select(self, query: ChunkPose, candidates: Mapping[int, ChunkPose], k: int,
-               exclude: Collection[int] = (), newest_allowed: int | None = None) -> list[int]:
+               exclude: Collection[int] = (), newest_allowed: int | None = None,
+               preferred: Collection[int] = ()) -> list[int]:
         ids = _eligible_ids(candidates, exclude, newest_allowed)
         if k <= 0 or not len(ids):
             return []
@@ -183,7 +194,8 @@ class FovOverlapPolicy:
             return []
         cover = self.coverage(self.query_points(query), keys)           # [C, N]
         newest = newest_allowed if newest_allowed is not None else int(ids[-1])
-        return self._greedy(ids, cover, k, newest)
+        at_hand = np.isin(ids, np.fromiter(preferred, dtype=np.int64)) if self.stick and preferred else None
+        return self._greedy(ids, cover, k, newest, at_hand)
 
     def query_points(self, query: ChunkPose) -> np.ndarray:
         """[m * P, 3] world points: the fixed local points placed in each of the query's frustums."""
@@ -219,11 +231,15 @@ class FovOverlapPolicy:
                   & (np.abs(local[..., 0]) <= depth * tan_h) & (np.abs(local[..., 1]) <= depth * tan_v))
         return inside.any(axis=2).T                                      # [c, N]
 
-    def _greedy(self, ids: np.ndarray, cover: np.ndarray, k: int, newest: int) -> list[int]:
-        """Greedy cover: each round takes the candidate adding the most uncovered points (+ recency)."""
+    def _greedy(self, ids: np.ndarray, cover: np.ndarray, k: int, newest: int,
+                at_hand: np.ndarray | None = None) -> list[int]:
+        """Greedy cover: each round takes the candidate adding the most uncovered points (+ recency,
+        + ``stick`` for a candidate at hand)."""
         n_points = cover.shape[1]
         age = ids / max(newest, 1)
         bonus = self.recency_weight * ((1 - age) if self.prefer_first else age)
+        if at_hand is not None:
+            bonus = bonus + self.stick * at_hand
         uncovered = np.ones(n_points, dtype=bool)
         free = np.ones(len(ids), dtype=bool)
         picked: list[int] = []

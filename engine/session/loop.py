@@ -62,7 +62,7 @@ from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.overlay import config_to_json
 from engine.session.positions import Rerotation
-from engine.session.preflight import (Budget, check_memory, check_output_paths, check_spill_drive, check_spill_quota,
+from engine.session.preflight import (Budget, session_staging, check_memory, check_output_paths, check_spill_drive, check_spill_quota,
                                       device_budget,
                                       host_budget, spill_block_bytes)
 from engine.retrieval.retriever import PREDICTORS, Retriever
@@ -294,7 +294,9 @@ class Session:
                                    device=self.device, keys_before_rotation=pre_rope)
             retriever = Retriever(model.camera_poses(), model.grid,
                                   predictor=PREDICTORS[self.cfg.memory.predictor](),
-                                  first_visit=self.cfg.memory.retrieve_visit == "first")
+                                  first_visit=self.cfg.memory.retrieve_visit == "first",
+                                  hedge=session_staging(self.cfg, model.layout).hedge_slots > 0,
+                                  stick=self.cfg.memory.stick)
             reopened = self.resume_from is not None and self.fork_of is None   # its own spill directory
             memory = SessionMemory(self.cfg, model.layout, ctx, retriever, self.device, self.dtype,
                                    rerotation=Rerotation.for_session(self.cfg, model),

@@ -8,8 +8,15 @@ it sits on the session's side: the components know nothing of one another. Shape
 ``KVLayout``; no model is named here.
 
 * ``prefetch`` (WorldPager): select c's set from c's real pose; take what was staged during c−1 (from
-  the extrapolated pose) without waiting; a miss keeps the slot's previous chunk (stale-set fallback);
-  then stage c+1's predicted set in the background. With ``late_prefetch: wait`` a set still loading is
+  the extrapolated pose, and the hedges: stop, turn, walk ahead) or is still in the device cache, without
+  waiting; a miss keeps the slot's previous chunk (stale-set fallback); then stage, in the background,
+  what c missed and is still a candidate (a late prefetch is taken next chunk, not lost), then c+1's
+  predicted and hedged sets (``Retriever.predict_staging``), up to the staging slots.
+  The device cache (``memory.device_cache`` chunks, ``engine.memory.budget.staging_of``) keeps the chunks
+  loaded most recently, as the store handed them (dequantised; keys as stored), so that a view retrieved
+  a minute ago is at hand when the walk comes back to it; its chunk ids go into save points and a resume
+  reloads them, so a resumed run selects as the uninterrupted one. Selection favours what is at hand
+  (slots, staged, cache: ``memory.stick``). With ``late_prefetch: wait`` a set still loading is
   waited for instead (a stall), so the frames do not depend on the machine's speed (reproducible runs).
 * ``on-demand``: select from the real pose; chunks not already in a slot are loaded synchronously.
 * ``sync``: every chunk of the set is loaded synchronously every chunk (no reuse of slots).
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from typing import Callable
 
 import psutil
@@ -54,7 +62,7 @@ from engine.memory.types import KV, CapacityError
 from engine.model.kv_context import AttentionContext
 from engine.state_tensors import cpu_copy
 from engine.session.positions import Rerotation
-from engine.session.preflight import staging_chunks
+from engine.session.preflight import session_staging, staging_chunks
 from engine.session.quota import SessionQuota
 
 PlaceKeys = Callable[[int, torch.Tensor, float], torch.Tensor]   # (layer, keys before rotation, position)
@@ -118,6 +126,8 @@ class SessionMemory:
         self.slots = MemorySlots(self.k, cfg.memory.sink and self.mode != "window")
         self._sink_copied = False          # chunk 0's copy is in the sink slot (attended once placed)
         self.window_chunks = layout.window_chunks
+        self.staging = session_staging(cfg, layout)
+        self._cache: OrderedDict[int, KV] = OrderedDict()   # device cache: chunk -> its KV, oldest use first
         self.store: KVStore | ResidentStore | None = None
         self._last_counters: dict = {}
         self.rerotation = rerotation
@@ -136,7 +146,7 @@ class SessionMemory:
         self._save_every = cfg.save_every
         self.store = KVStore(layout, fmt, n_slots=self._pool_slots(cfg, fmt.slot_bytes, device, dtype),
                              spill_dir=spill, device=device, drive_bw=cfg.memory.drive_bw,
-                             k_slots=max(self.k, 1), dtype=dtype,
+                             k_slots=self.staging.stage_slots, dtype=dtype,
                              sync_writeback=cfg.memory.writeback == "sync",
                              write_through=cfg.memory.writeback == "through", resume_before=resume_before,
                              base_layers=self.base_layers,
@@ -188,7 +198,7 @@ class SessionMemory:
 
     def state_facts(self) -> dict:
         facts = {"mode": self.mode, "slots": list(self.slots.chunk_in), "staged": list(self._staged),
-                 "keys": self.keys}
+                 "keys": self.keys, "cache": list(self._cache)}
         if self.rerotation is not None:
             facts["rerotation"] = self.rerotation.state_facts()
         if self.base_layers:
@@ -252,11 +262,26 @@ class SessionMemory:
         self.slots.chunk_in = chunk_in
         if self.rerotation is not None:
             self.rerotation.load_facts(rerotation)
+        self._reload_cache([int(c) for c in facts.get("cache", [])])
         self._staged = [int(c) for c in facts["staged"]]
         if self.mode in ("prefetch", "dram-only") and self._staged:
             self.store.stage(self._staged)
             self._wait_staged = True
         self.ctx_valid()
+
+    def _reload_cache(self, chunks: list[int]) -> None:
+        """The device cache as the save point had it (oldest use first), read back from the drive a
+        staging bank at a time; a chunk that cannot be read is left out (a miss later, if wanted)."""
+        if self.staging.cache_chunks <= 0:
+            return
+        chunks = chunks[-self.staging.cache_chunks:]
+        step = self.staging.stage_slots
+        for start in range(0, len(chunks), step):
+            part = chunks[start:start + step]
+            got = self.store.load_now(part, timeout=self.io_deadline_s).kv
+            for c in part:
+                if c in got:
+                    self._cache[c] = [(k.clone(), v.clone()) for k, v in got[c]]
 
     def _load_quota(self, facts: dict) -> None:
         """The holes and the quota as the save point had them; blocks dropped before it are given back."""
@@ -325,7 +350,8 @@ class SessionMemory:
             host_bytes = psutil.virtual_memory().available
         else:
             host_bytes = int(host * GIB)
-        staging = 0 if device.type == "cuda" else staging_chunks(cfg) * self.layout.bytes_per_chunk(dtype.itemsize)
+        staging = 0 if device.type == "cuda" else \
+            staging_chunks(cfg, self.layout) * self.layout.bytes_per_chunk(dtype.itemsize)
         try:
             budget = pool_slots(host_bytes, baseline + staging, slot_bytes)
         except ConfigError:
@@ -354,7 +380,7 @@ class SessionMemory:
         if self.store is None:
             return record
         self._place_sink(chunk, record)
-        desired = self.retriever.select(chunk, self.candidates(chunk), self.k)
+        desired = self.retriever.select(chunk, self.candidates(chunk), self.k, preferred=self._at_hand())
         if self.quota is not None and self.quota.dropped and self.k:
             first = self.retriever.select(chunk, self._all_candidates(chunk), 1)
             self.quota.note_retrieval(first[0] if first else None)
@@ -393,12 +419,40 @@ class SessionMemory:
         if self._late_wait:
             record["stall_ms"] += (self.clock() - t0) * 1e3
         self._wait_staged = False
-        self._apply(self.slots.plan(desired, set(staged.hits)), staged.kv, record, chunk)
-        nxt = self.retriever.predict_select(chunk + 1, self.candidates(chunk + 1), self.k)
-        to_stage = [c for c in nxt if c not in self.slots.resident()]
+        sources = {**self._cache, **staged.kv}
+        plan = self.slots.plan(desired, set(sources))
+        self._apply(plan, sources, record, chunk)
+        record["cache_hits"] = sum(1 for _, c in plan.fills if c in self._cache and c not in staged.kv)
+        self._remember(staged.kv, [c for _, c in plan.fills] + plan.resident)
+        later = self.candidates(chunk + 1)
+        still = set(later)
+        late = [c for c in plan.missing if c in still]       # a late prefetch is taken next chunk
+        at_hand = set(self.slots.resident()) | set(self._cache)
+        nxt = self.retriever.predict_staging(chunk + 1, later, self.k, self.staging.stage_slots + len(at_hand),
+                                             preferred=at_hand, carried=late)
+        to_stage = [c for c in nxt if c not in at_hand][:self.staging.stage_slots]
         self.store.stage(to_stage)
         record["staged"] = to_stage
         self._staged = to_stage
+
+    def _at_hand(self) -> set[int]:
+        """Chunks selection may favour: in a slot, staged for this chunk, or in the device cache."""
+        return set(self.slots.resident()) | set(self._staged) | set(self._cache)
+
+    def _remember(self, loaded: dict, used: list[int]) -> None:
+        """Keep the chunks just taken from the store in the device cache (copies: the staging bank is
+        overwritten by the next stage) and mark those used now as the newest; the oldest go first."""
+        if self.staging.cache_chunks <= 0:
+            return
+        for c, kv in loaded.items():
+            if c not in self._cache:
+                self._cache[c] = [(k.clone(), v.clone()) for k, v in kv]
+            self._cache.move_to_end(c)
+        for c in used:
+            if c in self._cache:
+                self._cache.move_to_end(c)
+        while len(self._cache) > self.staging.cache_chunks:
+            self._cache.popitem(last=False)
 
     def _prepare_on_demand(self, chunk: int, desired: list[int], record: dict) -> None:
         missing = [c for c in desired if c not in self.slots.resident()]
@@ -483,6 +537,8 @@ class SessionMemory:
         pinned = set(self.slots.resident()) | set(self._staged) | set(range(max(newest_candidate, 0), chunk + 1))
         drops = self.quota.enforce(chunk, pinned)
         if drops:
+            for c in drops:               # a hole is never a candidate: its cached copy is of no use
+                self._cache.pop(c, None)
             self.store.drop(drops, chunk)
             if not self._hold_drops:
                 self.store.release()

@@ -53,7 +53,7 @@ from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
 from engine.kv_format import ChunkFormat
 from engine.layout import KVLayout, VideoGrid
-from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS
+from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, Staging, staging_of
 from engine.memory.quota import QuotaPlan, check_quota, format_tag, parse_spill_max
 from engine.memory.room import tier_room
 from engine.output_files import check_output_file, refuse_in_use
@@ -224,9 +224,17 @@ def context_chunks(cfg: SessionConfig, layout: KVLayout) -> float:
     return memory + layout.window_frames / layout.frames_per_chunk + 1 + unrotated
 
 
-def staging_chunks(cfg: SessionConfig) -> int:
-    """Chunks of device staging slots a tiered store allocates (``KVStore`` banks)."""
-    return max(cfg.memory.retrieve_k, 1) if cfg.memory.store in TIERED_STORES else 0
+def session_staging(cfg: SessionConfig, layout: KVLayout) -> Staging:
+    """The staging slots (the k of the set and the hedges') and the device cache of a session."""
+    mem = cfg.memory
+    return staging_of(mem.retrieve_k, mem.hedge_slots, mem.device_cache, layout.bytes_per_chunk(2),
+                      prefetching=mem.store in ("prefetch", "dram-only"))
+
+
+def staging_chunks(cfg: SessionConfig, layout: KVLayout) -> int:
+    """Chunks a tiered store keeps on the device beside the context: its staging slots (``KVStore``
+    banks) and the session's device cache."""
+    return session_staging(cfg, layout).chunks if cfg.memory.store in TIERED_STORES else 0
 
 
 def pool_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> int:
@@ -242,7 +250,7 @@ def estimate_memory(cfg: SessionConfig, grid: VideoGrid, layout: KVLayout, dtype
                     dtype_name: str) -> MemoryEstimate:
     frames = grid.frames_total(cfg.chunks)
     chunk = layout.bytes_per_chunk(dtype_bytes)
-    ctx, staging = context_chunks(cfg, layout), staging_chunks(cfg)
+    ctx, staging = context_chunks(cfg, layout), staging_chunks(cfg, layout)
     return MemoryEstimate(trajectory=frames * TRAJECTORY_BYTES_PER_FRAME, context=math.ceil(ctx * chunk),
                           staging=staging * chunk, pool=pool_bytes(cfg, layout, dtype_name), frames=frames,
                           chunk_bytes=chunk, context_chunks=ctx, staging_chunks=staging)

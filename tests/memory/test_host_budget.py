@@ -35,7 +35,7 @@ def test_every_chunk_rss_stays_under_host_mem(tmp_path):
                                         "memory": {"host_mem_gib": HOST_MEM_GIB, "kv_bits": 16}})
     layout = model_kv_layout(cfg)
     slot = ChunkFormat.from_layout(layout, bits=16, raw_dtype="float32").slot_bytes
-    staging = staging_chunks(cfg) * layout.bytes_per_chunk(4)
+    staging = staging_chunks(cfg, layout) * layout.bytes_per_chunk(4)
     budget = int(HOST_MEM_GIB * GiB)
     # the pool is what the budget leaves after the measured baseline, the staging slots and the margin
     # (fewer slots than chunks: the budget, not the length, sized it) ...

@@ -63,16 +63,22 @@ class ScriptedRetriever:
             f"script error: {kind} for chunk {chunk} = {ids}, candidates {candidates}, k {k}")
         return ids
 
-    def select(self, chunk: int, candidates: list[int], k: int) -> list[int]:
+    def select(self, chunk: int, candidates: list[int], k: int, preferred=()) -> list[int]:
         return self._scripted("select", self.real, chunk, candidates, k)
 
-    def predict_select(self, chunk: int, candidates: list[int], k: int) -> list[int]:
+    def predict_select(self, chunk: int, candidates: list[int], k: int, preferred=()) -> list[int]:
         return self._scripted("predict", self.predicted, chunk, candidates, k)
 
+    def predict_staging(self, chunk: int, candidates: list[int], k: int, slots: int, preferred=(),
+                        carried=()) -> list[int]:
+        return list(dict.fromkeys([*self.predict_select(chunk, candidates, k), *carried]))[:slots]
 
-def make_memory(store: str, retriever, tmp_path=None, *, pool_slots: int = 16,
-                spill: bool = False) -> tuple[SessionMemory, AttentionContext]:
-    memory = {"store": store, "kv_bits": 16, "retrieve_k": K, "pool_slots": pool_slots}
+
+def make_memory(store: str, retriever, tmp_path=None, *, pool_slots: int = 16, spill: bool = False,
+                device_cache: int = 0) -> tuple[SessionMemory, AttentionContext]:
+    """(The scripted counts below are of the k slots alone: no hedge slots, no device cache unless asked.)"""
+    memory = {"store": store, "kv_bits": 16, "retrieve_k": K, "pool_slots": pool_slots, "hedge_slots": 0,
+              "device_cache": device_cache}
     if spill:
         memory["spill"] = str(tmp_path / "spill")
     cfg = resolve_session_config(None, {"model": "micro", "device": "cpu", "memory": memory})
@@ -159,7 +165,7 @@ PREFETCH_EXPECTED = {
     6: (2, 0, 0, [5, 0], [4, 3]),      # both staged right
     7: (2, 0, 0, [2], [5, 3]),         # 3 resident, 5 staged; staged 0 not wanted: no effect
     8: (0, 2, 2, [6, 1], [5, 3]),      # staged 2, wanted 6 and 1: two misses, both slots stale
-    9: (1, 1, 1, [8], [5, 6]),         # staged 6 and 1, wanted 6 and 7: half right
+    9: (1, 1, 1, [8, 7], [5, 6]),      # staged 6 and 1, wanted 6 and 7: half right; 7 is carried to 10
     10: (1, 0, 0, [], [8, 6]),         # 8 replaces 5; 6 is kept but nothing missed: not stale
 }
 
@@ -190,6 +196,48 @@ def test_prefetch_counts_slots_and_attended_bytes_are_exact():
         assert mem.store.errors() == []
     finally:
         mem.close()
+
+
+def run_scripted(mem: SessionMemory, ctx: AttentionContext, chunks: int) -> list[dict]:
+    records = []
+    for chunk in range(chunks):
+        settle(mem)
+        records.append(mem.prepare(chunk))
+        denoise_and_store(mem, ctx, chunk)
+    return records
+
+
+def test_a_missed_chunk_is_staged_for_the_next_chunk_and_taken_there():
+    """A late (or mispredicted) chunk still wanted is carried into the next staged set, not lost."""
+    real, predicted = {2: [0], 3: [1], 4: [1]}, {2: [0], 3: [0], 4: [0]}
+    mem, ctx = make_memory("prefetch", ScriptedRetriever(real, predicted))
+    try:
+        records = run_scripted(mem, ctx, 5)
+        assert (records[3]["misses"], records[3]["staged"]) == (1, [1])   # 1 missed at 3, staged for 4
+        assert (records[4]["hits"], records[4]["misses"]) == (1, 0) and 1 in mem.slots.resident()
+        assert_attends(ctx, [c for c in mem.slots.chunk_in if c is not None])
+    finally:
+        mem.close()
+
+
+def test_the_device_cache_serves_a_view_that_left_the_slots():
+    """Chunk 0 left the slots at chunk 5; at 6 it is wanted again and nobody predicted it: the device
+    cache has it (a hit, counted as a cache hit), the same bytes as the store's."""
+    real = {2: [0], 3: [1, 0], 4: [2, 1], 5: [3, 2], 6: [0]}
+    predicted = {**real, 6: []}
+    outcomes = {}
+    for cache in (0, 4):
+        mem, ctx = make_memory("prefetch", ScriptedRetriever(real, predicted), device_cache=cache)
+        try:
+            records = run_scripted(mem, ctx, 7)
+            outcomes[cache] = (records[6]["hits"], records[6]["misses"], records[6].get("cache_hits", 0))
+            if cache:
+                slot = mem.slots.chunk_in.index(0)
+                assert_slot_holds(ctx, slot, 0)
+                assert mem.state_facts()["cache"][-1] == 0          # the newest use last
+        finally:
+            mem.close()
+    assert outcomes == {0: (0, 1, 0), 4: (1, 0, 1)}
 
 
 # ---- on-demand, sync, device-only ---------------------------------------------------------------
