@@ -63,32 +63,32 @@ def pixel_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch
     return f + r * u[None, :, None] + up * v[:, None, None]
 
 
-def _eye(cam: torch.Tensor) -> torch.Tensor:
-    """Eye positions ``[..., 3]`` (x, 0, z) of cameras ``[..., 4]``: every eye is at the same height."""
-    cam = cam.float()
-    return torch.stack([cam[..., 0], torch.zeros_like(cam[..., 0]), cam[..., 1]], -1)
-
-
 def _project(depth: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float):
     """Every source pixel in every target: pixel position ``[B, F, S, H, W, 2]`` (column, row; pixel
-    centres at integers), target z-depth, whether it is in front, and the point's offsets from both eyes."""
+    centres at integers), target z-depth, whether it is in front, and the point's offsets from the
+    target's eye and from the source's (``(x, y, z)`` components, each broadcasting to ``[B, F, S, H, W]``).
+    Componentwise, each dot product summed x, y, z in that order: a right vector's y is 0 and every
+    eye's height is the same, so those terms are left out (they add zeros)."""
     h, w = depth.shape[-2:]
     tan_h = math.tan(math.radians(hfov) / 2)
     tan_v = tan_h * h / w
     rays = pixel_rays(src_cam, h, w, hfov)[:, None]                                          # [B, 1, S, H, W, 3]
     d = depth.float()[:, None, ..., None]                                                     # [B, 1, S, H, W, 1]
     finite = torch.isfinite(d)
-    from_src = torch.where(finite, d * rays, rays)                                            # sky: a direction
-    offset = (_eye(src_cam)[:, None, :] - _eye(dst_cam)[:, :, None])[..., None, None, :]      # [B, F, S, 1, 1, 3]
-    q = torch.where(finite, offset + from_src, from_src)                                      # [B, F, S, H, W, 3]
-    f, r, up = (x[:, :, None, None, None, :] for x in _basis(dst_cam.float()))                # [B, F, 1, 1, 1, 3]
-    zt = (q * f).sum(-1)
-    front = torch.where(finite[..., 0], zt > NEAR, zt > 1e-6)
+    from_src = torch.where(finite, d * rays, rays).unbind(-1)                                 # sky: a direction
+    finite = finite[..., 0]
+    src, dst = src_cam.float()[:, None, :, None, None], dst_cam.float()[:, :, None, None, None]
+    q = (torch.where(finite, (src[..., 0] - dst[..., 0]) + from_src[0], from_src[0]),        # [B, F, S, H, W]
+         from_src[1],
+         torch.where(finite, (src[..., 1] - dst[..., 1]) + from_src[2], from_src[2]))
+    f, r, up = (x[:, :, None, None, None, :].unbind(-1) for x in _basis(dst_cam.float()))   # [B, F, 1, 1, 1]
+    zt = q[0] * f[0] + q[1] * f[1] + q[2] * f[2]
+    front = torch.where(finite, zt > NEAR, zt > 1e-6)
     safe = zt.clamp_min(1e-6)
-    col = ((q * r).sum(-1) / safe / tan_h + 1) * w / 2 - 0.5
-    row = (1 - (q * up).sum(-1) / safe / tan_v) * h / 2 - 0.5
+    col = ((q[0] * r[0] + q[2] * r[2]) / safe / tan_h + 1) * w / 2 - 0.5
+    row = (1 - (q[0] * up[0] + q[1] * up[1] + q[2] * up[2]) / safe / tan_v) * h / 2 - 0.5
     pos = torch.stack([col, row], -1)
-    return pos, torch.where(finite[..., 0], zt, torch.full_like(zt, float("inf"))), front, q, from_src
+    return pos, torch.where(finite, zt, torch.full_like(zt, float("inf"))), front, q, from_src
 
 
 def _neighbour_step(pos: torch.Tensor, ok: torch.Tensor, axis: int) -> torch.Tensor:
@@ -97,14 +97,13 @@ def _neighbour_step(pos: torch.Tensor, ok: torch.Tensor, axis: int) -> torch.Ten
     where neither neighbour is usable."""
     p = pos.masked_fill(~ok[..., None], float("nan"))
     dim = axis - 1                                                                            # pos has a trailing 2
-    n = p.shape[dim]
-    ahead = torch.cat([p.narrow(dim, 1, n - 1) - p.narrow(dim, 0, n - 1),
-                       torch.full_like(p.narrow(dim, 0, 1), float("nan"))], dim)
-    behind = torch.cat([torch.full_like(p.narrow(dim, 0, 1), float("nan")),
-                        p.narrow(dim, 1, n - 1) - p.narrow(dim, 0, n - 1)], dim)
-    la, lb = (x.norm(dim=-1).nan_to_num(float("inf")) for x in (ahead, behind))
-    step = torch.where((la <= lb)[..., None], ahead, behind)
-    return step.nan_to_num(0.0)
+    step = p.diff(dim=dim)                                                                    # [..., n - 1, .., 2]
+    length = step.norm(dim=-1).nan_to_num(float("inf"))
+    none = torch.full_like(p.narrow(dim, 0, 1), float("nan"))
+    ahead, behind = torch.cat([step, none], dim), torch.cat([none, step], dim)
+    inf = torch.full_like(length.narrow(dim + 1, 0, 1), float("inf"))
+    la, lb = torch.cat([length, inf], dim + 1), torch.cat([inf, length], dim + 1)
+    return torch.where((la <= lb)[..., None], ahead, behind).nan_to_num(0.0)
 
 
 def _footprint(pos: torch.Tensor, ok: torch.Tensor, spread: int):
@@ -118,38 +117,53 @@ def _footprint(pos: torch.Tensor, ok: torch.Tensor, spread: int):
     return half, torch.where(known, area, torch.ones_like(area))
 
 
+def _reaching(pos: torch.Tensor, ok: torch.Tensor, spread: int, h: int, w: int) -> torch.Tensor:
+    """Flat indices (ascending) of the usable source pixels whose nearest target pixel lies within
+    ``spread`` of the view: only these can write any target pixel."""
+    col, row = pos[..., 0].round(), pos[..., 1].round()
+    reach = ok & (col >= -spread) & (col <= w - 1 + spread) & (row >= -spread) & (row <= h - 1 + spread)
+    return reach.view(-1).nonzero().squeeze(1)
+
+
+def _axis_keep(p: torch.Tensor, half: torch.Tensor, spread: int, size: int):
+    """Along one target axis, per offset ``-spread..spread`` of the nearest pixel and per source pixel
+    ``[K, M]``: the target coordinate, its distance from the projection and whether the footprint covers
+    it inside the view."""
+    offsets = torch.arange(-spread, spread + 1, device=p.device, dtype=p.dtype)[:, None]   # [K, 1]
+    t = p.round()[None] + offsets
+    gap = (t - p[None]).abs()
+    return t, gap, (gap <= half[None]) & (t >= 0) & (t < size)
+
+
+def _candidates(pos, half, zt, idx, spread: int, h: int, w: int):
+    """Every (source pixel, target pixel) splat of the source pixels ``idx`` (flat over ``[B, F, S, H, W]``):
+    flat target index, target depth, squared distance of the projection from the pixel's centre and the
+    source element (flat, as ``idx``). Ordered by offset (row, then column) and then source element."""
+    p, hf = pos.view(-1, 2)[idx], half.view(-1, 2)[idx]                                        # [M, 2]
+    tc, gc, kc = _axis_keep(p[:, 0], hf[:, 0], spread, w)                                      # [K, M]
+    tr, gr, kr = _axis_keep(p[:, 1], hf[:, 1], spread, h)
+    dy, dx, m = (kr[:, None] & kc[None]).nonzero(as_tuple=True)                                # [n] each
+    element = idx[m]
+    image = element // (h * w) * (h * w)
+    target = image + tr[dy, m].long() * w + tc[dx, m].long()
+    centre = gc[dx, m] ** 2 + gr[dy, m] ** 2
+    return target, zt.view(-1)[element], centre, element
+
+
 def _zbuffer(target: torch.Tensor, z: torch.Tensor, centre: torch.Tensor, size: int) -> torch.Tensor:
-    """The winning candidate per target pixel (``len(target)`` where none): nearest surface, then (among
-    candidates within ``Z_TOLERANCE`` of it) the one nearest the pixel's centre, then the first."""
-    n = len(target)
+    """The winning candidate per target pixel ``[size]`` (-1 where none): nearest surface, then (among
+    candidates within ``Z_TOLERANCE`` of it) the one nearest the pixel's centre, then the first. The last
+    two in one scatter: ``centre`` (non-negative float32, whose bits order as its values) and the
+    candidate's index packed into one int64 key."""
     zbuf = torch.full((size,), float("inf"), device=z.device).scatter_reduce(0, target, z, "amin")
     nearest = zbuf[target]
     front = (z <= nearest * (1 + Z_TOLERANCE)) | torch.isinf(nearest)
-    dist = centre.masked_fill(~front, float("inf"))
-    best = torch.full((size,), float("inf"), device=z.device).scatter_reduce(0, target, dist, "amin")
-    win = front & (dist == best[target])
-    ids = torch.arange(n, device=z.device)
-    return torch.full((size,), n, device=z.device).scatter_reduce(0, target[win], ids[win], "amin")
-
-
-def _candidates(pos, half, ok, zt, spread: int, shape):
-    """Every (source pixel, target pixel) splat: flat target index over all pairs, target depth, squared
-    distance of the projection from the pixel's centre, and the source pixel (flat ``H * W`` index)."""
-    b, f, s, h, w = shape
-    base = pos.round()
-    image = torch.arange(b * f * s, device=pos.device).view(b, f, s, 1, 1) * (h * w)        # [B, F, S, 1, 1]
-    src_index = torch.arange(h * w, device=pos.device).view(1, 1, 1, h, w)
-    out = []
-    for dy in range(-spread, spread + 1):
-        for dx in range(-spread, spread + 1):
-            tc, tr = base[..., 0] + dx, base[..., 1] + dy
-            gap_c, gap_r = (tc - pos[..., 0]).abs(), (tr - pos[..., 1]).abs()
-            keep = ok & (gap_c <= half[..., 0]) & (gap_r <= half[..., 1])
-            keep &= (tc >= 0) & (tc < w) & (tr >= 0) & (tr < h)
-            target = image + tr.clamp(0, h - 1).long() * w + tc.clamp(0, w - 1).long()
-            out.append((target[keep], zt[keep], (gap_c ** 2 + gap_r ** 2)[keep],
-                        src_index.expand_as(keep)[keep]))
-    return (torch.cat(x) for x in zip(*out))
+    none = torch.iinfo(torch.int64).max
+    assert len(target) < 1 << 32, "candidate index must fit the key's low 32 bits"
+    key = (centre.view(torch.int32).long() << 32) | torch.arange(len(target), device=z.device)
+    key = key.masked_fill(~front, none)
+    best = torch.full((size,), none, device=z.device).scatter_reduce(0, target, key, "amin")
+    return torch.where(best == none, -1, best & 0xFFFFFFFF)
 
 
 def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor,
@@ -163,36 +177,44 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
     pos, zt, front, q, from_src = _project(depth, src_cam, dst_cam, hfov)                    # [B, F, S, H, W, ..]
     ok = front & torch.isfinite(pos).all(-1)
     half, area = _footprint(pos, ok, spread)
-    pos = pos.masked_fill(~ok[..., None], 0.0)
-    target, z, centre, source = _candidates(pos, half, ok, zt, spread, shape)
+    idx = _reaching(pos, ok, spread, h, w)                                                    # [M]
+    target, z, centre, element = _candidates(pos, half, zt, idx, spread, h, w)
     win = _zbuffer(target, z, centre, b * f * s * h * w)                                     # [B*F*S*H*W]
-    valid = win < len(target)
-    src_pix = torch.zeros_like(win)
-    src_pix[valid] = source[win[valid]]
-    # the measures of every (pair, source pixel), looked up at each target pixel's winner
-    at = torch.arange(b * f * s * h * w, device=frames.device) // (h * w) * (h * w) + src_pix
-    finite = torch.isfinite(depth.float())[:, None].expand(shape)
-    inf = torch.full(shape, float("inf"), device=frames.device)
-    cos = (q * from_src).sum(-1) / (q.norm(dim=-1) * from_src.norm(dim=-1)).clamp_min(1e-12)
-
-    def pick(x: torch.Tensor) -> torch.Tensor:
-        x = x.expand(shape).reshape(-1)[at]
-        return torch.where(valid, x, float("inf")).view(shape)
-    return Warped(_colours(frames, valid, src_pix, shape), valid.view(shape), pick(zt),
-                  pick(torch.where(finite, from_src.norm(dim=-1), inf)),
-                  pick(torch.where(finite, q.norm(dim=-1), inf)),
-                  pick(torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf))), pick(area))
+    hit = (win >= 0).nonzero().squeeze(1)                                                     # target pixels
+    at = element[win[hit]]                                    # the (pair, source pixel) each one shows
+    pair, pix = at // (h * w), at % (h * w)
+    src_at = (pair // (f * s) * s + pair % s) * (h * w) + pix                                # flat (b, s, pixel)
+    measures = _measures(zt, q, from_src, area, depth, at, src_at, hit, shape)
+    return Warped(_colours(frames, hit, src_at, shape), (win >= 0).view(shape), *measures)
 
 
-def _colours(frames: torch.Tensor, valid: torch.Tensor, src_pix: torch.Tensor, shape) -> torch.Tensor:
-    """The winning source pixels' colours ``[B, F, S, C, H, W]`` (0 where not valid)."""
+def _measures(zt, q, from_src, area, depth, at, src_at, hit, shape):
+    """Target depth, source and target distance, angle and footprint ``[B, F, S, H, W]`` at the target
+    pixels ``hit`` (inf where none; the angle 0 for sky) of the elements that won them: ``at`` flat over
+    ``[B, F, S, H, W]``, ``src_at`` over the sources ``[B, S, H, W]``."""
+    dense = torch.broadcast_shapes(*(x.shape for x in q))
+    q = torch.stack([x.expand(dense).reshape(-1)[at] if x.shape == dense else x.reshape(-1)[src_at]
+                     for x in q], -1)                                                         # [V, 3]
+    from_src = torch.stack([x.reshape(-1)[src_at] for x in from_src], -1)
+    finite = torch.isfinite(depth.float()).view(-1)[src_at]
+    qn, sn = q.norm(dim=-1), from_src.norm(dim=-1)
+    cos = (q * from_src).sum(-1) / (qn * sn).clamp_min(1e-12)
+    inf = torch.full_like(qn, float("inf"))
+    values = (zt.view(-1)[at], torch.where(finite, sn, inf), torch.where(finite, qn, inf),
+              torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf)), area.view(-1)[at])
+    out = torch.full((len(values), math.prod(shape)), float("inf"), device=zt.device)
+    out[:, hit] = torch.stack(values)
+    return tuple(out.view(len(values), *shape))
+
+
+def _colours(frames: torch.Tensor, hit: torch.Tensor, src_at: torch.Tensor, shape) -> torch.Tensor:
+    """The winning source pixels' colours ``[B, F, S, C, H, W]`` (0 where not valid) at the target pixels
+    ``hit`` from the source pixels ``src_at`` (flat over ``[B, S, H, W]``)."""
     b, f, s, h, w = shape
     c = frames.shape[2]
-    pair = torch.arange(b * f * s * h * w, device=frames.device) // (h * w)                 # flat (b, f, s)
-    src_img = pair // (f * s) * s + pair % s                                                 # flat (b, s)
-    colours = frames.reshape(b * s, c, h * w)[src_img, :, src_pix]                          # [N, C]
-    colours = torch.where(valid[:, None], colours, torch.zeros_like(colours))
-    return colours.view(b, f, s, h, w, c).permute(0, 1, 2, 5, 3, 4)
+    out = torch.zeros(b * f * s, c, h * w, dtype=frames.dtype, device=frames.device)
+    out[hit // (h * w), :, hit % (h * w)] = frames.reshape(b * s, c, h * w)[src_at // (h * w), :, src_at % (h * w)]
+    return out.view(b, f, s, c, h, w)
 
 
 def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
