@@ -91,63 +91,70 @@ def _project(depth: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, 
     return pos, torch.where(finite, zt, torch.full_like(zt, float("inf"))), front, q, from_src
 
 
-def _neighbour_step(pos: torch.Tensor, ok: torch.Tensor, axis: int) -> torch.Tensor:
+def _neighbour_step(p: torch.Tensor, axis: int) -> torch.Tensor:
     """Per source pixel, the target-space step ``[..., H, W, 2]`` to its neighbour along source ``axis``
-    (-2 rows, -1 columns): the shorter of the two sides (a depth edge on one side does not count), zero
-    where neither neighbour is usable."""
-    p = pos.masked_fill(~ok[..., None], float("nan"))
-    dim = axis - 1                                                                            # pos has a trailing 2
+    (-2 rows, -1 columns) of the positions ``p`` (NaN where not usable): the shorter of the two sides (a
+    depth edge on one side does not count; the one ahead where equal), zero where neither neighbour is
+    usable."""
+    dim = axis - 1                                                                            # p has a trailing 2
+    n = p.shape[dim]
     step = p.diff(dim=dim)                                                                    # [..., n - 1, .., 2]
     length = step.norm(dim=-1).nan_to_num(float("inf"))
-    none = torch.full_like(p.narrow(dim, 0, 1), float("nan"))
-    ahead, behind = torch.cat([step, none], dim), torch.cat([none, step], dim)
-    inf = torch.full_like(length.narrow(dim + 1, 0, 1), float("inf"))
-    la, lb = torch.cat([length, inf], dim + 1), torch.cat([inf, length], dim + 1)
-    return torch.where((la <= lb)[..., None], ahead, behind).nan_to_num(0.0)
+    step = step.nan_to_num(0.0)
+    out = torch.empty_like(p)
+    out.narrow(dim, 0, 1).copy_(step.narrow(dim, 0, 1))                                      # only one side
+    out.narrow(dim, n - 1, 1).copy_(step.narrow(dim, n - 2, 1))
+    ahead = length.narrow(dim + 1, 1, n - 2) <= length.narrow(dim + 1, 0, n - 2)
+    torch.where(ahead[..., None], step.narrow(dim, 1, n - 2), step.narrow(dim, 0, n - 2),
+                out=out.narrow(dim, 1, n - 2))
+    return out
 
 
-def _footprint(pos: torch.Tensor, ok: torch.Tensor, spread: int):
-    """Half extents ``[..., H, W, 2]`` of each source pixel's footprint in the target (at least half a
-    pixel, at most ``spread`` + 0.5) and its area in target pixels (1 where unknown)."""
-    sx, sy = _neighbour_step(pos, ok, -1), _neighbour_step(pos, ok, -2)
-    half = 0.5 * (sx.abs() + sy.abs())
-    half = half.clamp(0.5, spread + 0.5)
-    area = (sx[..., 0] * sy[..., 1] - sx[..., 1] * sy[..., 0]).abs()
-    known = (sx.abs().sum(-1) > 0) & (sy.abs().sum(-1) > 0)
+def _footprint(p: torch.Tensor, idx: torch.Tensor, spread: int):
+    """Half extents ``[M, 2]`` of the footprints in the target of the source pixels ``idx`` (flat; ``p``:
+    their positions, NaN where not usable) (at least half a pixel, at most ``spread`` + 0.5) and their
+    areas ``[M]`` in target pixels (1 where unknown)."""
+    sx, sy = (_neighbour_step(p, axis).view(-1, 2)[idx] for axis in (-1, -2))
+    half = (0.5 * (sx.abs() + sy.abs())).clamp(0.5, spread + 0.5)
+    area = (sx[:, 0] * sy[:, 1] - sx[:, 1] * sy[:, 0]).abs()
+    known = (sx != 0).any(-1) & (sy != 0).any(-1)
     return half, torch.where(known, area, torch.ones_like(area))
 
 
-def _reaching(pos: torch.Tensor, ok: torch.Tensor, spread: int, h: int, w: int) -> torch.Tensor:
-    """Flat indices (ascending) of the usable source pixels whose nearest target pixel lies within
-    ``spread`` of the view: only these can write any target pixel."""
-    col, row = pos[..., 0].round(), pos[..., 1].round()
-    reach = ok & (col >= -spread) & (col <= w - 1 + spread) & (row >= -spread) & (row <= h - 1 + spread)
+def _reaching(p: torch.Tensor, spread: int, h: int, w: int) -> torch.Tensor:
+    """Flat indices (ascending) of the source pixels (positions ``p``, NaN where not usable) whose nearest
+    target pixel lies within ``spread`` of the view: only these can write any target pixel."""
+    col, row = p[..., 0].round(), p[..., 1].round()
+    reach = (col >= -spread) & (col <= w - 1 + spread) & (row >= -spread) & (row <= h - 1 + spread)
     return reach.view(-1).nonzero().squeeze(1)
 
 
 def _axis_keep(p: torch.Tensor, half: torch.Tensor, spread: int, size: int):
     """Along one target axis, per offset ``-spread..spread`` of the nearest pixel and per source pixel
-    ``[K, M]``: the target coordinate, its distance from the projection and whether the footprint covers
-    it inside the view."""
+    ``[K, M]``: the target coordinate (long), the squared distance of the projection from it and whether
+    the footprint covers it inside the view."""
     offsets = torch.arange(-spread, spread + 1, device=p.device, dtype=p.dtype)[:, None]   # [K, 1]
     t = p.round()[None] + offsets
     gap = (t - p[None]).abs()
-    return t, gap, (gap <= half[None]) & (t >= 0) & (t < size)
+    return t.long(), gap ** 2, (gap <= half[None]) & (t >= 0) & (t < size)
 
 
-def _candidates(pos, half, zt, idx, spread: int, h: int, w: int):
-    """Every (source pixel, target pixel) splat of the source pixels ``idx`` (flat over ``[B, F, S, H, W]``):
-    flat target index, target depth, squared distance of the projection from the pixel's centre and the
-    source element (flat, as ``idx``). Ordered by offset (row, then column) and then source element."""
-    p, hf = pos.view(-1, 2)[idx], half.view(-1, 2)[idx]                                        # [M, 2]
-    tc, gc, kc = _axis_keep(p[:, 0], hf[:, 0], spread, w)                                      # [K, M]
-    tr, gr, kr = _axis_keep(p[:, 1], hf[:, 1], spread, h)
-    dy, dx, m = (kr[:, None] & kc[None]).nonzero(as_tuple=True)                                # [n] each
-    element = idx[m]
-    image = element // (h * w) * (h * w)
-    target = image + tr[dy, m].long() * w + tc[dx, m].long()
-    centre = gc[dx, m] ** 2 + gr[dy, m] ** 2
-    return target, zt.view(-1)[element], centre, element
+def _candidates(p: torch.Tensor, half: torch.Tensor, idx: torch.Tensor, spread: int, h: int, w: int):
+    """Every (source pixel, target pixel) splat of the source pixels ``idx`` (flat over ``[B, F, S, H, W]``;
+    positions ``p [M, 2]``, footprints' half extents ``half [M, 2]``): flat target index, squared distance
+    of the projection from the pixel's centre and which of ``idx`` it comes from. Ordered by offset (row,
+    then column) and then source pixel."""
+    k, m = 2 * spread + 1, len(idx)
+    tc, gc, kc = _axis_keep(p[:, 0], half[:, 0], spread, w)                                    # [K, M]
+    tr, gr, kr = _axis_keep(p[:, 1], half[:, 1], spread, h)
+    flat = (kr[:, None] & kc[None]).view(-1).nonzero().squeeze(1)                              # [n]: (dy, dx, m)
+    col = flat % (k * m)                                                                      # (dx, m)
+    source = col % m
+    row = flat // (k * m) * m + source                                                        # (dy, m)
+    image = idx // (h * w) * (h * w)
+    target = image[source] + tr.view(-1)[row] * w + tc.view(-1)[col]
+    centre = gc.view(-1)[col] + gr.view(-1)[row]
+    return target, centre, source
 
 
 def _zbuffer(target: torch.Tensor, z: torch.Tensor, centre: torch.Tensor, size: int) -> torch.Tensor:
@@ -176,35 +183,36 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
     shape = (b, f, s, h, w)
     pos, zt, front, q, from_src = _project(depth, src_cam, dst_cam, hfov)                    # [B, F, S, H, W, ..]
     ok = front & torch.isfinite(pos).all(-1)
-    half, area = _footprint(pos, ok, spread)
-    idx = _reaching(pos, ok, spread, h, w)                                                    # [M]
-    target, z, centre, element = _candidates(pos, half, zt, idx, spread, h, w)
-    win = _zbuffer(target, z, centre, b * f * s * h * w)                                     # [B*F*S*H*W]
+    pos = pos.masked_fill(~ok[..., None], float("nan"))
+    idx = _reaching(pos, spread, h, w)                                                        # [M]
+    half, area = _footprint(pos, idx, spread)                                                 # [M, ..]
+    target, centre, source = _candidates(pos.view(-1, 2)[idx], half, idx, spread, h, w)      # [candidates]
+    win = _zbuffer(target, zt.view(-1)[idx][source], centre, b * f * s * h * w)              # [B*F*S*H*W]
     hit = (win >= 0).nonzero().squeeze(1)                                                     # target pixels
-    at = element[win[hit]]                                    # the (pair, source pixel) each one shows
+    won = source[win[hit]]                                    # which of idx each one shows
+    at = idx[won]                                             # the (pair, source pixel) each one shows
     pair, pix = at // (h * w), at % (h * w)
     src_at = (pair // (f * s) * s + pair % s) * (h * w) + pix                                # flat (b, s, pixel)
-    measures = _measures(zt, q, from_src, area, depth, at, src_at, hit, shape)
+    measures = _measures(zt, q, from_src, area[won], depth, at, src_at, hit, shape)
     return Warped(_colours(frames, hit, src_at, shape), (win >= 0).view(shape), *measures)
 
 
 def _measures(zt, q, from_src, area, depth, at, src_at, hit, shape):
-    """Target depth, source and target distance, angle and footprint ``[B, F, S, H, W]`` at the target
-    pixels ``hit`` (inf where none; the angle 0 for sky) of the elements that won them: ``at`` flat over
-    ``[B, F, S, H, W]``, ``src_at`` over the sources ``[B, S, H, W]``."""
+    """Target depth, source and target distance, angle and footprint (``area`` of the winners)
+    ``[B, F, S, H, W]`` at the target pixels ``hit`` (inf where none; the angle 0 for sky) of the elements
+    that won them: ``at`` flat over ``[B, F, S, H, W]``, ``src_at`` over the sources ``[B, S, H, W]``."""
     dense = torch.broadcast_shapes(*(x.shape for x in q))
-    q = torch.stack([x.expand(dense).reshape(-1)[at] if x.shape == dense else x.reshape(-1)[src_at]
-                     for x in q], -1)                                                         # [V, 3]
+    q = torch.stack([x.reshape(-1)[at] if x.shape == dense else x.reshape(-1)[src_at] for x in q], -1)   # [V, 3]
     from_src = torch.stack([x.reshape(-1)[src_at] for x in from_src], -1)
     finite = torch.isfinite(depth.float()).view(-1)[src_at]
     qn, sn = q.norm(dim=-1), from_src.norm(dim=-1)
     cos = (q * from_src).sum(-1) / (qn * sn).clamp_min(1e-12)
     inf = torch.full_like(qn, float("inf"))
     values = (zt.view(-1)[at], torch.where(finite, sn, inf), torch.where(finite, qn, inf),
-              torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf)), area.view(-1)[at])
-    out = torch.full((len(values), math.prod(shape)), float("inf"), device=zt.device)
-    out[:, hit] = torch.stack(values)
-    return tuple(out.view(len(values), *shape))
+              torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf)), area)
+    size = math.prod(shape)
+    return tuple(torch.full((size,), float("inf"), device=zt.device).index_put_((hit,), x).view(shape)
+                 for x in values)
 
 
 def _colours(frames: torch.Tensor, hit: torch.Tensor, src_at: torch.Tensor, shape) -> torch.Tensor:
@@ -212,9 +220,9 @@ def _colours(frames: torch.Tensor, hit: torch.Tensor, src_at: torch.Tensor, shap
     ``hit`` from the source pixels ``src_at`` (flat over ``[B, S, H, W]``)."""
     b, f, s, h, w = shape
     c = frames.shape[2]
-    out = torch.zeros(b * f * s, c, h * w, dtype=frames.dtype, device=frames.device)
-    out[hit // (h * w), :, hit % (h * w)] = frames.reshape(b * s, c, h * w)[src_at // (h * w), :, src_at % (h * w)]
-    return out.view(b, f, s, c, h, w)
+    rows = frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c)[src_at]                  # [V, C]
+    out = torch.zeros(b * f * s * h * w, c, dtype=frames.dtype, device=frames.device).index_put_((hit,), rows)
+    return out.view(b, f, s, h, w, c).permute(0, 1, 2, 5, 3, 4)
 
 
 def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
