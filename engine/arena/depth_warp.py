@@ -23,15 +23,25 @@ source pixel reaches (disocclusions, the view beyond the source's) are holes: no
 
 ``warp`` gives one warped image per (target, source) pair with its validity, depth in the target and
 what ``engine.arena.source_rank`` ranks sources by; ``composite`` picks one source per pixel.
+
+**Cost.** Only the projection and the neighbour steps run over every (pair, source pixel); the rest runs
+on the source pixels whose nearest target pixel is within ``spread`` of the view (a source turned away
+from the target costs no more), their splats are listed in one pass over the offsets (the footprint
+test is separable: per axis, then crossed), the z-buffer's ties (nearest the centre, then the first) are
+one scatter of a packed key, and what wins is kept sparse: one entry per target pixel reached, the dense
+``[B, F, S, ...]`` views made only when asked for. The result is exactly the plain form's, one Python
+pass per offset over every pixel at full size (``tests/arena/splat_reference.py``, compared field by
+field in ``tests/arena/test_depth_warp.py``).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
-from engine.arena.source_rank import choose, quality_cost
+from engine.arena.source_rank import choose_among, quality_cost
 from engine.arena.warp import _basis
 
 NEAR = 0.05             # world units: target-space points nearer than this are dropped (behind the camera)
@@ -40,15 +50,58 @@ Z_TOLERANCE = 0.02      # relative: splats within this of a pixel's nearest dept
 
 @dataclass(frozen=True)
 class Warped:
-    """Sources warped into targets, per pair: ``[B, F, S, ...]`` (F targets, S sources)."""
+    """Sources warped into targets, per pair ``[B, F, S, ...]`` (F targets, S sources), kept sparse: the
+    target pixels some source pixel reached and, per such pixel, what the winning one brings. The dense
+    views (``frames``, ``valid``, ``depth``, ...) are made on first use."""
 
-    frames: torch.Tensor        # [B, F, S, 3, H, W] (the sources' dtype; 0 where not valid)
-    valid: torch.Tensor         # [B, F, S, H, W] bool
-    depth: torch.Tensor         # [B, F, S, H, W] z-depth in the target camera (inf: sky or not valid)
-    src_dist: torch.Tensor      # [B, F, S, H, W] source camera -> point, world units (inf: sky / not valid)
-    dst_dist: torch.Tensor      # [B, F, S, H, W] target camera -> point
-    angle: torch.Tensor         # [B, F, S, H, W] radians between the source's and the target's rays
-    footprint: torch.Tensor     # [B, F, S, H, W] target pixels one source pixel covers (area)
+    shape: tuple[int, int, int, int, int]   # (B, F, S, H, W)
+    hit: torch.Tensor           # [V] flat indices over [B, F, S, H, W] of the valid target pixels, ascending
+    colours: torch.Tensor       # [V, C] (the sources' dtype)
+    hit_depth: torch.Tensor     # [V] z-depth in the target camera (inf: sky)
+    hit_src_dist: torch.Tensor  # [V] source camera -> point, world units (inf: sky)
+    hit_dst_dist: torch.Tensor  # [V] target camera -> point
+    hit_angle: torch.Tensor     # [V] radians between the source's and the target's rays (0: sky)
+    hit_footprint: torch.Tensor  # [V] target pixels one source pixel covers (area)
+
+    def _dense(self, values: torch.Tensor, fill: float) -> torch.Tensor:
+        out = torch.full((math.prod(self.shape), *values.shape[1:]), fill, dtype=values.dtype,
+                         device=values.device)
+        return out.index_put_((self.hit,), values).view(*self.shape, *values.shape[1:])
+
+    @cached_property
+    def frames(self) -> torch.Tensor:
+        """``[B, F, S, C, H, W]``, 0 where not valid."""
+        return self._dense(self.colours, 0.0).permute(0, 1, 2, 5, 3, 4)
+
+    @cached_property
+    def valid(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` bool."""
+        return self._dense(torch.ones_like(self.hit, dtype=torch.bool), False)
+
+    @cached_property
+    def depth(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` z-depth in the target camera (inf: sky or not valid)."""
+        return self._dense(self.hit_depth, math.inf)
+
+    @cached_property
+    def src_dist(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` source camera -> point (inf: sky or not valid)."""
+        return self._dense(self.hit_src_dist, math.inf)
+
+    @cached_property
+    def dst_dist(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` target camera -> point (inf: sky or not valid)."""
+        return self._dense(self.hit_dst_dist, math.inf)
+
+    @cached_property
+    def angle(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` radians between the rays (inf: not valid)."""
+        return self._dense(self.hit_angle, math.inf)
+
+    @cached_property
+    def footprint(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` target pixels one source pixel covers (inf: not valid)."""
+        return self._dense(self.hit_footprint, math.inf)
 
 
 def pixel_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch.Tensor:
@@ -188,19 +241,19 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
     half, area = _footprint(pos, idx, spread)                                                 # [M, ..]
     target, centre, source = _candidates(pos.view(-1, 2)[idx], half, idx, spread, h, w)      # [candidates]
     win = _zbuffer(target, zt.view(-1)[idx][source], centre, b * f * s * h * w)              # [B*F*S*H*W]
-    hit = (win >= 0).nonzero().squeeze(1)                                                     # target pixels
+    hit = (win >= 0).nonzero().squeeze(1)                                                     # [V] target pixels
     won = source[win[hit]]                                    # which of idx each one shows
     at = idx[won]                                             # the (pair, source pixel) each one shows
     pair, pix = at // (h * w), at % (h * w)
     src_at = (pair // (f * s) * s + pair % s) * (h * w) + pix                                # flat (b, s, pixel)
-    measures = _measures(zt, q, from_src, area[won], depth, at, src_at, hit, shape)
-    return Warped(_colours(frames, hit, src_at, shape), (win >= 0).view(shape), *measures)
+    colours = frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c)[src_at]               # [V, C]
+    return Warped(shape, hit, colours, *_measures(zt, q, from_src, area[won], depth, at, src_at))
 
 
-def _measures(zt, q, from_src, area, depth, at, src_at, hit, shape):
-    """Target depth, source and target distance, angle and footprint (``area`` of the winners)
-    ``[B, F, S, H, W]`` at the target pixels ``hit`` (inf where none; the angle 0 for sky) of the elements
-    that won them: ``at`` flat over ``[B, F, S, H, W]``, ``src_at`` over the sources ``[B, S, H, W]``."""
+def _measures(zt, q, from_src, area, depth, at, src_at):
+    """Per winning element (``at`` flat over ``[B, F, S, H, W]``, ``src_at`` over the sources ``[B, S, H,
+    W]``): target depth, source and target distance (inf for sky), angle (0 for sky) and footprint
+    (``area``, the winners')."""
     dense = torch.broadcast_shapes(*(x.shape for x in q))
     q = torch.stack([x.reshape(-1)[at] if x.shape == dense else x.reshape(-1)[src_at] for x in q], -1)   # [V, 3]
     from_src = torch.stack([x.reshape(-1)[src_at] for x in from_src], -1)
@@ -208,31 +261,30 @@ def _measures(zt, q, from_src, area, depth, at, src_at, hit, shape):
     qn, sn = q.norm(dim=-1), from_src.norm(dim=-1)
     cos = (q * from_src).sum(-1) / (qn * sn).clamp_min(1e-12)
     inf = torch.full_like(qn, float("inf"))
-    values = (zt.view(-1)[at], torch.where(finite, sn, inf), torch.where(finite, qn, inf),
-              torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf)), area)
-    size = math.prod(shape)
-    return tuple(torch.full((size,), float("inf"), device=zt.device).index_put_((hit,), x).view(shape)
-                 for x in values)
-
-
-def _colours(frames: torch.Tensor, hit: torch.Tensor, src_at: torch.Tensor, shape) -> torch.Tensor:
-    """The winning source pixels' colours ``[B, F, S, C, H, W]`` (0 where not valid) at the target pixels
-    ``hit`` from the source pixels ``src_at`` (flat over ``[B, S, H, W]``)."""
-    b, f, s, h, w = shape
-    c = frames.shape[2]
-    rows = frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c)[src_at]                  # [V, C]
-    out = torch.zeros(b * f * s * h * w, c, dtype=frames.dtype, device=frames.device).index_put_((hit,), rows)
-    return out.view(b, f, s, h, w, c).permute(0, 1, 2, 5, 3, 4)
+    return (zt.view(-1)[at], torch.where(finite, sn, inf), torch.where(finite, qn, inf),
+            torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf)), area)
 
 
 def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
-    """One source per target pixel (``engine.arena.source_rank.choose``) for sources of ``kind [B, S]``
-    (``OBSERVED`` / ``GENERATED``) made at latent frame ``time [B, S]``: frames ``[B, F, 3, H, W]`` (0 in
-    holes), which pixels any source reaches ``[B, F, H, W]``, their depth (inf in holes) and the source
-    index picked ``[B, F, H, W]``."""
-    quality = quality_cost(warped.src_dist, warped.dst_dist, warped.angle, warped.footprint)
-    pick, hit = choose(warped.depth, warped.valid, kind[:, None, :, None, None], quality,
-                       time[:, None, :, None, None], dim=2)
-    frames = warped.frames.gather(2, pick[:, :, None, None].expand(-1, -1, 1, warped.frames.shape[3], -1, -1))
-    depth = warped.depth.gather(2, pick[:, :, None]).squeeze(2)
-    return frames.squeeze(2), hit, depth.masked_fill(~hit, float("inf")), pick
+    """One source per target pixel (``engine.arena.source_rank.choose_among``: as ``choose`` over the
+    sources) for sources of ``kind [B, S]`` (``OBSERVED`` / ``GENERATED``) made at latent frame ``time
+    [B, S]``: frames ``[B, F, 3, H, W]`` (0 in holes), which pixels any source reaches ``[B, F, H, W]``,
+    their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes)."""
+    b, f, s, h, w = warped.shape
+    pair, pix = warped.hit // (h * w), warped.hit % (h * w)
+    source = pair % s
+    cell = pair // s * (h * w) + pix                                                          # flat (b, f, pixel)
+    src = pair // (f * s) * s + source                                                        # flat (b, s)
+    quality = quality_cost(warped.hit_src_dist, warped.hit_dst_dist, warped.hit_angle, warped.hit_footprint)
+    win = choose_among(cell, warped.hit_depth, kind.reshape(-1)[src], quality, time.reshape(-1)[src],
+                       b * f * h * w)
+    cells = (win >= 0).nonzero().squeeze(1)
+    win = win[cells]
+    c = warped.colours.shape[1]
+    frames = torch.zeros(b * f * h * w, c, dtype=warped.colours.dtype, device=cells.device)
+    frames = frames.index_put_((cells,), warped.colours[win]).view(b, f, h, w, c).permute(0, 1, 4, 2, 3)
+    depth = torch.full((b * f * h * w,), math.inf, device=cells.device).index_put_((cells,), warped.hit_depth[win])
+    pick = torch.zeros(b * f * h * w, dtype=torch.long, device=cells.device).index_put_((cells,), source[win])
+    hit = torch.zeros(b * f * h * w, dtype=torch.bool, device=cells.device).index_put_(
+        (cells,), torch.ones_like(cells, dtype=torch.bool))
+    return frames, hit.view(b, f, h, w), depth.view(b, f, h, w), pick.view(b, f, h, w)

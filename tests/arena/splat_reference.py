@@ -1,20 +1,35 @@
 """The forward splat as ``engine.arena.depth_warp.warp`` first did it, kept verbatim as the reference.
 
 One Python pass per footprint offset, every (pair, source pixel) at full size, a z-buffer in three
-scatters. ``depth_warp.warp`` (compacted to the pixels that reach the view, one scatter for the z-buffer's
-ties) must give exactly what this gives: tests/arena/test_depth_warp.py's parity tests compare them.
+scatters, every field dense; the composite dense over the sources. ``depth_warp.warp`` and ``composite``
+(on the pixels that reach the view only, kept sparse) must give exactly what these give:
+tests/arena/test_depth_warp.py's parity tests compare them.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from engine.arena.depth_warp import Warped
+from engine.arena.source_rank import choose, quality_cost
 from engine.arena.warp import _basis
 
 NEAR = 0.05             # world units: target-space points nearer than this are dropped (behind the camera)
 Z_TOLERANCE = 0.02      # relative: splats within this of a pixel's nearest depth are the same surface
+
+
+@dataclass(frozen=True)
+class Warped:
+    """Sources warped into targets, per pair: ``[B, F, S, ...]`` (F targets, S sources)."""
+
+    frames: torch.Tensor        # [B, F, S, 3, H, W] (the sources' dtype; 0 where not valid)
+    valid: torch.Tensor         # [B, F, S, H, W] bool
+    depth: torch.Tensor         # [B, F, S, H, W] z-depth in the target camera (inf: sky or not valid)
+    src_dist: torch.Tensor      # [B, F, S, H, W] source camera -> point, world units (inf: sky / not valid)
+    dst_dist: torch.Tensor      # [B, F, S, H, W] target camera -> point
+    angle: torch.Tensor         # [B, F, S, H, W] radians between the source's and the target's rays
+    footprint: torch.Tensor     # [B, F, S, H, W] target pixels one source pixel covers (area)
 
 
 def pixel_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch.Tensor:
@@ -161,3 +176,13 @@ def _colours(frames: torch.Tensor, valid: torch.Tensor, src_pix: torch.Tensor, s
     return colours.view(b, f, s, h, w, c).permute(0, 1, 2, 5, 3, 4)
 
 
+
+
+def composite(warped, kind: torch.Tensor, time: torch.Tensor):
+    """One source per target pixel, dense over the sources (``engine.arena.source_rank.choose``)."""
+    quality = quality_cost(warped.src_dist, warped.dst_dist, warped.angle, warped.footprint)
+    pick, hit = choose(warped.depth, warped.valid, kind[:, None, :, None, None], quality,
+                       time[:, None, :, None, None], dim=2)
+    frames = warped.frames.gather(2, pick[:, :, None, None].expand(-1, -1, 1, warped.frames.shape[3], -1, -1))
+    depth = warped.depth.gather(2, pick[:, :, None]).squeeze(2)
+    return frames.squeeze(2), hit, depth.masked_fill(~hit, float("inf")), pick

@@ -6,8 +6,9 @@ with its true depth to another pose matches that pose's true frame on the pixels
 behind the camera or out of its view are dropped; the very same pose copies exactly; an observed
 source beats a generated one of the same place, the earlier of two equal sources wins, and a source
 whose point lies behind another's loses whatever it is. And ``render`` still draws the frames it drew.
-The warp gives exactly what its first, plain form (``splat_reference``) gave, field by field, on true
-frames with sky, on noisy depth, on sources that cannot reach the view and on ties.
+The warp and the composite give exactly what their first, plain forms (``splat_reference``) gave, field
+by field, on true frames with sky, on noisy depth, on sources that cannot reach the view and on ties;
+``choose_among`` (sparse) picks what ``choose`` (dense) picks.
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ import torch
 from engine.arena.config import ArenaModelConfig
 from engine.arena.depth_warp import composite, warp
 from engine.arena.render import depth, render
-from engine.arena.source_rank import GENERATED, OBSERVED, QUALITY_STEP, choose, quality_cost
+from engine.arena.source_rank import GENERATED, OBSERVED, QUALITY_STEP, choose, choose_among, quality_cost
 from engine.arena.world import Arena, ArenaConfig
+from splat_reference import composite as reference_composite
 from splat_reference import warp as reference_warp
 
 CFG = ArenaModelConfig()
@@ -254,6 +256,12 @@ def _assert_as_reference(frames, depths, src, dst, spread=1):
         assert a.shape == b.shape and a.dtype == b.dtype, name
         assert not (a.is_floating_point() and a.isnan().any()), name
         assert torch.equal(a, b), (name, (a != b).sum().item())
+    gen = torch.Generator().manual_seed(spread)
+    tied = torch.zeros(frames.shape[:2], dtype=torch.long)
+    mixed = (torch.randint(0, 2, frames.shape[:2], generator=gen), torch.randint(0, 3, frames.shape[:2], generator=gen))
+    for kind, time in ((tied, tied), mixed):                                        # one source per pixel
+        for a, b in zip(composite(got, kind, time), reference_composite(want, kind, time)):
+            assert a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
     return got
 
 
@@ -295,3 +303,22 @@ def test_ties_and_nothing_in_view_warp_exactly_as_the_reference():
     _assert_as_reference(frames, depths, _cams(pose, pose, pose), _cams(pose, (0.25, 0.05, 3.0, 1.0)))
     behind = _assert_as_reference(frames, depths, _cams(pose, pose, pose), _cams((0.2, 0.1, 180.0, 0.0)))
     assert not behind.valid.any()
+
+
+def test_choose_among_a_sparse_list_picks_what_choose_picks():
+    gen = torch.Generator().manual_seed(3)
+    s, n = 5, 400                                                                   # [S, 1, N]: sources, pixels
+    depth_ = torch.where(torch.rand(s, 1, n, generator=gen) < 0.2, math.inf,
+                         2.0 + torch.randint(0, 3, (s, 1, n), generator=gen) * 0.05)   # ties, near ties, sky
+    valid = torch.rand(s, 1, n, generator=gen) < 0.6
+    kind = torch.randint(0, 2, (s, 1, 1), generator=gen)
+    time = torch.randint(0, 2, (s, 1, 1), generator=gen)
+    quality = torch.randint(0, 3, (s, 1, n), generator=gen) * QUALITY_STEP
+    pick, hit = choose(depth_, valid, kind, quality, time, dim=0)
+    entry = valid.flatten().nonzero().squeeze(1)                                    # (source, pixel), sources first
+    entry = entry[torch.argsort(entry % n * s + entry // n)]                        # listed by pixel, then source
+    src, pixel = entry // n, entry % n
+    win = choose_among(pixel, depth_.flatten()[entry], kind.flatten()[src], quality.flatten()[entry],
+                       time.flatten()[src], n)
+    assert torch.equal(win >= 0, hit[0])
+    assert torch.equal(src[win[hit[0]]], pick[0][hit[0]])
