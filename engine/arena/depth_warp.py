@@ -116,32 +116,44 @@ def pixel_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch
     return f + r * u[None, :, None] + up * v[:, None, None]
 
 
-def _project(depth: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float):
-    """Every source pixel in every target: pixel position ``[B, F, S, H, W, 2]`` (column, row; pixel
-    centres at integers), target z-depth, whether it is in front, and the point's offsets from the
-    target's eye and from the source's (``(x, y, z)`` components, each broadcasting to ``[B, F, S, H, W]``).
+def _project(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float):
+    """Every source pixel (offsets ``from_src`` from its eye: ``(x, y, z)`` components ``[S, H, W]``, sky
+    a direction where not ``finite``) of cameras ``src_cam [S, 4]`` in one target camera ``dst_cam [4]``:
+    pixel position ``[S, H, W, 2]`` (column, row; pixel centres at integers; NaN where not usable: behind
+    the camera), target z-depth (inf: sky) and the point's offset from the target's eye (components).
     Componentwise, each dot product summed x, y, z in that order: a right vector's y is 0 and every
     eye's height is the same, so those terms are left out (they add zeros)."""
-    h, w = depth.shape[-2:]
+    h, w = finite.shape[-2:]
     tan_h = math.tan(math.radians(hfov) / 2)
     tan_v = tan_h * h / w
-    rays = pixel_rays(src_cam, h, w, hfov)[:, None]                                          # [B, 1, S, H, W, 3]
-    d = depth.float()[:, None, ..., None]                                                     # [B, 1, S, H, W, 1]
-    finite = torch.isfinite(d)
-    from_src = torch.where(finite, d * rays, rays).unbind(-1)                                 # sky: a direction
-    finite = finite[..., 0]
-    src, dst = src_cam.float()[:, None, :, None, None], dst_cam.float()[:, :, None, None, None]
-    q = (torch.where(finite, (src[..., 0] - dst[..., 0]) + from_src[0], from_src[0]),        # [B, F, S, H, W]
+    src, dst = src_cam.float()[:, None, None], dst_cam.float()
+    q = (torch.where(finite, (src[..., 0] - dst[0]) + from_src[0], from_src[0]),           # [S, H, W]
          from_src[1],
-         torch.where(finite, (src[..., 1] - dst[..., 1]) + from_src[2], from_src[2]))
-    f, r, up = (x[:, :, None, None, None, :].unbind(-1) for x in _basis(dst_cam.float()))   # [B, F, 1, 1, 1]
-    zt = q[0] * f[0] + q[1] * f[1] + q[2] * f[2]
+         torch.where(finite, (src[..., 1] - dst[1]) + from_src[2], from_src[2]))
+    f, r, up = (x[0] for x in _basis(dst[None]))                                              # [3] each
+    zt, col, row, tmp = q[0] * f[0], q[0] * r[0], q[0] * up[0], torch.empty_like(q[0])
+    zt += torch.mul(q[1], f[1], out=tmp)
+    zt += torch.mul(q[2], f[2], out=tmp)
     front = torch.where(finite, zt > NEAR, zt > 1e-6)
     safe = zt.clamp_min(1e-6)
-    col = ((q[0] * r[0] + q[2] * r[2]) / safe / tan_h + 1) * w / 2 - 0.5
-    row = (1 - (q[0] * up[0] + q[1] * up[1] + q[2] * up[2]) / safe / tan_v) * h / 2 - 0.5
-    pos = torch.stack([col, row], -1)
-    return pos, torch.where(finite, zt, torch.full_like(zt, float("inf"))), front, q, from_src
+    col += torch.mul(q[2], r[2], out=tmp)
+    col /= safe
+    col /= tan_h
+    col += 1
+    col *= w
+    col /= 2
+    col -= 0.5
+    row += torch.mul(q[1], up[1], out=tmp)
+    row += torch.mul(q[2], up[2], out=tmp)
+    row /= safe
+    row /= tan_v
+    row = torch.sub(1, row, out=row)
+    row *= h
+    row /= 2
+    row -= 0.5
+    ok = front & torch.isfinite(col) & torch.isfinite(row)
+    pos = torch.stack([col, row], -1).masked_fill_(~ok[..., None], float("nan"))
+    return pos, zt.masked_fill_(~finite, float("inf")), q
 
 
 def _neighbour_step(p: torch.Tensor, axis: int) -> torch.Tensor:
@@ -152,8 +164,8 @@ def _neighbour_step(p: torch.Tensor, axis: int) -> torch.Tensor:
     dim = axis - 1                                                                            # p has a trailing 2
     n = p.shape[dim]
     step = p.diff(dim=dim)                                                                    # [..., n - 1, .., 2]
-    length = step.norm(dim=-1).nan_to_num(float("inf"))
-    step = step.nan_to_num(0.0)
+    length = step.norm(dim=-1).nan_to_num_(float("inf"))
+    step.nan_to_num_(0.0)
     out = torch.empty_like(p)
     out.narrow(dim, 0, 1).copy_(step.narrow(dim, 0, 1))                                      # only one side
     out.narrow(dim, n - 1, 1).copy_(step.narrow(dim, n - 2, 1))
@@ -230,34 +242,48 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
          hfov: float, spread: int = 1) -> Warped:
     """Sources ``frames [B, S, 3, H, W]`` with z-depth ``depth [B, S, H, W]`` seen from ``src_cam
     [B, S, 4]``, forward-splatted into every target camera ``dst_cam [B, F, 4]`` (module docstring);
-    ``spread`` bounds how many pixels a magnified source pixel reaches past its nearest (0: nearest only)."""
+    ``spread`` bounds how many pixels a magnified source pixel reaches past its nearest (0: nearest only).
+    One target at a time: its temporaries stay small (no fresh pages for each)."""
     b, s, c, h, w = frames.shape
     f = dst_cam.shape[1]
-    shape = (b, f, s, h, w)
-    pos, zt, front, q, from_src = _project(depth, src_cam, dst_cam, hfov)                    # [B, F, S, H, W, ..]
-    ok = front & torch.isfinite(pos).all(-1)
-    pos = pos.masked_fill(~ok[..., None], float("nan"))
+    rays = pixel_rays(src_cam, h, w, hfov)                                                    # [B, S, H, W, 3]
+    d = depth.float()[..., None]
+    finite = torch.isfinite(d)
+    from_src = torch.where(finite, d * rays, rays).unbind(-1)                                 # sky: a direction
+    finite = finite[..., 0]
+    parts = []
+    for g in range(b * f):
+        bi, fi = divmod(g, f)
+        hit, at, *values = _warp_target(tuple(x[bi] for x in from_src), finite[bi], src_cam[bi],
+                                        dst_cam[bi, fi], hfov, spread)
+        parts.append((hit + g * (s * h * w), at + bi * (s * h * w), *values))
+    hit, src_at, *values = (torch.cat(x) for x in zip(*parts))
+    colours = frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c)[src_at]               # [V, C]
+    return Warped((b, f, s, h, w), hit, colours, *values)
+
+
+def _warp_target(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float,
+                 spread: int):
+    """``warp`` of sources ``[S, ...]`` into one target camera ``dst_cam [4]``: the target pixels reached
+    (flat over ``[S, H, W]``, ascending), the source pixel each shows (flat, as they) and its measures."""
+    s, h, w = finite.shape
+    pos, zt, q = _project(from_src, finite, src_cam, dst_cam, hfov)                          # [S, H, W, ..]
     idx = _reaching(pos, spread, h, w)                                                        # [M]
     half, area = _footprint(pos, idx, spread)                                                 # [M, ..]
     target, centre, source = _candidates(pos.view(-1, 2)[idx], half, idx, spread, h, w)      # [candidates]
-    win = _zbuffer(target, zt.view(-1)[idx][source], centre, b * f * s * h * w)              # [B*F*S*H*W]
+    win = _zbuffer(target, zt.view(-1)[idx][source], centre, s * h * w)                     # [S*H*W]
     hit = (win >= 0).nonzero().squeeze(1)                                                     # [V] target pixels
     won = source[win[hit]]                                    # which of idx each one shows
-    at = idx[won]                                             # the (pair, source pixel) each one shows
-    pair, pix = at // (h * w), at % (h * w)
-    src_at = (pair // (f * s) * s + pair % s) * (h * w) + pix                                # flat (b, s, pixel)
-    colours = frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c)[src_at]               # [V, C]
-    return Warped(shape, hit, colours, *_measures(zt, q, from_src, area[won], depth, at, src_at))
+    at = idx[won]                                             # the source pixel each one shows
+    return hit, at, *_measures(zt, q, from_src, area[won], finite, at)
 
 
-def _measures(zt, q, from_src, area, depth, at, src_at):
-    """Per winning element (``at`` flat over ``[B, F, S, H, W]``, ``src_at`` over the sources ``[B, S, H,
-    W]``): target depth, source and target distance (inf for sky), angle (0 for sky) and footprint
-    (``area``, the winners')."""
-    dense = torch.broadcast_shapes(*(x.shape for x in q))
-    q = torch.stack([x.reshape(-1)[at] if x.shape == dense else x.reshape(-1)[src_at] for x in q], -1)   # [V, 3]
-    from_src = torch.stack([x.reshape(-1)[src_at] for x in from_src], -1)
-    finite = torch.isfinite(depth.float()).view(-1)[src_at]
+def _measures(zt, q, from_src, area, finite, at):
+    """Per winning source pixel ``at`` (flat over ``[S, H, W]``): target depth, source and target
+    distance (inf for sky), angle (0 for sky) and footprint (``area``, the winners')."""
+    q = torch.stack([x.reshape(-1)[at] for x in q], -1)                                     # [V, 3]
+    from_src = torch.stack([x.reshape(-1)[at] for x in from_src], -1)
+    finite = finite.reshape(-1)[at]
     qn, sn = q.norm(dim=-1), from_src.norm(dim=-1)
     cos = (q * from_src).sum(-1) / (qn * sn).clamp_min(1e-12)
     inf = torch.full_like(qn, float("inf"))
@@ -269,22 +295,28 @@ def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
     """One source per target pixel (``engine.arena.source_rank.choose_among``: as ``choose`` over the
     sources) for sources of ``kind [B, S]`` (``OBSERVED`` / ``GENERATED``) made at latent frame ``time
     [B, S]``: frames ``[B, F, 3, H, W]`` (0 in holes), which pixels any source reaches ``[B, F, H, W]``,
-    their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes)."""
+    their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes). One target at a
+    time, as ``warp``."""
     b, f, s, h, w = warped.shape
-    pair, pix = warped.hit // (h * w), warped.hit % (h * w)
-    source = pair % s
-    cell = pair // s * (h * w) + pix                                                          # flat (b, f, pixel)
-    src = pair // (f * s) * s + source                                                        # flat (b, s)
-    quality = quality_cost(warped.hit_src_dist, warped.hit_dst_dist, warped.hit_angle, warped.hit_footprint)
-    win = choose_among(cell, warped.hit_depth, kind.reshape(-1)[src], quality, time.reshape(-1)[src],
-                       b * f * h * w)
-    cells = (win >= 0).nonzero().squeeze(1)
-    win = win[cells]
     c = warped.colours.shape[1]
-    frames = torch.zeros(b * f * h * w, c, dtype=warped.colours.dtype, device=cells.device)
-    frames = frames.index_put_((cells,), warped.colours[win]).view(b, f, h, w, c).permute(0, 1, 4, 2, 3)
-    depth = torch.full((b * f * h * w,), math.inf, device=cells.device).index_put_((cells,), warped.hit_depth[win])
-    pick = torch.zeros(b * f * h * w, dtype=torch.long, device=cells.device).index_put_((cells,), source[win])
-    hit = torch.zeros(b * f * h * w, dtype=torch.bool, device=cells.device).index_put_(
-        (cells,), torch.ones_like(cells, dtype=torch.bool))
-    return frames, hit.view(b, f, h, w), depth.view(b, f, h, w), pick.view(b, f, h, w)
+    bounds = torch.searchsorted(warped.hit, torch.arange(b * f + 1, device=warped.hit.device) * (s * h * w))
+    parts = []
+    for g, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+        local = warped.hit[lo:hi] - g * (s * h * w)                                          # flat (s, pixel)
+        source, pix = local // (h * w), local % (h * w)
+        src = g // f * s + source                                                             # flat (b, s)
+        quality = quality_cost(warped.hit_src_dist[lo:hi], warped.hit_dst_dist[lo:hi], warped.hit_angle[lo:hi],
+                               warped.hit_footprint[lo:hi])
+        win = choose_among(pix, warped.hit_depth[lo:hi], kind.reshape(-1)[src], quality, time.reshape(-1)[src],
+                           h * w)
+        cells = (win >= 0).nonzero().squeeze(1)
+        win = win[cells] + lo
+        parts.append((
+            torch.zeros(h * w, c, dtype=warped.colours.dtype, device=cells.device).index_put_(
+                (cells,), warped.colours[win]),
+            torch.zeros(h * w, dtype=torch.bool, device=cells.device).index_put_(
+                (cells,), torch.ones_like(cells, dtype=torch.bool)),
+            torch.full((h * w,), math.inf, device=cells.device).index_put_((cells,), warped.hit_depth[win]),
+            torch.zeros(h * w, dtype=torch.long, device=cells.device).index_put_((cells,), source[win - lo])))
+    frames, hit, depth, pick = (torch.stack(x).view(b, f, h, w, *x[0].shape[1:]) for x in zip(*parts))
+    return frames.permute(0, 1, 4, 2, 3), hit, depth, pick
