@@ -120,7 +120,7 @@ def _project(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: tor
     """Every source pixel (offsets ``from_src`` from its eye: ``(x, y, z)`` components ``[S, H, W]``, sky
     a direction where not ``finite``) of cameras ``src_cam [S, 4]`` in one target camera ``dst_cam [4]``:
     pixel position ``[S, H, W, 2]`` (column, row; pixel centres at integers; NaN where not usable: behind
-    the camera), target z-depth (inf: sky) and the point's offset from the target's eye (components).
+    the camera) and target z-depth (inf: sky).
     Componentwise, each dot product summed x, y, z in that order: a right vector's y is 0 and every
     eye's height is the same, so those terms are left out (they add zeros)."""
     h, w = finite.shape[-2:]
@@ -142,7 +142,8 @@ def _project(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: tor
     col += 1
     col *= w
     col /= 2
-    col -= 0.5
+    pos = torch.empty(*col.shape, 2, device=col.device)                                       # [S, H, W, 2]
+    torch.sub(col, 0.5, out=pos[..., 0])
     row += torch.mul(q[1], up[1], out=tmp)
     row += torch.mul(q[2], up[2], out=tmp)
     row /= safe
@@ -150,10 +151,10 @@ def _project(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: tor
     row = torch.sub(1, row, out=row)
     row *= h
     row /= 2
-    row -= 0.5
-    ok = front & torch.isfinite(col) & torch.isfinite(row)
-    pos = torch.stack([col, row], -1).masked_fill_(~ok[..., None], float("nan"))
-    return pos, zt.masked_fill_(~finite, float("inf")), q
+    torch.sub(row, 0.5, out=pos[..., 1])
+    ok = front & torch.isfinite(pos).all(-1)
+    pos.masked_fill_(~ok[..., None], float("nan"))
+    return pos, zt.masked_fill_(~finite, float("inf"))
 
 
 def _neighbour_step(p: torch.Tensor, axis: int) -> torch.Tensor:
@@ -179,6 +180,11 @@ def _footprint(p: torch.Tensor, idx: torch.Tensor, spread: int):
     """Half extents ``[M, 2]`` of the footprints in the target of the source pixels ``idx`` (flat; ``p``:
     their positions, NaN where not usable) (at least half a pixel, at most ``spread`` + 0.5) and their
     areas ``[M]`` in target pixels (1 where unknown)."""
+    n = p[0].numel() // 2                                                                     # pixels a source
+    source = idx // n
+    alive = torch.bincount(source, minlength=len(p)) > 0                                      # sources reaching
+    if not alive.all():                                                  # the steps of only those: the same
+        p, idx = p[alive], (alive.cumsum(0) - 1)[source] * n + idx % n
     sx, sy = (_neighbour_step(p, axis).view(-1, 2)[idx] for axis in (-1, -2))
     half = (0.5 * (sx.abs() + sy.abs())).clamp(0.5, spread + 0.5)
     area = (sx[:, 0] * sy[:, 1] - sx[:, 1] * sy[:, 0]).abs()
@@ -249,25 +255,29 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
     rays = pixel_rays(src_cam, h, w, hfov)                                                    # [B, S, H, W, 3]
     d = depth.float()[..., None]
     finite = torch.isfinite(d)
-    from_src = torch.where(finite, d * rays, rays).unbind(-1)                                 # sky: a direction
+    from_src = torch.where(finite, d * rays, rays)                                            # sky: a direction
+    planes = from_src.permute(4, 0, 1, 2, 3).contiguous()                                     # [3, B, S, H, W]
+    norm = from_src.norm(dim=-1)                                                              # [B, S, H, W]
     finite = finite[..., 0]
     parts = []
     for g in range(b * f):
         bi, fi = divmod(g, f)
-        hit, at, *values = _warp_target(tuple(x[bi] for x in from_src), finite[bi], src_cam[bi],
-                                        dst_cam[bi, fi], hfov, spread)
+        sources = (tuple(planes[:, bi]), from_src[bi].view(-1, 3), norm[bi].view(-1), finite[bi])
+        hit, at, *values = _warp_target(sources, src_cam[bi], dst_cam[bi, fi], hfov, spread)
         parts.append((hit + g * (s * h * w), at + bi * (s * h * w), *values))
     hit, src_at, *values = (torch.cat(x) for x in zip(*parts))
     colours = frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c)[src_at]               # [V, C]
     return Warped((b, f, s, h, w), hit, colours, *values)
 
 
-def _warp_target(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float,
-                 spread: int):
-    """``warp`` of sources ``[S, ...]`` into one target camera ``dst_cam [4]``: the target pixels reached
-    (flat over ``[S, H, W]``, ascending), the source pixel each shows (flat, as they) and its measures."""
+def _warp_target(sources, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float, spread: int):
+    """``warp`` of sources ``[S, ...]`` (their points' offsets from their eyes: components ``[S, H, W]``,
+    rows ``[S*H*W, 3]`` and lengths; which are finite ``[S, H, W]``) into one target camera ``dst_cam
+    [4]``: the target pixels reached (flat over ``[S, H, W]``, ascending), the source pixel each shows
+    (flat, as they) and its measures."""
+    planes, rows, norm, finite = sources
     s, h, w = finite.shape
-    pos, zt, q = _project(from_src, finite, src_cam, dst_cam, hfov)                          # [S, H, W, ..]
+    pos, zt = _project(planes, finite, src_cam, dst_cam, hfov)                               # [S, H, W, ..]
     idx = _reaching(pos, spread, h, w)                                                        # [M]
     half, area = _footprint(pos, idx, spread)                                                 # [M, ..]
     target, centre, source = _candidates(pos.view(-1, 2)[idx], half, idx, spread, h, w)      # [candidates]
@@ -275,19 +285,21 @@ def _warp_target(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam:
     hit = (win >= 0).nonzero().squeeze(1)                                                     # [V] target pixels
     won = source[win[hit]]                                    # which of idx each one shows
     at = idx[won]                                             # the source pixel each one shows
-    return hit, at, *_measures(zt, q, from_src, area[won], finite, at)
+    offset = (src_cam.float() - dst_cam.float())[:, :2]                                      # [S, (x, z)]
+    offset = torch.stack([offset[:, 0], torch.zeros_like(offset[:, 0]), offset[:, 1]], -1)   # eyes: one height
+    return hit, at, *_measures(zt.view(-1)[at], rows[at], norm[at], finite.view(-1)[at], offset[at // (h * w)],
+                               area[won])
 
 
-def _measures(zt, q, from_src, area, finite, at):
-    """Per winning source pixel ``at`` (flat over ``[S, H, W]``): target depth, source and target
-    distance (inf for sky), angle (0 for sky) and footprint (``area``, the winners')."""
-    q = torch.stack([x.reshape(-1)[at] for x in q], -1)                                     # [V, 3]
-    from_src = torch.stack([x.reshape(-1)[at] for x in from_src], -1)
-    finite = finite.reshape(-1)[at]
-    qn, sn = q.norm(dim=-1), from_src.norm(dim=-1)
-    cos = (q * from_src).sum(-1) / (qn * sn).clamp_min(1e-12)
+def _measures(zt, from_src, src_norm, finite, offset, area):
+    """Per winner (its target depth ``zt``, its point's offset from its eye ``from_src [V, 3]`` and that
+    offset's length, whether finite, the offset ``[V, 3]`` between the eyes, the footprint ``area``):
+    target depth, source and target distance (inf for sky), angle (0 for sky) and footprint."""
+    q = torch.where(finite[:, None], offset + from_src, from_src)                            # [V, 3]
+    qn = q.norm(dim=-1)
+    cos = (q * from_src).sum(-1) / (qn * src_norm).clamp_min(1e-12)
     inf = torch.full_like(qn, float("inf"))
-    return (zt.view(-1)[at], torch.where(finite, sn, inf), torch.where(finite, qn, inf),
+    return (zt, torch.where(finite, src_norm, inf), torch.where(finite, qn, inf),
             torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf)), area)
 
 
