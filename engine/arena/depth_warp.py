@@ -142,7 +142,7 @@ def _project(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: tor
     col += 1
     col *= w
     col /= 2
-    pos = torch.empty(*col.shape, 2, device=col.device)                                       # [S, H, W, 2]
+    pos = torch.empty(*col.shape, 2, dtype=col.dtype, device=col.device)                                       # [S, H, W, 2]
     torch.sub(col, 0.5, out=pos[..., 0])
     row += torch.mul(q[1], up[1], out=tmp)
     row += torch.mul(q[2], up[2], out=tmp)
@@ -164,6 +164,8 @@ def _neighbour_step(p: torch.Tensor, axis: int) -> torch.Tensor:
     usable."""
     dim = axis - 1                                                                            # p has a trailing 2
     n = p.shape[dim]
+    if n < 2:                                                                                 # no neighbours
+        return torch.zeros_like(p)
     step = p.diff(dim=dim)                                                                    # [..., n - 1, .., 2]
     length = step.norm(dim=-1).nan_to_num_(float("inf"))
     step.nan_to_num_(0.0)
@@ -211,7 +213,7 @@ def _axis_keep(p: torch.Tensor, half: torch.Tensor, spread: int, size: int):
 
 
 def _candidates(p: torch.Tensor, half: torch.Tensor, idx: torch.Tensor, spread: int, h: int, w: int):
-    """Every (source pixel, target pixel) splat of the source pixels ``idx`` (flat over ``[B, F, S, H, W]``;
+    """Every (source pixel, target pixel) splat of the source pixels ``idx`` (flat over ``[S, H, W]``;
     positions ``p [M, 2]``, footprints' half extents ``half [M, 2]``): flat target index, squared distance
     of the projection from the pixel's centre and which of ``idx`` it comes from. Ordered by offset (row,
     then column) and then source pixel."""

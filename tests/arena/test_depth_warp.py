@@ -322,3 +322,12 @@ def test_choose_among_a_sparse_list_picks_what_choose_picks():
                        time.flatten()[src], n)
     assert torch.equal(win >= 0, hit[0])
     assert torch.equal(src[win[hit[0]]], pick[0][hit[0]])
+
+
+@pytest.mark.parametrize("height, width", [(1, 4), (2, 3), (5, 1)])
+def test_tiny_images_warp_exactly_as_the_reference(height, width):
+    gen = torch.Generator().manual_seed(height * 10 + width)
+    frames = torch.rand(1, 3, 3, height, width, generator=gen)
+    depths = 1.0 + 3.0 * torch.rand(1, 3, height, width, generator=gen)
+    src = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [0.1, 0.0, 5.0, 0.0], [0.0, 0.2, -5.0, 2.0]]])
+    _assert_as_reference(frames, depths, src, torch.tensor([[[0.05, 0.05, 2.0, 1.0]]]))
