@@ -142,7 +142,7 @@ def _project(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: tor
     col += 1
     col *= w
     col /= 2
-    pos = torch.empty(*col.shape, 2, dtype=col.dtype, device=col.device)                                       # [S, H, W, 2]
+    pos = torch.empty(*col.shape, 2, dtype=col.dtype, device=col.device)                     # [S, H, W, 2]
     torch.sub(col, 0.5, out=pos[..., 0])
     row += torch.mul(q[1], up[1], out=tmp)
     row += torch.mul(q[2], up[2], out=tmp)
