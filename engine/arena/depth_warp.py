@@ -23,15 +23,25 @@ source pixel reaches (disocclusions, the view beyond the source's) are holes: no
 
 ``warp`` gives one warped image per (target, source) pair with its validity, depth in the target and
 what ``engine.arena.source_rank`` ranks sources by; ``composite`` picks one source per pixel.
+
+**Cost.** Only the projection and the neighbour steps run over every (pair, source pixel); the rest runs
+on the source pixels whose nearest target pixel is within ``spread`` of the view (a source turned away
+from the target costs no more), their splats are listed in one pass over the offsets (the footprint
+test is separable: per axis, then crossed), the z-buffer's ties (nearest the centre, then the first) are
+one scatter of a packed key, and what wins is kept sparse: one entry per target pixel reached, the dense
+``[B, F, S, ...]`` views made only when asked for. The result is exactly the plain form's, one Python
+pass per offset over every pixel at full size (``tests/arena/splat_reference.py``, compared field by
+field in ``tests/arena/test_depth_warp.py``).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
-from engine.arena.source_rank import choose, quality_cost
+from engine.arena.source_rank import choose_among, quality_cost
 from engine.arena.warp import _basis
 
 NEAR = 0.05             # world units: target-space points nearer than this are dropped (behind the camera)
@@ -40,15 +50,58 @@ Z_TOLERANCE = 0.02      # relative: splats within this of a pixel's nearest dept
 
 @dataclass(frozen=True)
 class Warped:
-    """Sources warped into targets, per pair: ``[B, F, S, ...]`` (F targets, S sources)."""
+    """Sources warped into targets, per pair ``[B, F, S, ...]`` (F targets, S sources), kept sparse: the
+    target pixels some source pixel reached and, per such pixel, what the winning one brings. The dense
+    views (``frames``, ``valid``, ``depth``, ...) are made on first use."""
 
-    frames: torch.Tensor        # [B, F, S, 3, H, W] (the sources' dtype; 0 where not valid)
-    valid: torch.Tensor         # [B, F, S, H, W] bool
-    depth: torch.Tensor         # [B, F, S, H, W] z-depth in the target camera (inf: sky or not valid)
-    src_dist: torch.Tensor      # [B, F, S, H, W] source camera -> point, world units (inf: sky / not valid)
-    dst_dist: torch.Tensor      # [B, F, S, H, W] target camera -> point
-    angle: torch.Tensor         # [B, F, S, H, W] radians between the source's and the target's rays
-    footprint: torch.Tensor     # [B, F, S, H, W] target pixels one source pixel covers (area)
+    shape: tuple[int, int, int, int, int]   # (B, F, S, H, W)
+    hit: torch.Tensor           # [V] flat indices over [B, F, S, H, W] of the valid target pixels, ascending
+    colours: torch.Tensor       # [V, C] (the sources' dtype)
+    hit_depth: torch.Tensor     # [V] z-depth in the target camera (inf: sky)
+    hit_src_dist: torch.Tensor  # [V] source camera -> point, world units (inf: sky)
+    hit_dst_dist: torch.Tensor  # [V] target camera -> point
+    hit_angle: torch.Tensor     # [V] radians between the source's and the target's rays (0: sky)
+    hit_footprint: torch.Tensor  # [V] target pixels one source pixel covers (area)
+
+    def _dense(self, values: torch.Tensor, fill: float) -> torch.Tensor:
+        out = torch.full((math.prod(self.shape), *values.shape[1:]), fill, dtype=values.dtype,
+                         device=values.device)
+        return out.index_put_((self.hit,), values).view(*self.shape, *values.shape[1:])
+
+    @cached_property
+    def frames(self) -> torch.Tensor:
+        """``[B, F, S, C, H, W]``, 0 where not valid."""
+        return self._dense(self.colours, 0.0).permute(0, 1, 2, 5, 3, 4)
+
+    @cached_property
+    def valid(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` bool."""
+        return self._dense(torch.ones_like(self.hit, dtype=torch.bool), False)
+
+    @cached_property
+    def depth(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` z-depth in the target camera (inf: sky or not valid)."""
+        return self._dense(self.hit_depth, math.inf)
+
+    @cached_property
+    def src_dist(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` source camera -> point (inf: sky or not valid)."""
+        return self._dense(self.hit_src_dist, math.inf)
+
+    @cached_property
+    def dst_dist(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` target camera -> point (inf: sky or not valid)."""
+        return self._dense(self.hit_dst_dist, math.inf)
+
+    @cached_property
+    def angle(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` radians between the rays (inf: not valid)."""
+        return self._dense(self.hit_angle, math.inf)
+
+    @cached_property
+    def footprint(self) -> torch.Tensor:
+        """``[B, F, S, H, W]`` target pixels one source pixel covers (inf: not valid)."""
+        return self._dense(self.hit_footprint, math.inf)
 
 
 def pixel_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch.Tensor:
@@ -63,146 +116,221 @@ def pixel_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch
     return f + r * u[None, :, None] + up * v[:, None, None]
 
 
-def _eye(cam: torch.Tensor) -> torch.Tensor:
-    """Eye positions ``[..., 3]`` (x, 0, z) of cameras ``[..., 4]``: every eye is at the same height."""
-    cam = cam.float()
-    return torch.stack([cam[..., 0], torch.zeros_like(cam[..., 0]), cam[..., 1]], -1)
-
-
-def _project(depth: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float):
-    """Every source pixel in every target: pixel position ``[B, F, S, H, W, 2]`` (column, row; pixel
-    centres at integers), target z-depth, whether it is in front, and the point's offsets from both eyes."""
-    h, w = depth.shape[-2:]
+def _project(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float):
+    """Every source pixel (offsets ``from_src`` from its eye: ``(x, y, z)`` components ``[S, H, W]``, sky
+    a direction where not ``finite``) of cameras ``src_cam [S, 4]`` in one target camera ``dst_cam [4]``:
+    pixel position ``[S, H, W, 2]`` (column, row; pixel centres at integers; NaN where not usable: behind
+    the camera) and target z-depth (inf: sky).
+    Componentwise, each dot product summed x, y, z in that order: a right vector's y is 0 and every
+    eye's height is the same, so those terms are left out (they add zeros)."""
+    h, w = finite.shape[-2:]
     tan_h = math.tan(math.radians(hfov) / 2)
     tan_v = tan_h * h / w
-    rays = pixel_rays(src_cam, h, w, hfov)[:, None]                                          # [B, 1, S, H, W, 3]
-    d = depth.float()[:, None, ..., None]                                                     # [B, 1, S, H, W, 1]
-    finite = torch.isfinite(d)
-    from_src = torch.where(finite, d * rays, rays)                                            # sky: a direction
-    offset = (_eye(src_cam)[:, None, :] - _eye(dst_cam)[:, :, None])[..., None, None, :]      # [B, F, S, 1, 1, 3]
-    q = torch.where(finite, offset + from_src, from_src)                                      # [B, F, S, H, W, 3]
-    f, r, up = (x[:, :, None, None, None, :] for x in _basis(dst_cam.float()))                # [B, F, 1, 1, 1, 3]
-    zt = (q * f).sum(-1)
-    front = torch.where(finite[..., 0], zt > NEAR, zt > 1e-6)
+    src, dst = src_cam.float()[:, None, None], dst_cam.float()
+    q = (torch.where(finite, (src[..., 0] - dst[0]) + from_src[0], from_src[0]),           # [S, H, W]
+         from_src[1],
+         torch.where(finite, (src[..., 1] - dst[1]) + from_src[2], from_src[2]))
+    f, r, up = (x[0] for x in _basis(dst[None]))                                              # [3] each
+    zt, col, row, tmp = q[0] * f[0], q[0] * r[0], q[0] * up[0], torch.empty_like(q[0])
+    zt += torch.mul(q[1], f[1], out=tmp)
+    zt += torch.mul(q[2], f[2], out=tmp)
+    front = torch.where(finite, zt > NEAR, zt > 1e-6)
     safe = zt.clamp_min(1e-6)
-    col = ((q * r).sum(-1) / safe / tan_h + 1) * w / 2 - 0.5
-    row = (1 - (q * up).sum(-1) / safe / tan_v) * h / 2 - 0.5
-    pos = torch.stack([col, row], -1)
-    return pos, torch.where(finite[..., 0], zt, torch.full_like(zt, float("inf"))), front, q, from_src
+    col += torch.mul(q[2], r[2], out=tmp)
+    col /= safe
+    col /= tan_h
+    col += 1
+    col *= w
+    col /= 2
+    pos = torch.empty(*col.shape, 2, dtype=col.dtype, device=col.device)                     # [S, H, W, 2]
+    torch.sub(col, 0.5, out=pos[..., 0])
+    row += torch.mul(q[1], up[1], out=tmp)
+    row += torch.mul(q[2], up[2], out=tmp)
+    row /= safe
+    row /= tan_v
+    row = torch.sub(1, row, out=row)
+    row *= h
+    row /= 2
+    torch.sub(row, 0.5, out=pos[..., 1])
+    ok = front & torch.isfinite(pos).all(-1)
+    pos.masked_fill_(~ok[..., None], float("nan"))
+    return pos, zt.masked_fill_(~finite, float("inf"))
 
 
-def _neighbour_step(pos: torch.Tensor, ok: torch.Tensor, axis: int) -> torch.Tensor:
+def _neighbour_step(p: torch.Tensor, axis: int) -> torch.Tensor:
     """Per source pixel, the target-space step ``[..., H, W, 2]`` to its neighbour along source ``axis``
-    (-2 rows, -1 columns): the shorter of the two sides (a depth edge on one side does not count), zero
-    where neither neighbour is usable."""
-    p = pos.masked_fill(~ok[..., None], float("nan"))
-    dim = axis - 1                                                                            # pos has a trailing 2
+    (-2 rows, -1 columns) of the positions ``p`` (NaN where not usable): the shorter of the two sides (a
+    depth edge on one side does not count; the one ahead where equal), zero where neither neighbour is
+    usable."""
+    dim = axis - 1                                                                            # p has a trailing 2
     n = p.shape[dim]
-    ahead = torch.cat([p.narrow(dim, 1, n - 1) - p.narrow(dim, 0, n - 1),
-                       torch.full_like(p.narrow(dim, 0, 1), float("nan"))], dim)
-    behind = torch.cat([torch.full_like(p.narrow(dim, 0, 1), float("nan")),
-                        p.narrow(dim, 1, n - 1) - p.narrow(dim, 0, n - 1)], dim)
-    la, lb = (x.norm(dim=-1).nan_to_num(float("inf")) for x in (ahead, behind))
-    step = torch.where((la <= lb)[..., None], ahead, behind)
-    return step.nan_to_num(0.0)
+    if n < 2:                                                                                 # no neighbours
+        return torch.zeros_like(p)
+    step = p.diff(dim=dim)                                                                    # [..., n - 1, .., 2]
+    length = step.norm(dim=-1).nan_to_num_(float("inf"))
+    step.nan_to_num_(0.0)
+    out = torch.empty_like(p)
+    out.narrow(dim, 0, 1).copy_(step.narrow(dim, 0, 1))                                      # only one side
+    out.narrow(dim, n - 1, 1).copy_(step.narrow(dim, n - 2, 1))
+    ahead = length.narrow(dim + 1, 1, n - 2) <= length.narrow(dim + 1, 0, n - 2)
+    torch.where(ahead[..., None], step.narrow(dim, 1, n - 2), step.narrow(dim, 0, n - 2),
+                out=out.narrow(dim, 1, n - 2))
+    return out
 
 
-def _footprint(pos: torch.Tensor, ok: torch.Tensor, spread: int):
-    """Half extents ``[..., H, W, 2]`` of each source pixel's footprint in the target (at least half a
-    pixel, at most ``spread`` + 0.5) and its area in target pixels (1 where unknown)."""
-    sx, sy = _neighbour_step(pos, ok, -1), _neighbour_step(pos, ok, -2)
-    half = 0.5 * (sx.abs() + sy.abs())
-    half = half.clamp(0.5, spread + 0.5)
-    area = (sx[..., 0] * sy[..., 1] - sx[..., 1] * sy[..., 0]).abs()
-    known = (sx.abs().sum(-1) > 0) & (sy.abs().sum(-1) > 0)
+def _footprint(p: torch.Tensor, idx: torch.Tensor, spread: int):
+    """Half extents ``[M, 2]`` of the footprints in the target of the source pixels ``idx`` (flat; ``p``:
+    their positions, NaN where not usable) (at least half a pixel, at most ``spread`` + 0.5) and their
+    areas ``[M]`` in target pixels (1 where unknown)."""
+    n = p[0].numel() // 2                                                                     # pixels a source
+    source = idx // n
+    alive = torch.bincount(source, minlength=len(p)) > 0                                      # sources reaching
+    if not alive.all():                                                  # the steps of only those: the same
+        p, idx = p[alive], (alive.cumsum(0) - 1)[source] * n + idx % n
+    sx, sy = (_neighbour_step(p, axis).view(-1, 2)[idx] for axis in (-1, -2))
+    half = (0.5 * (sx.abs() + sy.abs())).clamp(0.5, spread + 0.5)
+    area = (sx[:, 0] * sy[:, 1] - sx[:, 1] * sy[:, 0]).abs()
+    known = (sx != 0).any(-1) & (sy != 0).any(-1)
     return half, torch.where(known, area, torch.ones_like(area))
 
 
+def _reaching(p: torch.Tensor, spread: int, h: int, w: int) -> torch.Tensor:
+    """Flat indices (ascending) of the source pixels (positions ``p``, NaN where not usable) whose nearest
+    target pixel lies within ``spread`` of the view: only these can write any target pixel."""
+    col, row = p[..., 0].round(), p[..., 1].round()
+    reach = (col >= -spread) & (col <= w - 1 + spread) & (row >= -spread) & (row <= h - 1 + spread)
+    return reach.view(-1).nonzero().squeeze(1)
+
+
+def _axis_keep(p: torch.Tensor, half: torch.Tensor, spread: int, size: int):
+    """Along one target axis, per offset ``-spread..spread`` of the nearest pixel and per source pixel
+    ``[K, M]``: the target coordinate (long), the squared distance of the projection from it and whether
+    the footprint covers it inside the view."""
+    offsets = torch.arange(-spread, spread + 1, device=p.device, dtype=p.dtype)[:, None]   # [K, 1]
+    t = p.round()[None] + offsets
+    gap = (t - p[None]).abs()
+    return t.long(), gap ** 2, (gap <= half[None]) & (t >= 0) & (t < size)
+
+
+def _candidates(p: torch.Tensor, half: torch.Tensor, idx: torch.Tensor, spread: int, h: int, w: int):
+    """Every (source pixel, target pixel) splat of the source pixels ``idx`` (flat over ``[S, H, W]``;
+    positions ``p [M, 2]``, footprints' half extents ``half [M, 2]``): flat target index, squared distance
+    of the projection from the pixel's centre and which of ``idx`` it comes from. Ordered by offset (row,
+    then column) and then source pixel."""
+    k, m = 2 * spread + 1, len(idx)
+    tc, gc, kc = _axis_keep(p[:, 0], half[:, 0], spread, w)                                    # [K, M]
+    tr, gr, kr = _axis_keep(p[:, 1], half[:, 1], spread, h)
+    flat = (kr[:, None] & kc[None]).view(-1).nonzero().squeeze(1)                              # [n]: (dy, dx, m)
+    col = flat % (k * m)                                                                      # (dx, m)
+    source = col % m
+    row = flat // (k * m) * m + source                                                        # (dy, m)
+    image = idx // (h * w) * (h * w)
+    target = image[source] + tr.view(-1)[row] * w + tc.view(-1)[col]
+    centre = gc.view(-1)[col] + gr.view(-1)[row]
+    return target, centre, source
+
+
 def _zbuffer(target: torch.Tensor, z: torch.Tensor, centre: torch.Tensor, size: int) -> torch.Tensor:
-    """The winning candidate per target pixel (``len(target)`` where none): nearest surface, then (among
-    candidates within ``Z_TOLERANCE`` of it) the one nearest the pixel's centre, then the first."""
-    n = len(target)
+    """The winning candidate per target pixel ``[size]`` (-1 where none): nearest surface, then (among
+    candidates within ``Z_TOLERANCE`` of it) the one nearest the pixel's centre, then the first. The last
+    two in one scatter: ``centre`` (non-negative float32, whose bits order as its values) and the
+    candidate's index packed into one int64 key."""
     zbuf = torch.full((size,), float("inf"), device=z.device).scatter_reduce(0, target, z, "amin")
     nearest = zbuf[target]
     front = (z <= nearest * (1 + Z_TOLERANCE)) | torch.isinf(nearest)
-    dist = centre.masked_fill(~front, float("inf"))
-    best = torch.full((size,), float("inf"), device=z.device).scatter_reduce(0, target, dist, "amin")
-    win = front & (dist == best[target])
-    ids = torch.arange(n, device=z.device)
-    return torch.full((size,), n, device=z.device).scatter_reduce(0, target[win], ids[win], "amin")
-
-
-def _candidates(pos, half, ok, zt, spread: int, shape):
-    """Every (source pixel, target pixel) splat: flat target index over all pairs, target depth, squared
-    distance of the projection from the pixel's centre, and the source pixel (flat ``H * W`` index)."""
-    b, f, s, h, w = shape
-    base = pos.round()
-    image = torch.arange(b * f * s, device=pos.device).view(b, f, s, 1, 1) * (h * w)        # [B, F, S, 1, 1]
-    src_index = torch.arange(h * w, device=pos.device).view(1, 1, 1, h, w)
-    out = []
-    for dy in range(-spread, spread + 1):
-        for dx in range(-spread, spread + 1):
-            tc, tr = base[..., 0] + dx, base[..., 1] + dy
-            gap_c, gap_r = (tc - pos[..., 0]).abs(), (tr - pos[..., 1]).abs()
-            keep = ok & (gap_c <= half[..., 0]) & (gap_r <= half[..., 1])
-            keep &= (tc >= 0) & (tc < w) & (tr >= 0) & (tr < h)
-            target = image + tr.clamp(0, h - 1).long() * w + tc.clamp(0, w - 1).long()
-            out.append((target[keep], zt[keep], (gap_c ** 2 + gap_r ** 2)[keep],
-                        src_index.expand_as(keep)[keep]))
-    return (torch.cat(x) for x in zip(*out))
+    none = torch.iinfo(torch.int64).max
+    assert len(target) < 1 << 32, "candidate index must fit the key's low 32 bits"
+    key = (centre.view(torch.int32).long() << 32) | torch.arange(len(target), device=z.device)
+    key = key.masked_fill(~front, none)
+    best = torch.full((size,), none, device=z.device).scatter_reduce(0, target, key, "amin")
+    return torch.where(best == none, -1, best & 0xFFFFFFFF)
 
 
 def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor,
          hfov: float, spread: int = 1) -> Warped:
     """Sources ``frames [B, S, 3, H, W]`` with z-depth ``depth [B, S, H, W]`` seen from ``src_cam
     [B, S, 4]``, forward-splatted into every target camera ``dst_cam [B, F, 4]`` (module docstring);
-    ``spread`` bounds how many pixels a magnified source pixel reaches past its nearest (0: nearest only)."""
+    ``spread`` bounds how many pixels a magnified source pixel reaches past its nearest (0: nearest only).
+    One target at a time: its temporaries stay small (no fresh pages for each)."""
     b, s, c, h, w = frames.shape
     f = dst_cam.shape[1]
-    shape = (b, f, s, h, w)
-    pos, zt, front, q, from_src = _project(depth, src_cam, dst_cam, hfov)                    # [B, F, S, H, W, ..]
-    ok = front & torch.isfinite(pos).all(-1)
-    half, area = _footprint(pos, ok, spread)
-    pos = pos.masked_fill(~ok[..., None], 0.0)
-    target, z, centre, source = _candidates(pos, half, ok, zt, spread, shape)
-    win = _zbuffer(target, z, centre, b * f * s * h * w)                                     # [B*F*S*H*W]
-    valid = win < len(target)
-    src_pix = torch.zeros_like(win)
-    src_pix[valid] = source[win[valid]]
-    # the measures of every (pair, source pixel), looked up at each target pixel's winner
-    at = torch.arange(b * f * s * h * w, device=frames.device) // (h * w) * (h * w) + src_pix
-    finite = torch.isfinite(depth.float())[:, None].expand(shape)
-    inf = torch.full(shape, float("inf"), device=frames.device)
-    cos = (q * from_src).sum(-1) / (q.norm(dim=-1) * from_src.norm(dim=-1)).clamp_min(1e-12)
-
-    def pick(x: torch.Tensor) -> torch.Tensor:
-        x = x.expand(shape).reshape(-1)[at]
-        return torch.where(valid, x, float("inf")).view(shape)
-    return Warped(_colours(frames, valid, src_pix, shape), valid.view(shape), pick(zt),
-                  pick(torch.where(finite, from_src.norm(dim=-1), inf)),
-                  pick(torch.where(finite, q.norm(dim=-1), inf)),
-                  pick(torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf))), pick(area))
+    rays = pixel_rays(src_cam, h, w, hfov)                                                    # [B, S, H, W, 3]
+    d = depth.float()[..., None]
+    finite = torch.isfinite(d)
+    from_src = torch.where(finite, d * rays, rays)                                            # sky: a direction
+    planes = from_src.permute(4, 0, 1, 2, 3).contiguous()                                     # [3, B, S, H, W]
+    norm = from_src.norm(dim=-1)                                                              # [B, S, H, W]
+    finite = finite[..., 0]
+    parts = []
+    for g in range(b * f):
+        bi, fi = divmod(g, f)
+        sources = (tuple(planes[:, bi]), from_src[bi].view(-1, 3), norm[bi].view(-1), finite[bi])
+        hit, at, *values = _warp_target(sources, src_cam[bi], dst_cam[bi, fi], hfov, spread)
+        parts.append((hit + g * (s * h * w), at + bi * (s * h * w), *values))
+    hit, src_at, *values = (torch.cat(x) for x in zip(*parts))
+    colours = frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c)[src_at]               # [V, C]
+    return Warped((b, f, s, h, w), hit, colours, *values)
 
 
-def _colours(frames: torch.Tensor, valid: torch.Tensor, src_pix: torch.Tensor, shape) -> torch.Tensor:
-    """The winning source pixels' colours ``[B, F, S, C, H, W]`` (0 where not valid)."""
-    b, f, s, h, w = shape
-    c = frames.shape[2]
-    pair = torch.arange(b * f * s * h * w, device=frames.device) // (h * w)                 # flat (b, f, s)
-    src_img = pair // (f * s) * s + pair % s                                                 # flat (b, s)
-    colours = frames.reshape(b * s, c, h * w)[src_img, :, src_pix]                          # [N, C]
-    colours = torch.where(valid[:, None], colours, torch.zeros_like(colours))
-    return colours.view(b, f, s, h, w, c).permute(0, 1, 2, 5, 3, 4)
+def _warp_target(sources, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float, spread: int):
+    """``warp`` of sources ``[S, ...]`` (their points' offsets from their eyes: components ``[S, H, W]``,
+    rows ``[S*H*W, 3]`` and lengths; which are finite ``[S, H, W]``) into one target camera ``dst_cam
+    [4]``: the target pixels reached (flat over ``[S, H, W]``, ascending), the source pixel each shows
+    (flat, as they) and its measures."""
+    planes, rows, norm, finite = sources
+    s, h, w = finite.shape
+    pos, zt = _project(planes, finite, src_cam, dst_cam, hfov)                               # [S, H, W, ..]
+    idx = _reaching(pos, spread, h, w)                                                        # [M]
+    half, area = _footprint(pos, idx, spread)                                                 # [M, ..]
+    target, centre, source = _candidates(pos.view(-1, 2)[idx], half, idx, spread, h, w)      # [candidates]
+    win = _zbuffer(target, zt.view(-1)[idx][source], centre, s * h * w)                     # [S*H*W]
+    hit = (win >= 0).nonzero().squeeze(1)                                                     # [V] target pixels
+    won = source[win[hit]]                                    # which of idx each one shows
+    at = idx[won]                                             # the source pixel each one shows
+    offset = (src_cam.float() - dst_cam.float())[:, :2]                                      # [S, (x, z)]
+    offset = torch.stack([offset[:, 0], torch.zeros_like(offset[:, 0]), offset[:, 1]], -1)   # eyes: one height
+    return hit, at, *_measures(zt.view(-1)[at], rows[at], norm[at], finite.view(-1)[at], offset[at // (h * w)],
+                               area[won])
+
+
+def _measures(zt, from_src, src_norm, finite, offset, area):
+    """Per winner (its target depth ``zt``, its point's offset from its eye ``from_src [V, 3]`` and that
+    offset's length, whether finite, the offset ``[V, 3]`` between the eyes, the footprint ``area``):
+    target depth, source and target distance (inf for sky), angle (0 for sky) and footprint."""
+    q = torch.where(finite[:, None], offset + from_src, from_src)                            # [V, 3]
+    qn = q.norm(dim=-1)
+    cos = (q * from_src).sum(-1) / (qn * src_norm).clamp_min(1e-12)
+    inf = torch.full_like(qn, float("inf"))
+    return (zt, torch.where(finite, src_norm, inf), torch.where(finite, qn, inf),
+            torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf)), area)
 
 
 def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
-    """One source per target pixel (``engine.arena.source_rank.choose``) for sources of ``kind [B, S]``
-    (``OBSERVED`` / ``GENERATED``) made at latent frame ``time [B, S]``: frames ``[B, F, 3, H, W]`` (0 in
-    holes), which pixels any source reaches ``[B, F, H, W]``, their depth (inf in holes) and the source
-    index picked ``[B, F, H, W]``."""
-    quality = quality_cost(warped.src_dist, warped.dst_dist, warped.angle, warped.footprint)
-    pick, hit = choose(warped.depth, warped.valid, kind[:, None, :, None, None], quality,
-                       time[:, None, :, None, None], dim=2)
-    frames = warped.frames.gather(2, pick[:, :, None, None].expand(-1, -1, 1, warped.frames.shape[3], -1, -1))
-    depth = warped.depth.gather(2, pick[:, :, None]).squeeze(2)
-    return frames.squeeze(2), hit, depth.masked_fill(~hit, float("inf")), pick
+    """One source per target pixel (``engine.arena.source_rank.choose_among``: as ``choose`` over the
+    sources) for sources of ``kind [B, S]`` (``OBSERVED`` / ``GENERATED``) made at latent frame ``time
+    [B, S]``: frames ``[B, F, 3, H, W]`` (0 in holes), which pixels any source reaches ``[B, F, H, W]``,
+    their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes). One target at a
+    time, as ``warp``."""
+    b, f, s, h, w = warped.shape
+    c = warped.colours.shape[1]
+    bounds = torch.searchsorted(warped.hit, torch.arange(b * f + 1, device=warped.hit.device) * (s * h * w))
+    parts = []
+    for g, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+        local = warped.hit[lo:hi] - g * (s * h * w)                                          # flat (s, pixel)
+        source, pix = local // (h * w), local % (h * w)
+        src = g // f * s + source                                                             # flat (b, s)
+        quality = quality_cost(warped.hit_src_dist[lo:hi], warped.hit_dst_dist[lo:hi], warped.hit_angle[lo:hi],
+                               warped.hit_footprint[lo:hi])
+        win = choose_among(pix, warped.hit_depth[lo:hi], kind.reshape(-1)[src], quality, time.reshape(-1)[src],
+                           h * w)
+        cells = (win >= 0).nonzero().squeeze(1)
+        win = win[cells] + lo
+        parts.append((
+            torch.zeros(h * w, c, dtype=warped.colours.dtype, device=cells.device).index_put_(
+                (cells,), warped.colours[win]),
+            torch.zeros(h * w, dtype=torch.bool, device=cells.device).index_put_(
+                (cells,), torch.ones_like(cells, dtype=torch.bool)),
+            torch.full((h * w,), math.inf, device=cells.device).index_put_((cells,), warped.hit_depth[win]),
+            torch.zeros(h * w, dtype=torch.long, device=cells.device).index_put_((cells,), source[win - lo])))
+    frames, hit, depth, pick = (torch.stack(x).view(b, f, h, w, *x[0].shape[1:]) for x in zip(*parts))
+    return frames.permute(0, 1, 4, 2, 3), hit, depth, pick

@@ -22,6 +22,9 @@ whose warped pixel is valid there:
    its error plus its own; preferring the newest would let the session copy its own latest copy, a
    feedback loop. (``engine.arena.reproject`` ties to the earlier context frame for the same reasons.)
 5. Remaining ties: the lower source index.
+
+``choose`` ranks dense sources ``[..., S, H, W]``; ``choose_among`` the same on a sparse list of the valid
+(target pixel, source) entries, as ``composite`` keeps them; both pick the same source.
 """
 from __future__ import annotations
 
@@ -72,3 +75,21 @@ def choose(depth: torch.Tensor, valid: torch.Tensor, kind: torch.Tensor, quality
     key = key.masked_fill(~front, torch.iinfo(torch.int64).max)
     pick = key.argmin(dim)                                          # first of equal keys: the lower index
     return pick, valid.any(dim)
+
+
+def choose_among(cell: torch.Tensor, depth: torch.Tensor, kind: torch.Tensor, quality: torch.Tensor,
+                 time: torch.Tensor, cells: int) -> torch.Tensor:
+    """``choose`` on a sparse list of the valid (target pixel, source) entries ``[V]``: entry ``i`` is at
+    target pixel ``cell[i]`` (of ``cells``) with its warped ``depth``, ``kind``, ``quality`` and ``time``;
+    within a pixel the entries are listed in the sources' order. Per target pixel ``[cells]``, the index
+    of the winning entry (the first of equal keys), -1 where none."""
+    rel, absolute = DEPTH_TOLERANCE
+    nearest = torch.full((cells,), math.inf, device=depth.device).scatter_reduce(0, cell, depth, "amin")[cell]
+    front = (depth <= nearest * (1 + rel) + absolute) | torch.isinf(nearest)
+    none = torch.iinfo(torch.int64).max
+    key = rank_key(kind, quality, time).masked_fill(~front, none)
+    best = torch.full((cells,), none, device=depth.device).scatter_reduce(0, cell, key, "amin")
+    entry = torch.arange(len(cell), device=depth.device)
+    first = torch.full((cells,), len(cell), device=depth.device).scatter_reduce(
+        0, cell, entry.masked_fill(key != best[cell], len(cell)), "amin")
+    return torch.where(first == len(cell), -1, first)

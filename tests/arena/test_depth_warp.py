@@ -6,6 +6,9 @@ with its true depth to another pose matches that pose's true frame on the pixels
 behind the camera or out of its view are dropped; the very same pose copies exactly; an observed
 source beats a generated one of the same place, the earlier of two equal sources wins, and a source
 whose point lies behind another's loses whatever it is. And ``render`` still draws the frames it drew.
+The warp and the composite give exactly what their first, plain forms (``splat_reference``) gave, field
+by field, on true frames with sky, on noisy depth, on sources that cannot reach the view and on ties;
+``choose_among`` (sparse) picks what ``choose`` (dense) picks.
 """
 from __future__ import annotations
 
@@ -19,8 +22,10 @@ import torch
 from engine.arena.config import ArenaModelConfig
 from engine.arena.depth_warp import composite, warp
 from engine.arena.render import depth, render
-from engine.arena.source_rank import GENERATED, OBSERVED, QUALITY_STEP, choose, quality_cost
+from engine.arena.source_rank import GENERATED, OBSERVED, QUALITY_STEP, choose, choose_among, quality_cost
 from engine.arena.world import Arena, ArenaConfig
+from splat_reference import composite as reference_composite
+from splat_reference import warp as reference_warp
 
 CFG = ArenaModelConfig()
 H, W = CFG.height, CFG.width
@@ -236,3 +241,93 @@ def test_a_source_whose_point_is_behind_another_loses_whatever_it_is():
     close = torch.tensor([[2.05, 2.05], [2.0, 2.0]]).view(2, 1, 2)          # the same surface within tolerance
     pick, _ = choose(close, valid, kind, quality, time, dim=0)
     assert (pick == 0).all()
+
+
+# ---- exactly as the plain reference -----------------------------------------------------------------------
+
+FIELDS = ("frames", "valid", "depth", "src_dist", "dst_dist", "angle", "footprint")
+
+
+def _assert_as_reference(frames, depths, src, dst, spread=1):
+    got = warp(frames, depths, src, dst, CFG.hfov, spread=spread)
+    want = reference_warp(frames, depths, src, dst, CFG.hfov, spread=spread)
+    for name in FIELDS:
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        assert not (a.is_floating_point() and a.isnan().any()), name
+        assert torch.equal(a, b), (name, (a != b).sum().item())
+    gen = torch.Generator().manual_seed(spread)
+    tied = torch.zeros(frames.shape[:2], dtype=torch.long)
+    mixed = (torch.randint(0, 2, frames.shape[:2], generator=gen), torch.randint(0, 3, frames.shape[:2], generator=gen))
+    for kind, time in ((tied, tied), mixed):                                        # one source per pixel
+        for a, b in zip(composite(got, kind, time), reference_composite(want, kind, time)):
+            assert a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+    return got
+
+
+def _true_sources(poses):
+    views = [_view(ARENA, pose) for pose in poses]
+    return torch.stack([v[0] for v in views]), torch.stack([v[1] for v in views])
+
+
+@pytest.mark.parametrize("spread", [0, 1, 2])
+def test_true_frames_with_sky_warp_exactly_as_the_reference(spread):
+    poses = [(0.0, 0.0, 20.0, 0.0), (0.5, -0.3, 60.0, 8.0), (-0.4, 0.6, -100.0, -10.0), (0.1, 0.1, 175.0, 0.0)]
+    frames, depths = _true_sources(poses)
+    targets = [(0.2, -0.1, 30.0, 0.0), (0.6, -0.5, 75.0, 5.0), (0.0, 0.0, -90.0, -12.0)]
+    second = [(p[0] + 0.3, p[1], p[2] + 40.0, p[3]) for p in poses]            # a second batch element
+    f2, d2 = _true_sources(second)
+    got = _assert_as_reference(torch.stack([frames, f2]), torch.stack([depths, d2]),
+                               torch.tensor([poses, second]), torch.tensor([targets, targets[::-1]]), spread)
+    assert got.valid.float().mean() > 0.1 and torch.isinf(got.src_dist[got.valid]).any()      # sky is in it
+
+
+def test_noisy_depth_and_sources_that_cannot_reach_the_view_warp_exactly_as_the_reference():
+    gen = torch.Generator().manual_seed(7)
+    s = 8
+    frames = torch.rand(1, s, 3, H, W, generator=gen) * 2 - 1
+    depths = 2.5 + 7.5 * torch.rand(1, s, H, W, generator=gen)                  # as a seeded depth head's
+    depths[0, 3, :5] = math.inf                                                  # a band of sky in one
+    yaws = torch.arange(s) * 45.0                                                # a turn on the spot: half face away
+    src = torch.stack([torch.zeros(s), torch.full((s,), -3.0), yaws, torch.zeros(s)], -1)[None]
+    dst = torch.tensor([[[0.0, -3.0, 10.0, 0.0], [0.1, -2.9, 22.0, 3.0], [0.4, -2.5, 200.0, 0.0]]])
+    got = _assert_as_reference(frames, depths, src, dst)
+    reached = got.valid.flatten(3).any(-1)
+    assert reached.any() and not reached.all()
+
+
+def test_ties_and_nothing_in_view_warp_exactly_as_the_reference():
+    pose = (0.2, 0.1, 0.0, 0.0)
+    frame, z = _view(ARENA, pose)
+    frames, depths = torch.stack([frame, -frame, frame])[None], torch.stack([z, z, z * 1.01])[None]
+    _assert_as_reference(frames, depths, _cams(pose, pose, pose), _cams(pose, (0.25, 0.05, 3.0, 1.0)))
+    behind = _assert_as_reference(frames, depths, _cams(pose, pose, pose), _cams((0.2, 0.1, 180.0, 0.0)))
+    assert not behind.valid.any()
+
+
+def test_choose_among_a_sparse_list_picks_what_choose_picks():
+    gen = torch.Generator().manual_seed(3)
+    s, n = 5, 400                                                                   # [S, 1, N]: sources, pixels
+    depth_ = torch.where(torch.rand(s, 1, n, generator=gen) < 0.2, math.inf,
+                         2.0 + torch.randint(0, 3, (s, 1, n), generator=gen) * 0.05)   # ties, near ties, sky
+    valid = torch.rand(s, 1, n, generator=gen) < 0.6
+    kind = torch.randint(0, 2, (s, 1, 1), generator=gen)
+    time = torch.randint(0, 2, (s, 1, 1), generator=gen)
+    quality = torch.randint(0, 3, (s, 1, n), generator=gen) * QUALITY_STEP
+    pick, hit = choose(depth_, valid, kind, quality, time, dim=0)
+    entry = valid.flatten().nonzero().squeeze(1)                                    # (source, pixel), sources first
+    entry = entry[torch.argsort(entry % n * s + entry // n)]                        # listed by pixel, then source
+    src, pixel = entry // n, entry % n
+    win = choose_among(pixel, depth_.flatten()[entry], kind.flatten()[src], quality.flatten()[entry],
+                       time.flatten()[src], n)
+    assert torch.equal(win >= 0, hit[0])
+    assert torch.equal(src[win[hit[0]]], pick[0][hit[0]])
+
+
+@pytest.mark.parametrize("height, width", [(1, 4), (2, 3), (5, 1)])
+def test_tiny_images_warp_exactly_as_the_reference(height, width):
+    gen = torch.Generator().manual_seed(height * 10 + width)
+    frames = torch.rand(1, 3, 3, height, width, generator=gen)
+    depths = 1.0 + 3.0 * torch.rand(1, 3, height, width, generator=gen)
+    src = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [0.1, 0.0, 5.0, 0.0], [0.0, 0.2, -5.0, 2.0]]])
+    _assert_as_reference(frames, depths, src, torch.tensor([[[0.05, 0.05, 2.0, 1.0]]]))
