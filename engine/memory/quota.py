@@ -54,7 +54,7 @@ def check_spill_max_text(text) -> float | None:
     if (m := _PERCENT.match(value)) and not isinstance(text, bool):
         share = float(m.group(1))
         if not 0 < share <= 100:
-            raise ConfigError(f"--spill-max {value}: a share of the free space must be in (0, 100] %")
+            raise ConfigError(f"--spill-max: {value!r} is not a share of the free space in (0, 100] %")
         return share
     try:
         size = parse_size(text, "--spill-max", 1)
