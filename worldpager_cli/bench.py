@@ -260,15 +260,16 @@ def _mib(value: float | None, flag: str) -> int | None:
 @click.option("--spill", type=click.Path(path_type=Path), required=True,
               help="Existing directory on the drive to measure (a sub-directory is used and removed).")
 @click.option("--total-gib", type=Size("GiB"), default=4.0, show_default=True,
-              help="Bytes per pass (each round writes and reads them twice: raw, then the tier).")
+              help="Bytes per pass (each round writes and reads them twice: raw, then the tier): 4G, 512M; a "
+                   "plain number is GiB.")
 @click.option("--block-mib", type=Size("MiB"),
-              help="Block size. Default: one mg2-universal int4 chunk slot (123.4 MiB), smaller when "
+              help="Block size (a plain number is MiB). Default: one mg2-universal int4 chunk slot (123.4 MiB), smaller when "
                    "the total holds fewer than 4.")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
               help="Repeats of the four passes; figures are medians.")
 @click.option("--raw", "raw_method", type=click.Choice(["auto", "dd", "python"]), default="auto",
               show_default=True, help="How the raw drive is measured (auto: dd when present).")
-@click.option("--piece-mib", type=Size("MiB"), help="The tier's largest single I/O call. Default: the tier's.")
+@click.option("--piece-mib", type=Size("MiB"), help="The tier's largest single I/O call (a plain number is MiB). Default: the tier's.")
 @json_result
 def disk(spill: Path, total_gib: float, block_mib: float | None, rounds: int, raw_method: str,
          piece_mib: float | None) -> None:
@@ -463,7 +464,7 @@ def _store_plan(modes, emulated, writebacks, chunks, pool_slots, kv_scale, chunk
 @click.option("--pool-slots", type=click.IntRange(min=8),
               help="Host pool in chunks. Default: 16, or sized from --host-mem when that is given.")
 @click.option("--host-mem", "host_mem", type=Size("GiB"),
-              help="Host budget in GiB: the pool is budget - process - 2 GiB (as generate sizes it).")
+              help="Host budget (24G, 512M; a plain number is GiB): the pool is budget - process - 2 GiB (as generate sizes it).")
 @click.option("--chunk-ms", type=float, default=0.0, show_default=True,
               help="Device time per chunk (0: only the store's own work, the most allocations per second).")
 @click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True)

@@ -210,13 +210,13 @@ PLAN_SECTIONS = {**dict.fromkeys(("wall_ms", "timing_from", "stage_ms", "probe_m
 @click.option("--stage-ms", type=float, default=planner.STAGE_S * 1e3, show_default=True,
               help="On-demand: dequantising one loaded chunk on the loop's path, ms (a GPU: about 0).")
 @click.option("--probe-mib", type=Size("MiB", integer=True, low=1, low_open=False), default=DEFAULT_PROBE_BYTES // MiB, show_default=True,
-              help="MiB the --spill probe writes and reads.")
+              help="MiB the --spill probe writes and reads (or a size: 64M, 1G).")
 @click.option("--baseline-gib", type=Size("GiB", low=0, low_open=False),
-              help=f"Host memory of the process before the pool, GiB. Default: {planner.HOST_BASELINE_GIB} (MG2 on CUDA).")
+              help=f"Host memory of the process before the pool (a plain number is GiB). Default: {planner.HOST_BASELINE_GIB} (MG2 on CUDA).")
 @click.option("--baseline-from", type=click.Path(path_type=Path),
               help="Take the process baseline a session measured from its log's header (host_baseline_bytes).")
 @click.option("--device-baseline-gib", type=Size("GiB", low=0, low_open=False),
-              help=f"Device memory of weights + runtime, GiB. Default: the model's bf16 weights + "
+              help=f"Device memory of weights + runtime (a plain number is GiB). Default: the model's bf16 weights + "
                    f"{planner.DEVICE_RUNTIME_GIB} GiB of runtime (assumed: MG2 on an RTX 4090).")
 @click.option("--disk-reads-per-chunk", type=float, default=planner.DISK_READS_PER_CHUNK, show_default=True,
               help="Retrieved chunks per chunk that must come from the drive.")
