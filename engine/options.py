@@ -27,17 +27,20 @@ from engine.config import (ARENA_MODEL, KEY_CONVENTIONS, LATE_PREFETCH_MODES, LI
                            SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
 from engine.input_files import refuse_wrong_kind
+from engine.sizes import GiB, EXAMPLES, MiB, size_in
 from engine.overlay import merged_overlays
 
 LINGBOT_DIT_FOLDER = "lingbot_world_fast"     # engine.model.lingbot.weights.CHECKPOINT_SUBFOLDER (torch-free here)
 MODEL_NAMES = (ARENA_MODEL, *sorted(MODEL_CONFIGS), *LINGBOT_MODELS, SYNTHETIC_MODEL)
-KINDS = ("path", "int", "float", "text", "choice", "switch", "settings")
+KINDS = ("path", "int", "float", "text", "choice", "switch", "settings", "size")
 
 
 @dataclass(frozen=True)
 class Option:
     """One session option. ``kind``: path, int, float, text, choice (one of ``choices``), switch (an
-    on/off pair, ``--sink/--no-sink``) or settings (``KEY=VALUE``, repeatable)."""
+    on/off pair, ``--sink/--no-sink``), settings (``KEY=VALUE``, repeatable) or size (``engine.sizes``:
+    ``24G``, ``512M``; a plain number in the option's ``unit``, the value it sets is in that unit too;
+    ``--spill-max`` keeps its text, ``10%`` included, and is read at the session's start)."""
 
     name: str
     kind: str
@@ -98,7 +101,8 @@ RANGES = {"chunks": (1, False, "chunks"), "seconds": (0, True, "seconds"), "minu
           "chunk_ms": (0, False, "ms"), "kv_scale": (0, True, "times MG2's KV"), "host_mem": (0, True, "GiB"),
           "pool_slots": (1, False, "chunk slots"), "device_mem": (0, True, "GiB"), "retrieve_k": (0, False, "chunks"),
           "io_deadline": (0, True, "seconds"), "threads": (1, False, "threads"),
-          "arena_reproject": (0, False, "world units"), "look_around": (0, False, "chunks")}
+          "arena_reproject": (0, False, "world units"), "look_around": (0, False, "chunks"),
+          "spill_max": (0, True, "bytes")}
 
 
 SESSION_OPTIONS: tuple[Option, ...] = (
@@ -157,10 +161,10 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("kv_scale", "float", "Synthetic model: KV bytes relative to MG2. Default: 1.", "kv_scale"),
     _opt("store", "choice", "Store mode. Default: prefetch.", "memory.store", STORE_MODES),
     _opt("spill", "path", "Directory of the disk tier (O_DIRECT). Default: none.", "memory.spill"),
-    _opt("host_mem", "float", "Host memory budget in GiB (the pool is this minus the process and 2 GiB).",
+    _opt("host_mem", "size", "Host memory budget: 24G, 22.5GiB, 512M; a plain number is GiB (the pool is this minus the process and 2 GiB).",
          "memory.host_mem_gib"),
     _opt("pool_slots", "int", "Exact host-pool size in chunks (overrides --host-mem).", "memory.pool_slots"),
-    _opt("device_mem", "float", "Device memory budget for KV in GiB (device-only mode).", "memory.device_mem_gib"),
+    _opt("device_mem", "size", "Device memory budget for KV (device-only mode): 24G, 512M; a plain number is GiB.", "memory.device_mem_gib"),
     _opt("kv_bits", "choice", "Stored KV format (16 = unquantised). Default: 4.", "memory.kv_bits",
          ("2", "4", "8", "16")),
     _opt("kv_keys", "choice", "Keys the memory stores: post-rope (rotated at their own positions, as attended) "
@@ -174,8 +178,8 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("sink", "switch", "Keep the first chunk resident as an attention sink.", "memory.sink"),
     _opt("official_sink", "switch", "LingBot models: the official attention sink, its sink_size first latent "
          "frames beside the window, never re-rotated (not with --sink).", "memory.official_sink"),
-    _opt("spill_max", "text", "Disk quota of --spill: 500M, 4G, 4GiB or 10% (of the drive's free space at "
-         "start). When full, the chunks retrieval is least likely to need are dropped. Default: none.",
+    _opt("spill_max", "size", "Disk quota of --spill: 500M, 4G, 4GiB or 10% (of the drive's free space at "
+         "start); a plain number is bytes. When full, the chunks retrieval is least likely to need are dropped. Default: none.",
          "memory.spill_max"),
     _opt("io_deadline", "float", "Seconds a synchronous read or a write-back may take before the drive counts "
          "as stuck. Default: 30.", "memory.io_deadline_s"),
@@ -251,6 +255,33 @@ def _settings(value: Any) -> tuple[str, ...]:
     return texts
 
 
+SIZE_UNITS = {"GiB": GiB, "MiB": MiB, "bytes": 1}
+
+
+def parse_size_option(option: Option, value: Any) -> Any:
+    """A size option's value as its config key holds it: a positive number in the option's ``unit``
+    (``--host-mem 24G`` sets ``memory.host_mem_gib`` 24.0); ``--spill-max`` its text, checked (a ``10%``
+    share is read against the drive when the session starts). A one-line ``ConfigError`` otherwise."""
+    if option.name == "spill_max":
+        from engine.memory.quota import check_spill_max_text
+
+        check_spill_max_text(value)
+        return value.strip() if isinstance(value, str) else value
+    number = size_in(value, option.flag, SIZE_UNITS[option.unit])
+    if number <= 0:
+        raise ConfigError(f"{option.flag}: {value!r} is not a positive number of {option.unit}")
+    return number
+
+
+def _size_parser(option: Option) -> Callable[[Any], Any]:
+    def parse(value: Any) -> Any:
+        try:
+            return parse_size_option(option, value)
+        except ConfigError:
+            raise ValueError(f"not a size such as {EXAMPLES} (a plain number is {option.unit})") from None
+    return parse
+
+
 JOB_PARSERS: dict[str, Callable[[Any], Any]] = {
     "path": _path, "int": _integer, "float": _number, "text": _text, "choice": _text, "switch": _switch,
     "settings": _settings}
@@ -258,7 +289,8 @@ JOB_PARSERS: dict[str, Callable[[Any], Any]] = {
 
 def job_parsers() -> dict[str, Callable[[Any], Any]]:
     """How a batch job line reads each option (a job cannot choose its device: the batch's workers do)."""
-    parsers = {o.name: JOB_PARSERS[o.kind] for o in SESSION_OPTIONS if o.name != "device"}
+    parsers = {o.name: _size_parser(o) if o.kind == "size" else JOB_PARSERS[o.kind]
+               for o in SESSION_OPTIONS if o.name != "device"}
     parsers["kv_bits"] = _integer
     return {"name": _text, **parsers}
 
@@ -301,6 +333,8 @@ def overlay(values: Mapping[str, Any]) -> dict:
             value = int(value)
         elif option.name == "arena_seed":
             value = parse_arena_seed(value)
+        elif option.kind == "size":
+            value = parse_size_option(option, value)
         node = flags
         *parents, leaf = option.target.split(".")
         for part in parents:

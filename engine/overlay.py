@@ -6,7 +6,9 @@ preset search path, and the JSON form of a resolved config that is written besid
 preset that is not UTF-8 text, not YAML, or holds a value YAML cannot build (a date like 2001-13-45,
 nesting too deep) is a one-line ``ConfigError`` naming the file; a preset path that is not a regular file
 (a FIFO, a directory, a file under /proc) or larger than ``MAX_PRESET_BYTES`` is an ``InputError``
-(``engine.input_files``), refused before it is opened.
+(``engine.input_files``), refused before it is opened. A size key (``memory.host_mem_gib``,
+``memory.device_mem_gib``: ``SIZE_KEYS``) takes a number in its unit or a size by the flags' one rule
+(``engine.sizes``): ``host_mem_gib: 24G`` is 24 GiB, ``512M`` half a GiB.
 """
 from __future__ import annotations
 
@@ -25,10 +27,12 @@ from engine.errors import ConfigError, OutputError
 from engine.input_files import check_input_file, read_input_bytes, shown
 from engine.output_files import open_output, write_failure
 from engine.resources import data_dirs
+from engine.sizes import EXAMPLES, GiB, size_in
 
 # Presets ship in the package (engine/presets in a wheel) and live in the checkout's top-level presets/.
 PRESET_DIRS = data_dirs("presets")
 MAX_PRESET_BYTES = 1 << 20   # a preset is a sparse overlay of a few dozen keys
+SIZE_KEYS = {"memory.host_mem_gib": GiB, "memory.device_mem_gib": GiB}   # the key's unit; text is a size
 
 
 def replace_strict(obj: Any, overlay: Mapping[str, Any], where: str = "") -> Any:
@@ -46,8 +50,19 @@ def replace_strict(obj: Any, overlay: Mapping[str, Any], where: str = "") -> Any
         if dataclasses.is_dataclass(current):
             changes[key] = replace_strict(current, value, path)
         else:
-            changes[key] = _coerce(value, hints[key], path)
+            changes[key] = _coerce(_size(value, path), hints[key], path)
     return dataclasses.replace(obj, **changes)
+
+
+def _size(value: Any, path: str) -> Any:
+    """A size key's text as a number of its unit (``SIZE_KEYS``); any other value as it is."""
+    if path not in SIZE_KEYS or not isinstance(value, str):
+        return value
+    try:
+        return size_in(value, path, SIZE_KEYS[path])
+    except ConfigError:
+        raise ConfigError(f"config key {path!r} has the wrong type: {_show(value)} is not a size (e.g. {EXAMPLES}; "
+                          f"a plain number is GiB)") from None
 
 
 def _coerce(value: Any, hint: Any, path: str) -> Any:

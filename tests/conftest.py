@@ -1,5 +1,6 @@
 """Shared test fixtures: where the MG2 parity fixtures live, GPU skipping, each parallel worker's share
-of the cores, and tests that no user setting (WORLDPAGER_* variables, a config file) reaches."""
+of the cores, tests that no user setting (WORLDPAGER_* variables, a config file) reaches, and the run's
+progress lines (``progress_lines``)."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+import progress_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,6 +83,11 @@ def _independent_of_the_users_settings() -> None:
 
 
 _independent_of_the_users_settings()
+
+
+@pytest.hookimpl(trylast=True)   # after the terminal reporter is there
+def pytest_configure(config):
+    progress_lines.register(config)   # a line at each file's end and every 30 s, even under -q
 
 
 def pytest_collection_modifyitems(config, items):

@@ -20,7 +20,7 @@ from engine.errors import ConfigError
 from engine.options import SESSION_OPTIONS
 from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, printable
 from worldpager_cli.help import SectionedCommand
-from worldpager_cli.options import options_of
+from worldpager_cli.options import Size, options_of
 
 # Every job's defaults: the table's options (engine.options) but those a batch sets per job or for itself
 # (the outputs go under --out-dir, the device is the workers', --host-mem is the whole batch's); a job's
@@ -90,7 +90,7 @@ BATCH_SECTIONS = {**dict.fromkeys(("out_dir", "overwrite", "quiet"), "Output"),
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None,
               help="Run on a Ray cluster: an address, 'auto' for the running one; without a value, a local Ray is started.")
 @click.option("--retries", type=int, default=0, show_default=True, help="Tries again of a job that failed, in this run.")
-@click.option("--host-mem", type=float, help="Host memory for the whole batch in GiB, divided between the workers. Default: what is available.")
+@click.option("--host-mem", type=Size("GiB"), help="Host memory for the whole batch (24G, 512M; a plain number is GiB), divided between the workers. Default: what is available.")
 @click.option("--overwrite", is_flag=True, help="Replace files at a job's outputs that this batch did not make "
               "(default: such a job is refused, the others run).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors, the summary and the JSON line.")

@@ -22,6 +22,7 @@ from engine.bench.bench_dir import bench_directory
 from engine.config import MODEL_CONFIGS, model_config
 from engine.errors import ConfigError
 from worldpager_cli.errors import WorldPagerGroup
+from worldpager_cli.options import BY_NAME, SessionSize, Size
 
 STORE_KV_SCALE = 0.25     # bench store's default: a quarter of MG2's KV (and chunk time): a minute, not seven
 MG2_CHUNK_MS = 1200.0     # MG2's chunk on an RTX 4090 (the paper)
@@ -37,23 +38,53 @@ def bench() -> None:
 
 # ---- shared output --------------------------------------------------------------------------------
 
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo where there is one (platform.processor() is often empty)."""
+# The vector extensions a figure depends on (torch's CPU kernels pick their widest), as /proc/cpuinfo's
+# flags name them: x86 (AVX2, AVX-512 and its bf16/VNNI, AMX) and Arm (NEON = asimd, SVE).
+VECTOR_FLAGS = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX-512-BF16"),
+                ("avx512_vnni", "AVX-512-VNNI"), ("amx_tile", "AMX"), ("amx_bf16", "AMX-BF16"),
+                ("asimd", "NEON"), ("sve", "SVE"))
+
+
+def _cpuinfo() -> list[str]:
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 20).splitlines()   # one CPU's block is a few KiB; the first names them all
     except OSError:
-        pass   # not Linux: fall through to what platform knows
+        return []   # not Linux: what platform knows
+
+
+def cpu_name(lines: list[str] | None = None) -> str:
+    """The CPU model from /proc/cpuinfo where there is one (platform.processor() is often empty; Arm
+    kernels give no model name, only an implementer and part number)."""
+    for line in _cpuinfo() if lines is None else lines:
+        if line.startswith(("model name", "Model", "Hardware")) and ":" in line:
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
+def cpu_vectors(lines: list[str] | None = None) -> list[str]:
+    """The vector extensions of ``VECTOR_FLAGS`` the CPU has (its first ``flags``/``Features`` line)."""
+    for line in _cpuinfo() if lines is None else lines:
+        if line.startswith(("flags", "Features")) and ":" in line:
+            have = set(line.split(":", 1)[1].split())
+            return [name for flag, name in VECTOR_FLAGS if flag in have]
+    return []
+
+
 def machine(device: str | None = None) -> dict:
-    info = {"cpus": os.cpu_count(), "cpu": cpu_name()}
+    """What made a figure: the CPU's model, cores and vector extensions, the device when one is named."""
+    lines = _cpuinfo()
+    info = {"cpus": os.cpu_count(), "cpu": cpu_name(lines), "vectors": cpu_vectors(lines)}
     if device is not None:
         info["device"] = device
     return info
+
+
+def machine_line(info: dict) -> str:
+    """``machine``'s figures for people: "AMD EPYC 7B13, 2 CPUs, AVX2 AVX-512 (device cpu)"."""
+    vectors = " ".join(info.get("vectors") or []) or "no AVX2/AVX-512/AMX/NEON"
+    device = f" (device {info['device']})" if info.get("device") else ""
+    return f"machine: {info.get('cpu')}, {info.get('cpus')} CPUs, {vectors}{device}"
 
 
 def device_label(device: str) -> str:
@@ -93,6 +124,7 @@ def size(nbytes: int) -> str:
 def echo_json(kind: str, result: dict, machine_info: dict, params: dict) -> None:
     """The last line: everything, compact, floats cut to six significant digits."""
     doc = {"bench": kind, **result, "machine": machine_info, "params": params}
+    click.echo(machine_line(machine_info))
     emit_json(json_line(_round(doc)))
 
 
@@ -228,16 +260,17 @@ def _mib(value: float | None, flag: str) -> int | None:
 @bench.command("disk")
 @click.option("--spill", type=click.Path(path_type=Path), required=True,
               help="Existing directory on the drive to measure (a sub-directory is used and removed).")
-@click.option("--total-gib", type=float, default=4.0, show_default=True,
-              help="Bytes per pass (each round writes and reads them twice: raw, then the tier).")
-@click.option("--block-mib", type=float,
-              help="Block size. Default: one mg2-universal int4 chunk slot (123.4 MiB), smaller when "
+@click.option("--total-gib", type=Size("GiB"), default=4.0, show_default=True,
+              help="Bytes per pass (each round writes and reads them twice: raw, then the tier): 4G, 512M; a "
+                   "plain number is GiB.")
+@click.option("--block-mib", type=Size("MiB"),
+              help="Block size (a plain number is MiB). Default: one mg2-universal int4 chunk slot (123.4 MiB), smaller when "
                    "the total holds fewer than 4.")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
               help="Repeats of the four passes; figures are medians.")
 @click.option("--raw", "raw_method", type=click.Choice(["auto", "dd", "python"]), default="auto",
               show_default=True, help="How the raw drive is measured (auto: dd when present).")
-@click.option("--piece-mib", type=float, help="The tier's largest single I/O call. Default: the tier's.")
+@click.option("--piece-mib", type=Size("MiB"), help="The tier's largest single I/O call (a plain number is MiB). Default: the tier's.")
 @json_result
 def disk(spill: Path, total_gib: float, block_mib: float | None, rounds: int, raw_method: str,
          piece_mib: float | None) -> None:
@@ -317,7 +350,7 @@ def _bw(value: str) -> str | None:
 @click.option("--size-scale", type=float, default=1.0, show_default=True,
               help="lingbot-fast: KV bytes and drive bandwidths both times this (a smaller machine; the "
                    "stalls keep the full size's read and write times).")
-@click.option("--spill-max", "spill_max", help="Disk quota of each run's spill directory (as generate's --spill-max).")
+@click.option("--spill-max", "spill_max", type=SessionSize(BY_NAME["spill_max"]), help="Disk quota of each run's spill directory (as generate's --spill-max).")
 @click.option("--dry-run", is_flag=True, help="Print the runs that would be made (sizes, bandwidths) and stop.")
 @json_result
 def store(spill: Path, modes: str, drive_bws: str | None, writebacks: str, chunks: int, pool_slots: int,
@@ -431,8 +464,8 @@ def _store_plan(modes, emulated, writebacks, chunks, pool_slots, kv_scale, chunk
               help="KV bytes relative to MG2 (1 = 129.4 MB per int4 chunk).")
 @click.option("--pool-slots", type=click.IntRange(min=8),
               help="Host pool in chunks. Default: 16, or sized from --host-mem when that is given.")
-@click.option("--host-mem", "host_mem", type=float,
-              help="Host budget in GiB: the pool is budget - process - 2 GiB (as generate sizes it).")
+@click.option("--host-mem", "host_mem", type=Size("GiB"),
+              help="Host budget (24G, 512M; a plain number is GiB): the pool is budget - process - 2 GiB (as generate sizes it).")
 @click.option("--chunk-ms", type=float, default=0.0, show_default=True,
               help="Device time per chunk (0: only the store's own work, the most allocations per second).")
 @click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True)

@@ -113,15 +113,17 @@ def run_command(*examples: str, sections: dict | None = None):
 def generate(quiet, overwrite, as_json, **opts) -> None:
     """Generate a video from a start image and a trajectory, chunk by chunk, into an MP4."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
+    preset, chunks, seconds, minutes = (opts[k] for k in ("preset", *LENGTH_KEYS))
+    flags = session_overlay({**opts, "out": opts["out"] or default_output_path()})
+    base = with_user_config()
+    resolved = resolve_session_config(preset, flags, base)
+    # torch (seconds to import) comes with these: after the flags, the inputs and the config are checked
     from engine.model.registry import model_spec
     from engine.session.ownership import check_video_path, claim_output, refuse_existing
     from engine.session.preflight import check_output_paths
     from engine.session.resume import with_absolute_paths
 
-    preset, chunks, seconds, minutes = (opts[k] for k in ("preset", *LENGTH_KEYS))
-    flags = session_overlay({**opts, "out": opts["out"] or default_output_path()})
-    base = with_user_config()
-    spec = model_spec(resolve_session_config(preset, flags, base))
+    spec = model_spec(resolved)
     grid = spec.grid
     n = chunks_for_length(chunks, seconds, minutes, grid.fps, grid.first_frames, grid.frames_per_chunk)
     cfg = with_absolute_paths(resolve_session_config(preset, {**flags, **({"chunks": n} if n is not None else {})}, base))

@@ -19,7 +19,9 @@ from typing import Mapping
 import click
 
 from engine.errors import ConfigError
-from engine.options import BY_NAME, SESSION_OPTIONS, Option, check_input_options, overlay, parse_arena_seed  # noqa: F401 (re-exported)
+from engine.options import (BY_NAME, SESSION_OPTIONS, SIZE_UNITS, Option, check_input_options, overlay,  # noqa: F401 (re-exported)
+                            parse_arena_seed, parse_size_option)
+from engine.sizes import size_in
 
 LENGTH_KEYS = ("chunks", "seconds", "minutes")
 
@@ -72,6 +74,49 @@ class CheckedNumber(click.ParamType):
         return number
 
 
+class Size(click.ParamType):
+    """A byte size by the one rule of ``engine.sizes`` (``24G``, ``22.5GiB``, ``512M``; a plain number in
+    ``unit``), given as a number of ``unit`` (an int when ``integer``): anything else, zero and negatives
+    included (or below ``low``), is click's usage error (exit 2), one line naming the flag and the value."""
+
+    name = "size"
+
+    def __init__(self, unit: str, integer: bool = False, low: float = 0.0, low_open: bool = True):
+        self.unit, self.integer, self.low, self.low_open = unit, integer, low, low_open
+
+    def convert(self, value, param, ctx):
+        try:
+            number = size_in(value, self.unit, SIZE_UNITS[self.unit])
+        except ConfigError as exc:
+            self.fail(str(exc).partition(": ")[2], param, ctx)
+        shown = repr(value) if isinstance(value, str) else value
+        if number < self.low or (self.low_open and number == self.low):
+            wanted = f"a positive number of {self.unit}" if self.low == 0 and self.low_open else f"at least {self.low:g} {self.unit}"
+            self.fail(f"{shown} is not {wanted}", param, ctx)
+        if self.integer:
+            if not float(number).is_integer():
+                self.fail(f"{shown} is not a whole number of {self.unit}", param, ctx)
+            return int(number)
+        return number
+
+
+class SessionSize(click.ParamType):
+    """A size option of the session table (``engine.options.parse_size_option``): ``--host-mem 24G`` is
+    24.0 (GiB), ``--spill-max 10%`` stays text; a bad one is a usage error (exit 2)."""
+
+    name = "size"
+
+    def __init__(self, option: Option):
+        self.option = option
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_size_option(self.option, value)
+        except ConfigError as exc:
+            text = str(exc)
+            self.fail(text.split(": ", 1)[1] if text.startswith(self.option.flag + ": ") else text, param, ctx)
+
+
 def click_option(option: Option, help: str | None = None):
     """The click flag of one of the table's options (``help`` replaces the table's text)."""
     text = help or option.help
@@ -85,6 +130,8 @@ def click_option(option: Option, help: str | None = None):
         kind = CheckedNumber(option.kind == "int", option.low, option.low_open, option.unit)
     if option.kind == "choice":
         kind = click.Choice(option.choices)
+    if option.kind == "size":
+        kind = SessionSize(option)
     return click.option(option.flag, option.name, type=kind, help=text, **env)
 
 

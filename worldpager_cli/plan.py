@@ -24,7 +24,7 @@ from engine.planner.measured import measured_inputs
 from engine.planner.probe import DEFAULT_PROBE_BYTES, probe_drive
 from worldpager_cli.help import SectionedCommand
 from engine.planner.quota import quota_prediction
-from worldpager_cli.options import chunks_for_length, session_options, session_overlay
+from worldpager_cli.options import Size, chunks_for_length, session_options, session_overlay
 
 GiB = 1 << 30
 PLAN_BASE = {"model": "mg2-universal"}   # the planner models MG2-shaped KV: MG2 unless a preset says otherwise
@@ -210,14 +210,14 @@ PLAN_SECTIONS = {**dict.fromkeys(("wall_ms", "timing_from", "stage_ms", "probe_m
               "stall_ms). Default: --chunk-ms (MG2 on an RTX 4090: 1200).")
 @click.option("--stage-ms", type=float, default=planner.STAGE_S * 1e3, show_default=True,
               help="On-demand: dequantising one loaded chunk on the loop's path, ms (a GPU: about 0).")
-@click.option("--probe-mib", type=int, default=DEFAULT_PROBE_BYTES // MiB, show_default=True,
-              help="MiB the --spill probe writes and reads.")
-@click.option("--baseline-gib", type=float,
-              help=f"Host memory of the process before the pool, GiB. Default: {planner.HOST_BASELINE_GIB} (MG2 on CUDA).")
+@click.option("--probe-mib", type=Size("MiB", integer=True, low=1, low_open=False), default=DEFAULT_PROBE_BYTES // MiB, show_default=True,
+              help="MiB the --spill probe writes and reads (or a size: 64M, 1G).")
+@click.option("--baseline-gib", type=Size("GiB", low=0, low_open=False),
+              help=f"Host memory of the process before the pool (a plain number is GiB). Default: {planner.HOST_BASELINE_GIB} (MG2 on CUDA).")
 @click.option("--baseline-from", type=click.Path(path_type=Path),
               help="Take the process baseline a session measured from its log's header (host_baseline_bytes).")
-@click.option("--device-baseline-gib", type=float,
-              help=f"Device memory of weights + runtime, GiB. Default: the model's bf16 weights + "
+@click.option("--device-baseline-gib", type=Size("GiB", low=0, low_open=False),
+              help=f"Device memory of weights + runtime (a plain number is GiB). Default: the model's bf16 weights + "
                    f"{planner.DEVICE_RUNTIME_GIB} GiB of runtime (assumed: MG2 on an RTX 4090).")
 @click.option("--disk-reads-per-chunk", type=float, default=planner.DISK_READS_PER_CHUNK, show_default=True,
               help="Retrieved chunks per chunk that must come from the drive.")

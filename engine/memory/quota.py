@@ -1,10 +1,11 @@
 """The disk quota (``--spill-max``): its size syntax and how many stored chunks fit under it (no torch).
 
 Contract.
-  * ``parse_spill_max(text, spill_dir)`` reads ``500M``, ``4G``, ``4GiB``, ``1.5G``, a plain number of
-    bytes, or ``10%`` (of the space free on the spill directory's drive *now*, at the session's start)
-    and returns bytes; suffixes are binary (K/M/G/T = KiB/MiB/GiB/TiB, with or without ``iB``/``B``).
-    A value it cannot read is a one-line ``ConfigError`` naming it.
+  * ``parse_spill_max(text, spill_dir)`` reads a size (``500M``, ``4G``, ``4GiB``, ``1.5G``: the one rule
+    of ``engine.sizes``, binary units, a plain number of bytes) or ``10%`` (of the space free on the spill
+    directory's drive *now*, at the session's start) and returns bytes. ``check_spill_max_text(text)``
+    checks the same syntax without the drive (the flag's usage error). A value it cannot read is a one-line
+    ``ConfigError`` naming it.
   * ``QuotaPlan.of(quota_bytes, slot_bytes, format_tag)`` splits the quota into blocks: the block file
     (``blocks``, each ``slot_bytes``, 4 KiB-aligned) and the index, counted twice (the old index and its
     replacement exist at once while it is rewritten). ``keep`` is how many chunks the session keeps
@@ -26,35 +27,43 @@ from pathlib import Path
 
 from engine import probe
 from engine.errors import ConfigError
+from engine.sizes import parse_size
 
 ALIGN = 4096
 MiB = 1 << 20
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 _PERCENT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
 INDEX_BYTES_PER_ENTRY = 96   # one block's JSON entry without its format tag (measured ~70 B; rounded up)
 
 
 def parse_spill_max(text, spill_dir: Path | None = None) -> int:
     """Bytes of a ``--spill-max`` value (see the module docstring)."""
-    value = str(text).strip()
-    if m := _PERCENT.match(value):
-        share = float(m.group(1))
-        if not 0 < share <= 100:
-            raise ConfigError(f"--spill-max {value}: a share of the free space must be in (0, 100] %")
+    share = check_spill_max_text(text)
+    if share is not None:
         free = _free_bytes(spill_dir)
         if free is None:
-            raise ConfigError(f"--spill-max {value}: the free space of {spill_dir} is unknown; give a size "
-                              "such as 4G")
+            raise ConfigError(f"--spill-max {str(text).strip()}: the free space of {spill_dir} is unknown; give a "
+                              "size such as 4G")
         return int(free * share / 100)
-    m = _SIZE.match(value)
-    if m is None or isinstance(text, bool):
-        raise ConfigError(f"--spill-max must be a size such as 500M, 4G, 4GiB or 10% (of the drive's free "
-                          f"space), got {text!r}")
-    size = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-    if size <= 0:
-        raise ConfigError(f"--spill-max must be more than 0 bytes, got {text!r}")
-    return size
+    return int(parse_size(text, "--spill-max", 1))
+
+
+def check_spill_max_text(text) -> float | None:
+    """The share of the free space a ``NN%`` value asks for, None for a size; a one-line ``ConfigError``
+    for anything else (a size of 0 bytes included)."""
+    value = str(text).strip()
+    if (m := _PERCENT.match(value)) and not isinstance(text, bool):
+        share = float(m.group(1))
+        if not 0 < share <= 100:
+            raise ConfigError(f"--spill-max: {value!r} is not a share of the free space in (0, 100] %")
+        return share
+    try:
+        size = parse_size(text, "--spill-max", 1)
+    except ConfigError:
+        raise ConfigError(f"--spill-max: {text!r} is not a size (e.g. 500M, 4G, 4GiB, 4GB, or 10% of the "
+                          "drive's free space; a plain number is bytes)") from None
+    if int(size) <= 0:
+        raise ConfigError(f"--spill-max: {text!r} is not a positive number of bytes")
+    return None
 
 
 def _free_bytes(spill_dir: Path | None) -> int | None:

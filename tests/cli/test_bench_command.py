@@ -102,8 +102,8 @@ def test_bench_disk_with_a_multi_piece_block_round_trips(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def one_line_error(result, *needles) -> None:
-    assert result.exit_code == 1, result.output
+def one_line_error(result, *needles, code: int = 1) -> None:
+    assert result.exit_code == code, result.output
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("worldpager: error:"), lines
@@ -135,7 +135,7 @@ def test_unwritable_spill_dir_is_a_one_line_error(tmp_path, monkeypatch):
 
 
 def test_bad_sizes_and_devices_are_one_line_errors(tmp_path):
-    one_line_error(run("disk", "--spill", tmp_path, "--total-gib", 0), "--total-gib")
+    one_line_error(run("disk", "--spill", tmp_path, "--total-gib", 0), "--total-gib", code=2)   # a size: usage
     one_line_error(run("disk", "--spill", tmp_path, "--total-gib", 0.01, "--block-mib", 64), "larger than")
     one_line_error(run("disk", "--spill", tmp_path, "--total-gib", 1e6), "free")
     one_line_error(run("quant", "--preset", "micro", "--device", "tpu"), "--device")
@@ -158,7 +158,7 @@ def test_bench_memory_prints_rss_blocks_then_json(tmp_path):
 def test_bench_memory_bad_values_are_one_line_errors(tmp_path):
     (tmp_path / "file").write_text("x")   # a directory that is missing is made (bench store, bench memory)
     one_line_error(run("memory", "--spill", tmp_path / "file"), "--spill", "is a file")
-    one_line_error(run("memory", "--spill", tmp_path, "--host-mem", -1), "--host-mem")
+    one_line_error(run("memory", "--spill", tmp_path, "--host-mem", -1), "--host-mem", code=2)   # a size: usage
     one_line_error(run("memory", "--spill", tmp_path, "--chunks", 10, "--warmup", 10), "--warmup")
 
 

@@ -135,7 +135,7 @@ def _all_psnr_from_mp4(video, log, observed_chunks: int) -> tuple[float, int]:
 
 def test_walk_runs_end_to_end_on_exact_latent_frames(tmp_path):
     out = tmp_path / "out"
-    result = run("--seeds", "1", "--minutes", "0.2", "--kinds", "near,onward", "--out-dir", str(out))
+    result = run("--seeds", "1", "--minutes", "0.1", "--kinds", "near,onward", "--out-dir", str(out))
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     header = next(line for line in lines if line.startswith("class "))
@@ -173,7 +173,7 @@ def test_walk_runs_end_to_end_on_exact_latent_frames(tmp_path):
 
     # Without the look-around (one kind), then both runs' rows read together: two settings.
     bare = tmp_path / "bare"
-    result = run("--seeds", "1", "--minutes", "0.2", "--kinds", "loops", "--no-look-around", "--out-dir", str(bare))
+    result = run("--seeds", "1", "--minutes", "0.1", "--kinds", "loops", "--no-look-around", "--out-dir", str(bare))
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.strip().splitlines()[-1])["settings"]["no_look_around"]["observed_chunks"] == 1
     again = run("--from-rows", str(out / "walk-rows.jsonl"), "--from-rows", str(bare / "walk-rows.jsonl"),
