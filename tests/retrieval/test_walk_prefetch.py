@@ -79,3 +79,27 @@ def test_staging_order_is_predicted_then_carried_then_hedges_rank_by_rank():
     assert r.predict_staging(22, candidates, 3, slots=2, carried=[5]) == staged[:2]
     plain = Retriever(path(yaw, pos), grid, first_visit=True)           # no hedge: predicted + carried
     assert plain.predict_staging(22, candidates, 3, slots=12, carried=[5]) == list(dict.fromkeys(predicted + [5]))
+
+
+def test_staging_sizes_follow_the_chunk_size_and_the_config():
+    from engine.memory.budget import staging_of
+
+    arena = staging_of(3, None, None, 691_200)                          # the arena model's bf16 chunk
+    assert (arena.hedge_slots, arena.cache_chunks, arena.stage_slots) == (3, 24, 6)
+    mg2 = staging_of(3, None, None, 486_604_800)                        # MG2's: no hedges, no cache
+    assert (mg2.hedge_slots, mg2.cache_chunks, mg2.stage_slots) == (0, 0, 3)
+    assert staging_of(3, None, None, 15 << 20).cache_chunks == 0         # 2 would fit: fewer than 8, none
+    assert staging_of(3, 1, 5, 691_200).chunks == 3 + 1 + 5              # the config's numbers win
+    assert staging_of(3, None, None, 691_200, prefetching=False).chunks == 3
+
+
+def test_bad_walk_prefetch_settings_are_one_line_errors():
+    import pytest
+
+    from engine.errors import ConfigError
+    from engine.overlay import resolve_session_config
+
+    for memory, needle in (({"stick": 2}, "memory.stick"), ({"hedge_slots": -1}, "memory.hedge_slots"),
+                           ({"device_cache": 5000}, "memory.device_cache")):
+        with pytest.raises(ConfigError, match=needle):
+            resolve_session_config(None, {"memory": memory})
