@@ -5,10 +5,12 @@ waits for the URL it prints and fetches the page (HTTP 200, the play page's HTML
 up and the session started). Then stops the session
 with SIGINT, as Ctrl-C does, and checks it ended cleanly (exit 0 or 130). Prints one line; exits 1 with
 the reason (and the command's stderr) when the page is not served. Bounded: 300 s for the start, 120 s
-for the stop.
+for the stop; a play that does not stop is sent SIGABRT, and Python's fault handler (on in its
+environment) prints every thread's stack, so the failure says where it hung.
 """
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -21,9 +23,9 @@ from pathlib import Path
 START_S, STOP_S = 300.0, 120.0
 
 
-def _fail(why: str, stderr: list[str]) -> None:
+def _fail(why: str, stderr: list[str], tail: int = 20) -> None:
     print(f"play_smoke: {why}", file=sys.stderr)
-    sys.stderr.writelines(stderr[-20:])
+    sys.stderr.writelines(stderr[-tail:])
     sys.exit(1)
 
 
@@ -31,7 +33,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="worldpager-play-") as tmp:
         proc = subprocess.Popen(["worldpager", "play", "--port", "0", "--out", str(Path(tmp) / "play.mp4")],
                                 cwd=tmp, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
         lines: list[str] = []
         url: list[str] = []
         found = threading.Event()
@@ -57,8 +59,13 @@ def main() -> None:
         try:
             code = proc.wait(STOP_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            _fail("worldpager play did not stop after SIGINT", lines)
+            proc.send_signal(signal.SIGABRT)          # the fault handler prints every thread's stack
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            reader.join(10)
+            _fail("worldpager play did not stop after SIGINT (its threads' stacks follow)", lines, tail=200)
         reader.join(10)
         if status != 200 or "<html" not in page.lower():
             _fail(f"the page at {url[0]} answered {status} without the page", lines)
