@@ -196,19 +196,20 @@ def _serve(cfg, spec, serve: Serving, quiet, as_json, resume_from=None) -> None:
     run = prepare_play(cfg, spec, serve.host, serve.port, resume_from=resume_from, on_chunk=progress.update,
                        truth=serve.truth)
     try:
-        say(spec.banner)
-        click.echo(f"worldpager: play at {run.url}", err=True)
-        where = "" if resume_from is None else f" from chunk {resume_from.chunk}"
-        say(f"worldpager: live{where}, at most {cfg.chunks} chunks ({grid.frames_total(cfg.chunks) / grid.fps:.0f} s "
-            f"of video); video {cfg.out}, log {cfg.log_path}, inputs recorded to {cfg.trajectory}; Ctrl-C or Stop ends it")
-        for line in run.session.warnings():
-            click.echo(f"worldpager: warning: {line}", err=True)
-        apply_cpu_threads(cfg, run.session.device)
-        with _interrupt_on_signals():   # nothing made yet: SIGTERM and SIGHUP stop the load at once
+        with _interrupt_on_signals():   # nothing made yet: Ctrl-C, SIGTERM and SIGHUP stop the start at once
+            say(spec.banner)
+            click.echo(f"worldpager: play at {run.url}", err=True)
+            where = "" if resume_from is None else f" from chunk {resume_from.chunk}"
+            say(f"worldpager: live{where}, at most {cfg.chunks} chunks ({grid.frames_total(cfg.chunks) / grid.fps:.0f} "
+                f"s of video); video {cfg.out}, log {cfg.log_path}, inputs recorded to {cfg.trajectory}; Ctrl-C or "
+                "Stop ends it")
+            for line in run.session.warnings():
+                click.echo(f"worldpager: warning: {line}", err=True)
+            apply_cpu_threads(cfg, run.session.device)
             run.session.load()
-        if serve.open_browser:
-            webbrowser.open(run.url)
         with _end_on_signals(run):
+            if serve.open_browser:
+                webbrowser.open(run.url)
             result = run.run()
         empty = run.discard_if_empty(result.status)
     except BaseException:
@@ -235,10 +236,13 @@ def _serve(cfg, spec, serve: Serving, quiet, as_json, resume_from=None) -> None:
 
 
 class _interrupt_on_signals:
-    """SIGTERM and SIGHUP interrupt like Ctrl-C (a KeyboardInterrupt: exit 130)."""
+    """Ctrl-C, SIGTERM and SIGHUP interrupt (a KeyboardInterrupt: exit 130) — Ctrl-C too, even where the
+    process was started with SIGINT ignored (a background job of a script): from the printed URL on, the
+    session answers it, and a SIGINT lost before the loop's own handler would leave it waiting for a page."""
 
     def __enter__(self):
-        self.previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        self.previous = {sig: signal.signal(sig, signal.default_int_handler)
+                         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         return self
 
     def __exit__(self, *exc):

@@ -112,3 +112,27 @@ def test_a_chunk_stalled_only_above_the_logs_threshold():
     assert [m["stalled"] for m in figures] == [False, False, False, True, True]
     assert figures[0]["type"] == "chunk" and figures[0]["dropped"] == 3 and figures[1]["stall_ms"] == 0.2
     assert play_run.chunk_message({"chunk": 0}, dropped=0)["stalled"] is False
+
+
+def test_ctrl_c_at_the_printed_url_ends_play_even_when_started_with_sigint_ignored(tmp_path):
+    """A background job of a script starts with SIGINT ignored; from the printed URL on, play answers a
+    Ctrl-C anyway (before this, one that landed while the model loaded was lost, and the session waited
+    for a page that never came)."""
+    import signal
+
+    from tests_support import WORLDPAGER
+
+    proc = subprocess.Popen(WORLDPAGER + ["play", "--port", "0", "--out", str(tmp_path / "p.mp4"), "--model", "micro"],
+                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        for line in proc.stderr:
+            if "play at http" in line:
+                break
+        proc.send_signal(signal.SIGINT)        # at once: the model is still loading
+        code = proc.wait(180)          # a stop takes seconds; a lost Ctrl-C would wait for ever
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code in (0, 130), code
