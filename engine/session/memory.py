@@ -10,7 +10,8 @@ it sits on the session's side: the components know nothing of one another. Shape
 * ``prefetch`` (WorldPager): select c's set from c's real pose; take what was staged during c−1 (from
   the extrapolated pose, and the hedges: stop, turn, walk ahead) or is still in the device cache, without
   waiting; a miss keeps the slot's previous chunk (stale-set fallback); then stage, in the background,
-  what c missed and is still a candidate (a late prefetch is taken next chunk, not lost), then c+1's
+  what c missed and is still a candidate (a late prefetch is taken next chunk, not lost; a read that
+  failed — a corrupt block — is not carried: it would fail again), then c+1's
   predicted and hedged sets (``Retriever.predict_staging``), up to the staging slots.
   The device cache (``memory.device_cache`` chunks, ``engine.memory.budget.staging_of``) keeps the chunks
   loaded most recently, as the store handed them (dequantised; keys as stored), so that a view retrieved
@@ -426,7 +427,8 @@ class SessionMemory:
         self._remember(staged.kv, [c for _, c in plan.fills] + plan.resident)
         later = self.candidates(chunk + 1)
         still = set(later)
-        late = [c for c in plan.missing if c in still]       # a late prefetch is taken next chunk
+        failed = set(staged.failed)                           # a failed read (a corrupt block) is not retried
+        late = [c for c in plan.missing if c in still and c not in failed]   # a late prefetch: taken next chunk
         at_hand = set(self.slots.resident()) | set(self._cache)
         nxt = self.retriever.predict_staging(chunk + 1, later, self.k, self.staging.stage_slots + len(at_hand),
                                              preferred=at_hand, carried=late)

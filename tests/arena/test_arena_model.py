@@ -59,7 +59,8 @@ def test_a_session_of_the_arena_model_goes_through_the_store(tmp_path):
     """A held-out spin through prefetch, int4, a 4-slot pool and a spill directory."""
     ep = eval_episode(1, 9 + 12 * 11)
     assert ep.kind == "spin"
-    frames, pipeline, totals = run_episode(ep, "prefetch", tmp_path, chunks=12)
+    # no device cache: every retrieval of a chunk that left the slots comes from the pool or the drive
+    frames, pipeline, totals = run_episode(ep, "prefetch", tmp_path, chunks=12, device_cache=0)
     assert isinstance(pipeline, WorldModel)
     assert frames.shape == (36, 3, 48, 80) and frames.abs().max() <= 1
     # chunk 0 is the rendered truth (the prompt), exactly

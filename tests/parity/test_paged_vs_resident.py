@@ -116,8 +116,8 @@ def test_memory_matters_more_than_the_int4_bound(runs):
     # neighbouring chunk on this trajectory). The bound catches that too.
     right_select = Retriever.select
 
-    def wrong_select(self, chunk, candidates, k):
-        right = right_select(self, chunk, candidates, k)
+    def wrong_select(self, chunk, candidates, k, preferred=()):
+        right = right_select(self, chunk, candidates, k, preferred)
         others = [c for c in candidates if c not in right]
         return others[len(others) - len(right):] if right else []
     with pytest.MonkeyPatch.context() as mp:
