@@ -320,6 +320,11 @@ LATE_PREFETCH_MODES = ("miss", "wait")
 # positions) or "pre-rope" (before the rotation; rotated when staged, at the positions chosen then).
 # The convention is part of the spill's format (engine/session/memory.py records it in save points).
 KEY_CONVENTIONS = ("post-rope", "pre-rope")
+# Where a session's attention context lives on the device: "chunk" (every layer's memory, window and current
+# KV at once) or "layer" (one layer's, the next one's copied in while this one computes; exact).
+KV_PAGING_MODES = ("chunk", "layer")
+# How the DiT blocks' large linears are stored on the device (engine.planner.weight_plan has the bytes).
+WEIGHT_FORMATS = ("bf16", "int8", "fp8")
 
 
 @dataclass(frozen=True)
@@ -364,6 +369,8 @@ class MemoryConfig:
     device_cache: int | None = None          # chunks kept on the device once loaded; None = auto (engine.memory.budget)
     stick: float = 0.1                       # retrieval keeps a view at hand unless another adds this much coverage
     keys: str = "post-rope"                  # KEY_CONVENTIONS: stored keys after or before the rotation
+    kv_paging: str = "chunk"                 # KV_PAGING_MODES: the device holds every layer's context KV, or one
+                                             # layer's at a time (the next prefetched while this one computes)
 
 
 @dataclass(frozen=True)
@@ -401,6 +408,8 @@ class SessionConfig:
     keep_savepoints: int = 2           # newest save points kept (each is a chunk a run can be resumed or forked at)
     decode_overlap: bool | None = None   # decode and mux chunk c on a worker thread while c+1 denoises
                                          # (engine/session/decode.py); None: on a CPU device, off on a GPU
+    weights: str = "bf16"              # WEIGHT_FORMATS: storage of the DiT blocks' large linears on the device
+                                       # (engine.planner.weight_plan); blocks beyond --device-mem are streamed
     threads: int | None = None         # torch's intra-op threads on a CPU; None: OMP_NUM_THREADS, else 1 (engine/cpu_threads.py)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -449,6 +458,10 @@ class SessionConfig:
             (self.memory.keys != "pre-rope" or self.model in MODEL_CONFIGS or self.model in LINGBOT_MODELS,
              f"--kv-keys pre-rope is built for MG2's and LingBot's models; the {self.model} model's memory "
              "stores keys after rotation only: use --kv-keys post-rope"),
+            (self.memory.kv_paging in KV_PAGING_MODES,
+             f"--kv-paging (memory.kv_paging) must be one of {', '.join(KV_PAGING_MODES)}, got {self.memory.kv_paging!r}"),
+            (self.weights in WEIGHT_FORMATS,
+             f"--weights (weights) must be one of {', '.join(WEIGHT_FORMATS)}, got {self.weights!r}"),
             (self.memory.writeback in WRITEBACK_MODES,
              f"writeback must be one of {', '.join(WRITEBACK_MODES)}, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from engine.config import WEIGHT_FORMATS
 from engine.errors import ConfigError
 
-WEIGHT_FORMATS = ("bf16", "int8", "fp8")
 VALUE_BYTES = {"bf16": 2, "int8": 1, "fp8": 1}
 SCALE_BYTES = 4                 # one fp32 scale per output channel of a quantised linear
 STREAM_BUFFERS = 2              # device slots a streamed block passes through (double-buffered)
