@@ -6,7 +6,7 @@ the engine derives shapes from these objects; no module hard-codes 30, 880 or 15
 the rest of the engine a ``KVLayout`` and a ``VideoGrid`` (``ModelConfig.kv_layout()`` /
 ``video_grid()``), never the config itself.
 
-Overlays (presets, CLI flags) are applied by ``engine.overlay``, which rejects unknown keys and wrong
+Overlays (presets, CLI flags) are applied by ``engine.settings.overlay``, which rejects unknown keys and wrong
 types by name.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError
-from engine.layout import KVLayout, ModelShape, VideoGrid
+from engine.facts.layout import KVLayout, ModelShape, VideoGrid
 
 # Wan2.1 VAE latent normalisation constants (per latent channel).
 WAN_LATENT_MEAN = (
@@ -221,7 +221,7 @@ class ModelConfig:
                          frames_per_chunk=self.video_frames_of_chunk(1), fps=self.fps)
 
     def shape(self) -> ModelShape:
-        """What the planner reads of this model (``engine.layout.ModelShape``)."""
+        """What the planner reads of this model (``engine.facts.layout.ModelShape``)."""
         return ModelShape(self.name, self.kv_layout(), self.video_grid(), DEVICE_PARAMS.get(self.name, 0))
 
 
@@ -410,7 +410,7 @@ class SessionConfig:
                                          # (engine/session/decode.py); None: on a CPU device, off on a GPU
     weights: str = "bf16"              # WEIGHT_FORMATS: storage of the DiT blocks' large linears on the device
                                        # (engine.planner.weight_plan); blocks beyond --device-mem are streamed
-    threads: int | None = None         # torch's intra-op threads on a CPU; None: OMP_NUM_THREADS, else 1 (engine/cpu_threads.py)
+    threads: int | None = None         # torch's intra-op threads on a CPU; None: OMP_NUM_THREADS, else 1 (engine/runtime/cpu_threads.py)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 

@@ -43,4 +43,4 @@ class SavePointError(InputError):
 
 class ResourceLimitError(WorldPagerError):
     """The process ran out of memory, threads or file descriptors: the message names the limit (``ulimit -v``,
-    ``ulimit -n``, the memory available) and the fix (``engine.limits``)."""
+    ``ulimit -n``, the memory available) and the fix (``engine.files.limits``)."""

@@ -28,7 +28,7 @@ from engine.arena.data import TRAIN_ARENAS  # noqa: E402
 from engine.arena.pipeline import ArenaPipeline  # noqa: E402
 from engine.arena.render import depth  # noqa: E402
 from engine.config import MemoryConfig, SessionConfig  # noqa: E402
-from engine.metrics import psnr  # noqa: E402
+from engine.quality.metrics import psnr  # noqa: E402
 
 ARENA_BASE = TRAIN_ARENAS + 3000
 WALK = """segments:

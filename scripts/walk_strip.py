@@ -15,7 +15,7 @@ from pathlib import Path
 
 from engine.arena.config import ArenaModelConfig
 from engine.quality.long_strip import long_strip
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 ROWS = (("int4", "memory (int4)"), ("window", "window-only"))
 

@@ -75,7 +75,7 @@ _sigint_as_in_a_terminal()
 def _independent_of_the_users_settings() -> None:
     """No test reads the developer's WORLDPAGER_* option variables or config file (the sessions the
     tests start inherit this)."""
-    from engine.options import SESSION_OPTIONS
+    from engine.settings.options import SESSION_OPTIONS
 
     for option in SESSION_OPTIONS:
         os.environ.pop(option.envvar, None)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from engine.lingbot_models import LINGBOT_TINY
+from engine.facts.lingbot_models import LINGBOT_TINY
 from engine.model.lingbot.text import T5Shape
 from engine.model.lingbot.weights import key_shapes
 from engine.model.seeded_weights import fill_module_, seeded_state_dict

@@ -19,7 +19,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, sigkill_when_ready
 
 TESTS = Path(__file__).resolve().parent
@@ -30,7 +30,7 @@ SESSION = """
 import sys
 import time
 from pathlib import Path
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
 chunks, stop_after, out, spill = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 cfg = resolve_session_config(None, {"model": "micro", "device": "cpu", "chunks": chunks, "save_every": 2, "out": out,

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from engine.config import model_config
 from engine.model.load import MG2Models, load_models
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 TINY = model_config("tiny")
 WORLDPAGER = [sys.executable, "-c", "from worldpager_cli.main import cli; cli()"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from engine.output_files import check_output_file
+from engine.files.output_files import check_output_file
 from worldpager_cli.json_output import emit_json, json_line, json_result
 
 @click.group()

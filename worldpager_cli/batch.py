@@ -17,12 +17,12 @@ from worldpager_cli.json_output import emit_json, json_line, json_result
 from tqdm import tqdm
 
 from engine.errors import ConfigError
-from engine.options import SESSION_OPTIONS
+from engine.settings.options import SESSION_OPTIONS
 from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, printable
 from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import Size, options_of
 
-# Every job's defaults: the table's options (engine.options) but those a batch sets per job or for itself
+# Every job's defaults: the table's options (engine.settings.options) but those a batch sets per job or for itself
 # (the outputs go under --out-dir, the device is the workers', --host-mem is the whole batch's); a job's
 # own value wins.
 NOT_SHARED = ("out", "log", "device", "host_mem")
@@ -123,7 +123,7 @@ def batch(jobs, out_dir, workers, devices, ray_address, retries, host_mem, overw
 
 def _backend_and_plans(job_list, out_dir, workers, devices, ray_address, host_mem):
     from engine.batch.plan import plan_jobs
-    from engine.telemetry import available_memory, process_rss
+    from engine.runtime.telemetry import available_memory, process_rss
 
     if ray_address is not None:
         from engine.batch.ray_backend import RayBackend

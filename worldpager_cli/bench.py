@@ -442,7 +442,7 @@ def _store_plan(modes, emulated, writebacks, chunks, pool_slots, kv_scale, chunk
     runs = [{"store": m, "drive_bw": b, "drive_bw_emulated": e, "writeback": w}
             for m in _split(modes, "--modes") for b, e in emulated.items() for w in _split(writebacks, "--writeback")]
     from engine.config import synthetic_model_config
-    from engine.kv_format import byte_figures
+    from engine.facts.kv_format import byte_figures
 
     chunk_bytes = byte_figures(synthetic_model_config(kv_scale).kv_layout())["int4"]
     click.echo(f"bench store (dry run): {len(runs)} runs of {chunks} chunks of {chunk_ms:g} ms, pool {pool_slots} "

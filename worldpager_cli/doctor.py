@@ -22,7 +22,7 @@ from worldpager_cli.errors import EXIT_BAD_INPUT
 def doctor(spill) -> None:
     """Check this machine: torch build, CUDA devices, Triton, PyAV/x264, memory, a spill drive, and the
     modules commands import (aiohttp for play, Ray for batch --ray, transformers for LingBot)."""
-    from engine.doctor import run_checks
+    from engine.bench.doctor import run_checks
 
     rows = run_checks(spill)
     width = max(len(r.name) for r in rows)

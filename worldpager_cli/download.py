@@ -82,7 +82,7 @@ def _download_lingbot(model: str, local_dir: Path | None, dry_run: bool, quiet: 
         return _print_listing(parts, Path(root), {"model": model, "parts": lingbot_download.plan()})
     root = lingbot_download.fetch(root, progress=not quiet)
     from engine.model.lingbot.checkpoint import check_release   # imports torch: not at start-up
-    from engine.lingbot_models import lingbot_config
+    from engine.facts.lingbot_models import lingbot_config
     check_release(root, lingbot_config(model))
     files = {p.relative_to(root).as_posix(): p.stat().st_size for p in sorted(root.rglob("*"))
              if p.is_file() and ".cache" not in p.relative_to(root).parts}

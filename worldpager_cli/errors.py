@@ -7,7 +7,7 @@ Exit codes (the table is also in docs/conventions.md):
 1     bad input: any ``WorldPagerError`` (a file that is missing or not ours, a value a command
       refuses, an output that cannot be written, a batch job line that is wrong); also a resource
       limit of the user's environment: out of memory, threads or file descriptors, wherever it
-      surfaced (``engine.limits``: one line naming the limit, ``ulimit -v`` / ``ulimit -n``, and the fix)
+      surfaced (``engine.files.limits``: one line naming the limit, ``ulimit -v`` / ``ulimit -n``, and the fix)
 2     usage error, as click and argparse use it: an unknown option or command, an option value of
       the wrong type or not among its choices, a missing argument
 3     ``tail``: the session ended without its summary line
@@ -26,7 +26,7 @@ import traceback
 import click
 
 from engine.errors import WorldPagerError
-from engine.limits import limit_error
+from engine.files.limits import limit_error
 from worldpager_cli.help import ExamplesGroup
 from worldpager_cli.streams import guard_streams
 
@@ -56,7 +56,7 @@ def say_error(message) -> None:
 
 
 def ignore_file_size_signal() -> None:
-    """A write past ``ulimit -f`` fails with EFBIG, told as the limit (``engine.limits``), instead of
+    """A write past ``ulimit -f`` fails with EFBIG, told as the limit (``engine.files.limits``), instead of
     SIGXFSZ killing the process (its default action, a core dump) with the outputs half written.
     CPython ignores it at start-up too; said here so that it holds however the interpreter was started."""
     if hasattr(signal, "SIGXFSZ"):
@@ -127,7 +127,7 @@ class WorldPagerGroup(ExamplesGroup):
 
 
 def _resource_limit(exc: BaseException) -> str | None:
-    """The one line for memory, threads or file descriptors that ran out (``engine.limits``), or None."""
+    """The one line for memory, threads or file descriptors that ran out (``engine.files.limits``), or None."""
     try:
         error = limit_error(exc)
     except MemoryError:   # too little memory even to word it

@@ -3,9 +3,9 @@
 Owns ``SectionedCommand``, a ``click.Command`` whose help lists its options under titled sections
 (Inputs, Output, Model, Memory, Disk tier, Positions, Run control, then the command's own) instead of
 one flat list, and ends with an Examples block. The section of a session option is its ``group`` in
-the option table (``engine.options``); a command's own flags name theirs in ``sections``
+the option table (``engine.settings.options``); a command's own flags name theirs in ``sections``
 (``{"quiet": "Output"}``); anything else (``--help``) goes under Options. Sections are written in the
-order of ``engine.options.SECTIONS``, then any section a command adds, in the order first met.
+order of ``engine.settings.options.SECTIONS``, then any section a command adds, in the order first met.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import click
 
-from engine.options import BY_NAME, SECTIONS
+from engine.settings.options import BY_NAME, SECTIONS
 
 OTHER = "Options"
 

@@ -20,9 +20,9 @@ import click
 from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from engine.config import LINGBOT_MODELS, MODEL_CONFIGS, SessionConfig
-from engine.cpu_threads import apply_cpu_threads
+from engine.runtime.cpu_threads import apply_cpu_threads
 from engine.errors import ConfigError, OutputError
-from engine.overlay import resolve_session_config, with_user_config
+from engine.settings.overlay import resolve_session_config, with_user_config
 from worldpager_cli.arena import arena, bench_arena, train
 from worldpager_cli.batch import batch
 from worldpager_cli.bench import bench

@@ -16,7 +16,7 @@ Each failure is one ``JsonInputError`` naming the row (``--from-rows F line N``)
 """
 from __future__ import annotations
 
-from engine.bounded_json import JsonInputError
+from engine.files.bounded_json import JsonInputError
 
 MEASUREMENT = {"revisit": ("arm", "seed", "kind"), "positions": ("arm", "seed"), "drift": ("arm", "block_start"),
                "long": ("arm", "seed"), "walk": ("arm", "seed", "kind", "look_around")}

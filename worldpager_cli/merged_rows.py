@@ -4,7 +4,7 @@ of rows files, for the revisit benchmark, the long one and the walking one (no n
 Owns reading them and what makes two rows the same measurement.
 
 * ``read_rows(paths, long, walk=False)`` — every file through the bounded JSON Lines reader
-  (``engine.bounded_json.iter_json_lines``: the input gate refuses a FIFO, a device, a directory or a
+  (``engine.files.bounded_json.iter_json_lines``: the input gate refuses a FIFO, a device, a directory or a
   file under ``/proc`` before it is opened; a line's size, UTF-8 and nesting depth are checked), every
   row an object whose fields have the kinds its summary reads (``worldpager_cli.row_fields``). A row of
   another benchmark (a ``long`` row without ``--long``, a ``walk`` row without ``--walk``, a revisit,
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.bounded_json import STRING, JsonInputError, expect_object, iter_json_lines
-from engine.input_files import shown
+from engine.files.bounded_json import STRING, JsonInputError, expect_object, iter_json_lines
+from engine.files.input_files import shown
 from worldpager_cli.merged_checks import check_together
 from worldpager_cli.row_fields import FIELDS, check_row
 

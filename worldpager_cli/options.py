@@ -1,10 +1,10 @@
-"""The session's flags, built from the one table of options (``engine.options``): ``generate`` and
+"""The session's flags, built from the one table of options (``engine.settings.options``): ``generate`` and
 ``plan`` take all of them, ``batch`` those a batch can share between its jobs.
 
 Contract. ``session_options`` adds every flag that sets a session's config (``--preset``, the length,
 the model, its inputs and outputs, the memory flags, ``--set``) to a click command, as keyword arguments
 named like the table's options; ``options_of(names, ...)`` adds some of them. ``session_overlay(opts)``
-turns those arguments into the sparse config overlay ``engine.overlay.resolve_session_config`` applies
+turns those arguments into the sparse config overlay ``engine.settings.overlay.resolve_session_config`` applies
 over the preset: only what the user gave, so that a preset's values (``pool_slots`` among them) hold
 unless a flag overrides them.
 ``chunks_for_length`` turns ``--chunks`` / ``--seconds`` / ``--minutes`` into chunks of a video grid.
@@ -19,9 +19,9 @@ from typing import Mapping
 import click
 
 from engine.errors import ConfigError
-from engine.options import (BY_NAME, SESSION_OPTIONS, SIZE_UNITS, Option, check_input_options, overlay,  # noqa: F401 (re-exported)
+from engine.settings.options import (BY_NAME, SESSION_OPTIONS, SIZE_UNITS, Option, check_input_options, overlay,  # noqa: F401 (re-exported)
                             parse_arena_seed, parse_size_option)
-from engine.sizes import size_in
+from engine.settings.sizes import size_in
 
 LENGTH_KEYS = ("chunks", "seconds", "minutes")
 
@@ -75,7 +75,7 @@ class CheckedNumber(click.ParamType):
 
 
 class Size(click.ParamType):
-    """A byte size by the one rule of ``engine.sizes`` (``24G``, ``22.5GiB``, ``512M``; a plain number in
+    """A byte size by the one rule of ``engine.settings.sizes`` (``24G``, ``22.5GiB``, ``512M``; a plain number in
     ``unit``), given as a number of ``unit`` (an int when ``integer``): anything else, zero and negatives
     included (or below ``low``), is click's usage error (exit 2), one line naming the flag and the value."""
 
@@ -101,7 +101,7 @@ class Size(click.ParamType):
 
 
 class SessionSize(click.ParamType):
-    """A size option of the session table (``engine.options.parse_size_option``): ``--host-mem 24G`` is
+    """A size option of the session table (``engine.settings.options.parse_size_option``): ``--host-mem 24G`` is
     24.0 (GiB), ``--spill-max 10%`` stays text; a bad one is a usage error (exit 2)."""
 
     name = "size"
@@ -144,7 +144,7 @@ def options_of(names, func, helps: Mapping[str, str] | None = None):
 
 
 def session_options(func):
-    """Every flag of a session's config (the whole table, ``engine.options``)."""
+    """Every flag of a session's config (the whole table, ``engine.settings.options``)."""
     return options_of(BY_NAME, func)
 
 

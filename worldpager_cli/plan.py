@@ -19,7 +19,7 @@ from worldpager_cli.json_output import emit_json, json_line, json_result
 from engine.planner import model as planner
 from engine.config import ARENA_MODEL
 from engine.errors import ConfigError
-from engine.overlay import resolve_session_config, with_user_config
+from engine.settings.overlay import resolve_session_config, with_user_config
 from engine.planner.measured import measured_inputs
 from engine.planner.probe import DEFAULT_PROBE_BYTES, probe_drive
 from worldpager_cli.help import SectionedCommand
@@ -133,8 +133,8 @@ def _stall_text(p: planner.Plan) -> str:
 
 def log_baseline(path: Path) -> int:
     """The process baseline a session's store measured (``host_baseline_bytes`` in its log header)."""
-    from engine.input_files import open_input
-    from engine.telemetry import MAX_LINE_BYTES, line_problem
+    from engine.files.input_files import open_input
+    from engine.runtime.telemetry import MAX_LINE_BYTES, line_problem
     try:
         with open_input(path, "--baseline-from") as f:   # a FIFO or /proc file: refused, not waited on
             header, problem = line_problem(f.readline(MAX_LINE_BYTES + 2) or b"{}")

@@ -1,6 +1,6 @@
 """``worldpager play``: walk the world live from a browser (``engine.play``).
 
-The same option table as ``generate`` (``engine.options``: model, checkpoint, memory, spill, quota,
+The same option table as ``generate`` (``engine.settings.options``: model, checkpoint, memory, spill, quota,
 positions, save points, presets, environment variables, the config file), plus where to serve
 (``--host``, ``--port``, ``--open``), ``--truth`` (the arena model only: the page shows the renderer's
 truth beside each frame; any other model is a usage error, exit 2, before anything is read or written)
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import click
 
-from engine.cpu_threads import apply_cpu_threads
+from engine.runtime.cpu_threads import apply_cpu_threads
 
-from engine.dependencies import BY_MODULE
+from engine.runtime.dependencies import BY_MODULE
 from engine.errors import ConfigError, InputError
 from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import LENGTH_KEYS, chunks_for_length, session_options, session_overlay
@@ -105,7 +105,7 @@ def check_truth(cfg, truth: bool) -> None:
 
 
 WEB_SERVER = "aiohttp"
-WEB_SERVER_INSTALL = BY_MODULE[WEB_SERVER].fix   # the one pip line of engine.dependencies
+WEB_SERVER_INSTALL = BY_MODULE[WEB_SERVER].fix   # the one pip line of engine.runtime.dependencies
 
 
 def need_web_server(command: str) -> None:
@@ -130,7 +130,7 @@ def _check_host(host: str) -> None:
 
 def _play(opts, serve: Serving, overwrite, quiet, as_json) -> None:
     from engine.model.registry import model_spec
-    from engine.overlay import resolve_session_config, with_user_config
+    from engine.settings.overlay import resolve_session_config, with_user_config
     from engine.play.run import DEFAULT_MINUTES, play_config
     from engine.session.ownership import check_video_path, claim_output, refuse_existing
     from engine.session.preflight import check_output_paths

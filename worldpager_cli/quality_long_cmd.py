@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from engine.output_files import make_output_dir
+from engine.files.output_files import make_output_dir
 from worldpager_cli.merged_rows import read_rows, repeated_line
 from worldpager_cli.bench import echo_json, machine
 from worldpager_cli.quality_long import LONG_SMOKE_LINE, echo_long

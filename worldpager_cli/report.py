@@ -18,7 +18,7 @@ from engine.errors import ConfigError
 from engine.report.live import LiveReport
 from engine.report.views import VIEWS
 from engine.report.write import Report, write_report
-from engine.telemetry import LogFollower
+from engine.runtime.telemetry import LogFollower
 
 
 def echo_report(report: Report) -> None:

@@ -5,13 +5,13 @@ Owns the schema of each kind of row, taken from the code that reads them: a ``re
 row (``engine.quality.run``'s summaries), a ``long`` row (``engine.quality.long_summary``: per bin of
 video and per phase, sums and counts), a ``walk`` row (``engine.quality.walk_summary``: per bin of video,
 per class of frame sums and counts, and the bin's memory counters). ``check_row`` checks one row against its experiment's fields
-(``engine.bounded_json.expect_object``), counts of frames at least 0, a frame rate and a bin length
+(``engine.files.bounded_json.expect_object``), counts of frames at least 0, a frame rate and a bin length
 above 0; anything else is one ``JsonInputError`` naming ``what`` (the file and line) and the field.
 Fields a summary does not read are left alone.
 """
 from __future__ import annotations
 
-from engine.bounded_json import (BOOL, INTEGER, LIST, NUMBER, OBJECT, STRING, JsonInputError, expect_object)
+from engine.files.bounded_json import (BOOL, INTEGER, LIST, NUMBER, OBJECT, STRING, JsonInputError, expect_object)
 
 REVISIT_CLASSES = ("observed", "start", "observed_away", "generated", "revisit", "all")   # engine.quality.revisits
 WALK_CLASSES = ("new_place", "seen_surface", "never_seen", "revisit", "return_observed", "return_generated",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.telemetry import percentile, read_log
+from engine.runtime.telemetry import percentile, read_log
 
 RUN_SUMMARY_KEYS = ("status", "out", "log", "spill", "chunks", "chunks_made", "frames", "video_s", "wall_s",
                     "s_per_chunk", "fps", "stalls", "peak_rss_bytes", "savepoint_errors")

@@ -22,9 +22,9 @@ from pathlib import Path
 import click
 
 from engine.errors import ConfigError
-from engine.input_files import shown
+from engine.files.input_files import shown
 from engine.report.live import LiveReport
-from engine.telemetry import LogFollower
+from engine.runtime.telemetry import LogFollower
 from worldpager_cli.errors import EXIT_UNFINISHED
 from worldpager_cli.json_output import json_line
 

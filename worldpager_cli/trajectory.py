@@ -13,7 +13,7 @@ import click
 from worldpager_cli.json_output import emit_json, json_line, json_result
 
 from engine.errors import ConfigError, OutputError
-from engine.output_files import check_output_dir
+from engine.files.output_files import check_output_dir
 from worldpager_cli.errors import WorldPagerGroup
 
 FORMATS = ("lingbot",)

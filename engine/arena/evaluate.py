@@ -24,7 +24,7 @@ from engine.arena.data import TRAIN_ARENAS
 from engine.arena.episodes import EVAL_KINDS, Episode, _segments_to_actions, revisit_frames, walk
 from engine.arena.world import Arena
 from engine.config import MemoryConfig, SessionConfig
-from engine.metrics import paired_gain, psnr, ssim
+from engine.quality.metrics import paired_gain, psnr, ssim
 
 EVAL_ARENA_BASE = TRAIN_ARENAS + 1000        # held-out arenas: EVAL_ARENA_BASE + episode index
 EVAL_CHUNKS = 16

@@ -21,7 +21,7 @@ from engine.arena.weights import config_of, load_model, packaged_weights_path, r
 from engine.arena.world import Arena
 from engine.config import LOOK_AROUND_MIN_CHUNKS
 from engine.errors import ConfigError
-from engine.layout import KVLayout
+from engine.facts.layout import KVLayout
 from engine.model.spec import Family, ModelSpec, weights_stamp
 
 DEFAULT_TRAJECTORY = "arena_tour.yaml"

@@ -43,7 +43,7 @@ from engine.arena.model import ArenaDiT
 from engine.arena.world import Arena
 from engine.errors import ConfigError, HorizonError
 from engine.geometry import make_poses
-from engine.state_tensors import generator_state, optional, set_generator_state
+from engine.model.state_tensors import generator_state, optional, set_generator_state
 
 
 class ArenaPipeline:

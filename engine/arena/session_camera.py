@@ -39,7 +39,7 @@ from engine.arena.world import Arena
 from engine.config import ARENA_MODEL, SessionConfig
 from engine.errors import ConfigError, InputError
 from engine.model.registry import ModelSpec, model_header_facts, model_spec
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.report.read import SessionRecords, read_session
 from engine.session.observe import session_path
 from engine.session.resume import run_config

@@ -37,7 +37,7 @@ from engine.arena.config import ArenaModelConfig
 from engine.arena.data import stack, training_episode
 from engine.arena.model import ArenaDiT
 from engine.arena.patches import patchify
-from engine.output_files import check_output_dir, make_output_dir
+from engine.files.output_files import check_output_dir, make_output_dir
 
 
 @dataclasses.dataclass(frozen=True)

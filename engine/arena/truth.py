@@ -15,7 +15,7 @@ the renders at the latent frames' poses (so a score against it counts the blend 
 
 Both outputs are written under temporary names beside them and renamed when complete: a failure
 leaves nothing under ``--out`` or ``--poses``. The session's own MP4, log and config are refused as
-outputs, and so is a path that is not a regular file (a FIFO, a socket, a device: ``engine.output_files``).
+outputs, and so is a path that is not a regular file (a FIFO, a socket, a device: ``engine.files.output_files``).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from engine.arena.world import Arena
 from engine.errors import OutputError
 from engine.geometry import poses_euler
 from engine.io.video import VideoWriter
-from engine.output_files import check_output_file
+from engine.files.output_files import check_output_file
 
 POSE_COLUMNS = ("frame", "x", "y", "z", "yaw", "pitch")
 
@@ -74,7 +74,7 @@ def check_outputs(camera: SessionCamera, out: Path, poses: Path) -> None:
             raise OutputError(f"{flag} {path} is a directory; give a file name")
         if not path.parent.is_dir():
             raise OutputError(f"{flag} {path}: directory {path.parent} does not exist")
-        check_output_file(path, flag)   # not a FIFO, a socket or a device (engine.output_files)
+        check_output_file(path, flag)   # not a FIFO, a socket or a device (engine.files.output_files)
         check_output_file(path.with_name(f".{path.name}.truth"), f"{flag} {path}: its temporary file",
                           fix="remove it")
     if out.resolve() == poses.resolve():

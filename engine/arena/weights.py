@@ -21,9 +21,9 @@ from safetensors.torch import load_file, save_file
 
 from engine.arena.config import ArenaModelConfig
 from engine.arena.model import ArenaDiT
-from engine.bounded_json import OBJECT, expect_kind, parse_json
+from engine.files.bounded_json import OBJECT, expect_kind, parse_json
 from engine.errors import CheckpointError, InputError
-from engine.input_files import check_input_file
+from engine.files.input_files import check_input_file
 
 
 def packaged_weights_path() -> Path:

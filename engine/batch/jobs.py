@@ -4,7 +4,7 @@ Owns the job-list formats and the options a job may set — the ``generate`` fla
 CLI without the dashes (``host-mem`` and ``host_mem`` both work), plus ``name`` — and their types.
 Every problem is a one-line ``InputError`` naming the file and the line (a malformed line, an option
 that does not exist or has a value of the wrong type, a duplicate name); nothing here touches an
-output. The list is read through the input gate (``engine.input_files``: a FIFO, a directory or a file
+output. The list is read through the input gate (``engine.files.input_files``: a FIFO, a directory or a file
 under /proc is refused before it is opened) and each JSONL line through the bounded JSON reader. Relative input paths are taken from the current directory, as ``generate`` takes them.
 
 * JSONL (``.jsonl``, ``.ndjson``, ``.json``): one JSON object a line; blank lines and ``#`` lines skipped.
@@ -27,10 +27,10 @@ from typing import Any, Callable
 
 import yaml
 
-from engine.bounded_json import JsonInputError, parse_json
+from engine.files.bounded_json import JsonInputError, parse_json
 from engine.errors import InputError
-from engine.input_files import check_input_file, read_input_bytes
-from engine.options import job_parsers
+from engine.files.input_files import check_input_file, read_input_bytes
+from engine.settings.options import job_parsers
 
 
 PATH_OPTIONS = ("image", "trajectory", "out", "log", "checkpoint", "arena_weights", "spill", "preset", "observe",

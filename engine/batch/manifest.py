@@ -12,12 +12,12 @@ fsync), so a batch killed at any moment leaves the manifest before or after an u
 
 A batch holds ``OUT_DIR/batch.lock`` (``flock``) while it runs: a second batch on the same directory
 is refused with one line. The batch removes the file when it ends (while it still holds it; a batch
-that opened it just before locks the new one instead, ``engine.file_lock.try_lock_at``); a killed batch
+that opened it just before locks the new one instead, ``engine.files.file_lock.try_lock_at``); a killed batch
 leaves it, unlocked. A job found ``running`` when the lock is free was cut short by a killed batch: it
 counts as interrupted.
 
-The manifest is read through the input gate and the bounded JSON reader (``engine.input_files``,
-``engine.bounded_json``): a FIFO, a directory or a device at its name is refused before the lock is taken
+The manifest is read through the input gate and the bounded JSON reader (``engine.files.input_files``,
+``engine.files.bounded_json``): a FIFO, a directory or a device at its name is refused before the lock is taken
 (never waited on, so Ctrl-C is never stuck behind it); a damaged one (too deep, not UTF-8, not JSON, a
 field of the wrong kind) is one line, and the lock is given back.
 """
@@ -28,12 +28,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.bounded_json import read_json_file
-from engine.durable import fsync_directory
+from engine.files.bounded_json import read_json_file
+from engine.files.durable import fsync_directory
 from engine.batch.ownership import made_problem
-from engine.file_lock import release_and_remove, try_lock_at
+from engine.files.file_lock import release_and_remove, try_lock_at
 from engine.errors import InputError, OutputError
-from engine.input_files import check_input_file, shown
+from engine.files.input_files import check_input_file, shown
 
 MANIFEST_NAME, LOCK_NAME = "batch-manifest.json", "batch.lock"
 STATUSES = ("pending", "running", "done", "failed", "interrupted")

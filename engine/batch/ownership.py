@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.bounded_json import read_json_file
+from engine.files.bounded_json import read_json_file
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
-from engine.input_files import open_input, shown
+from engine.files.input_files import open_input, shown
 from engine.session.preflight import TIERED_STORES
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 FILE_KEYS = ("out", "log", "config", "save", "spill")
 MAX_CONFIG_BYTES = 16 << 20   # a resolved config is a few KiB
@@ -241,7 +241,7 @@ def _cut_short_problem(cfg, made: Made, there: dict[str, Path], records, origin)
 
 
 def _same_config(path: Path, cfg: SessionConfig, header: dict | None) -> bool:
-    from engine.overlay import config_to_json
+    from engine.settings.overlay import config_to_json
 
     try:   # gated and bounded: a FIFO or a damaged file there is not this job's config
         data = read_json_file(path, "config", MAX_CONFIG_BYTES)

@@ -24,9 +24,9 @@ from typing import Any
 from engine.batch.jobs import Job
 from engine.config import SessionConfig
 from engine.errors import ConfigError, InputError, WorldPagerError
-from engine.options import check_input_options, overlay
+from engine.settings.options import check_input_options, overlay
 from engine.model.registry import model_kv_layout, model_spec
-from engine.overlay import resolve_session_config, with_user_config
+from engine.settings.overlay import resolve_session_config, with_user_config
 from engine.session.preflight import check_memory, host_budget
 
 GiB = 2 ** 30
@@ -44,7 +44,7 @@ class JobPlan:
 
 
 def overlay_of(options: dict[str, Any], out_dir: Path, name: str) -> dict[str, Any]:
-    """``generate``'s config overlay for a job's options (``engine.options.overlay``, the rule ``generate``
+    """``generate``'s config overlay for a job's options (``engine.settings.options.overlay``, the rule ``generate``
     uses), with the outputs under ``out_dir`` and the spill template filled."""
     values = {**options, "out": out_dir / options.get("out", f"{name}.mp4")}
     if "log" in options:

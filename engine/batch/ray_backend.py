@@ -13,7 +13,7 @@ used as it is), placing the actors and streaming their work back:
 * an actor that dies (its node lost, its process killed) is reported ``lost``: the driver resumes its
   job on another actor from the job's save points.
 
-Ray is an optional extra (``pip install 'worldpager[ray]'``); without it (``engine.dependencies``: the
+Ray is an optional extra (``pip install 'worldpager[ray]'``); without it (``engine.runtime.dependencies``: the
 line names the pip command), or when the cluster cannot be reached, ``connect`` raises one
 ``ConfigError`` line and nothing has started.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from engine.batch.driver import Event, PooledBackend
 from engine.batch.worker import JobRun, Worker
-from engine.dependencies import require
+from engine.runtime.dependencies import require
 from engine.errors import ConfigError
 
 POLL_S = 0.2

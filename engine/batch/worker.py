@@ -35,9 +35,9 @@ from engine.batch.ownership import Made, SpillVouch, foreign_outputs, identities
 from engine.batch.plan import JobPlan
 from engine.config import SessionConfig
 from engine.errors import OutputError, WorldPagerError
-from engine.limits import limit_error
+from engine.files.limits import limit_error
 from engine.model.model_cache import ModelCache
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 
 @dataclass(frozen=True)

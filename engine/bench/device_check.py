@@ -41,7 +41,7 @@ from engine.bench import device_models as models
 from engine.bench import device_steps as steps
 from engine.bench.device_steps import StepContext, StepFailed, StepSkipped
 from engine.errors import ConfigError
-from engine.output_files import check_output_dir
+from engine.files.output_files import check_output_dir
 
 SCHEMA = 1
 DEFAULT_BUDGET_S = 450.0       # 7.5 minutes: under the 8 the check promises, inside a 10-minute command
@@ -240,7 +240,7 @@ def run_step(name: str, ctx: StepContext) -> dict:
     """One step as a row: ok with its figures, skipped with the reason, failed with its one-line reason."""
     import torch
 
-    from engine.telemetry import process_rss
+    from engine.runtime.telemetry import process_rss
 
     cuda = torch.cuda.is_available() and not ctx.dry_run
     if cuda and torch.cuda.is_initialized():

@@ -251,7 +251,7 @@ def session_mp4_step(ctx: StepContext) -> tuple[str, dict]:
     require_av()
     from engine.config import MemoryConfig, SessionConfig, model_config
     from engine.session.loop import Session
-    from engine.telemetry import read_log
+    from engine.runtime.telemetry import read_log
 
     chunks = 1 if ctx.dry_run else 4
     cfg = SessionConfig(model="micro", chunks=chunks, device=ctx.device, out=ctx.work / "micro.mp4",

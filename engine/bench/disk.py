@@ -47,7 +47,7 @@ import torch
 
 from engine.config import model_config
 from engine.errors import ConfigError, OutputError
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.disk import ALIGN, DATA_NAME, DiskTier
 from engine.memory.host_pool import HostPool
 

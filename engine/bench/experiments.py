@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import WorldPagerError
-from engine.overlay import resolve_session_config
-from engine.resources import data_dir
+from engine.settings.overlay import resolve_session_config
+from engine.files.resources import data_dir
 from engine.session.loop import Session
-from engine.telemetry import percentile, read_log
+from engine.runtime.telemetry import percentile, read_log
 
 YAW = data_dir("trajectories") / "yaw.yaml"
 

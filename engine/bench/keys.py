@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.quant import dequantize_chunk_into, quantize_chunk_into
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
@@ -48,7 +48,7 @@ class Captured:
 def _session_model(model: str, chunks: int, seed: int, device: torch.device, dtype: torch.dtype):
     from engine.io.image import default_start_image_path, load_image
     from engine.model.registry import build_world_model, model_spec
-    from engine.overlay import resolve_session_config
+    from engine.settings.overlay import resolve_session_config
     from engine.session.observe import session_path
 
     cfg = resolve_session_config(None, {"model": model, "chunks": chunks, "seed": seed,
@@ -221,7 +221,7 @@ def frame_psnr(model: str = "micro", chunks: int = 12, positions: str = "rerotat
                seed: int = 0, trajectory: Path | None = None) -> dict:
     """PSNR (dB, pooled over every frame, values in [-1, 1]) of int4 sessions with post- and pre-rope
     keys against the kv16 session; memory through an on-demand store with a small pool and a spill."""
-    from engine.overlay import resolve_session_config
+    from engine.settings.overlay import resolve_session_config
     from engine.session.loop import Session
 
     def frames(root: Path, name: str, kv_bits: int, keys: str) -> torch.Tensor:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from engine.config import synthetic_model_config
 from engine.errors import ConfigError
-from engine.kv_format import byte_figures
-from engine.lingbot_models import LINGBOT_FAST
+from engine.facts.kv_format import byte_figures
+from engine.facts.lingbot_models import LINGBOT_FAST
 
 LINGBOT_DRIVE_BWS = "1.0,0.5,0.25"     # GB/s: the drives the paper's question asks about
 

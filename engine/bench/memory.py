@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 
 from engine.bench.experiments import run_synthetic
-from engine.telemetry import percentile
+from engine.runtime.telemetry import percentile
 
 
 def rss_blocks(records: list[dict], warmup: int = 20, block: int = 100) -> dict:

@@ -61,10 +61,10 @@ def _session(flags: dict, tmp: Path, name: str) -> tuple[list[dict], dict]:
     """Run one session of ``flags`` in ``tmp``: its log's records and how it ran."""
     import torch
 
-    from engine.cpu_threads import apply_cpu_threads, decode_overlap
-    from engine.overlay import resolve_session_config
+    from engine.runtime.cpu_threads import apply_cpu_threads, decode_overlap
+    from engine.settings.overlay import resolve_session_config
     from engine.session.loop import Session
-    from engine.telemetry import read_log
+    from engine.runtime.telemetry import read_log
 
     # generation's speed: no look around unless asked for (observed chunks run only the clean pass)
     cfg = resolve_session_config(None, {"save_every": 0, "look_around": 0, **flags, "out": tmp / f"{name}.mp4"})

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import InputError
-from engine.input_files import check_input_file, open_input, shown
+from engine.files.input_files import check_input_file, open_input, shown
 
 PathLike = Union[str, os.PathLike]
 

@@ -27,7 +27,7 @@ import av
 import numpy as np
 
 from engine.errors import InputError
-from engine.input_files import check_input_file
+from engine.files.input_files import check_input_file
 
 FRAGMENTED_MOVFLAGS = "frag_keyframe+empty_moov+default_base_moof"
 TRACK_ID = 1  # libavformat numbers its tracks from 1; checked against the header's trex

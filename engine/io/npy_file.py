@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import InputError
-from engine.input_files import open_input
+from engine.files.input_files import open_input
 
 MAGIC = b"\x93NUMPY"
 VERSIONS = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf8")}

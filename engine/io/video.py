@@ -2,7 +2,7 @@
 
 Owns what a write guarantees (kill safety, resuming a file after a kill with
 :meth:`VideoWriter.reopen`, one writer per file: the file is opened and locked with
-``engine.output_files.open_output``, so a FIFO, a device or a file another process writes under any
+``engine.files.output_files.open_output``, so a FIFO, a device or a file another process writes under any
 name is refused before a byte is written), the conversion of the frame layouts the engine produces into RGB uint8,
 and the check that an output path is writable; the bytes themselves (x264 settings, the fragmented
 MP4 layout) belong to :mod:`engine.io.mp4_segments`. Knows nothing about chunks, models or memory
@@ -47,11 +47,11 @@ import av
 import numpy as np
 import torch
 
-from engine.cleanup import Cleanup
-from engine.durable import fsync_directory
+from engine.files.cleanup import Cleanup
+from engine.files.durable import fsync_directory
 from engine.errors import ConfigError, InputError, OutputError
-from engine.input_files import check_input_file
-from engine.output_files import check_output_file, open_output, write_failure
+from engine.files.input_files import check_input_file
+from engine.files.output_files import check_output_file, open_output, write_failure
 from engine.io.mp4_segments import (
     EncoderSettings, Sample, encode_segment, fragments, mp4_header, read_groups)
 
@@ -289,7 +289,7 @@ def _check_writable(path: Path) -> None:
 
 def _reason(exc: BaseException) -> str:
     """The short part of an OS/FFmpeg error, without errno numbers or repeated paths (a failed or
-    read-only drive said as such: ``engine.output_files.write_failure``)."""
+    read-only drive said as such: ``engine.files.output_files.write_failure``)."""
     return write_failure(exc)
 
 

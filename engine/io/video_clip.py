@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from engine.errors import InputError
-from engine.input_files import check_input_file
+from engine.files.input_files import check_input_file
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".mov", ".webm", ".avi", ".m4v")
 

@@ -39,7 +39,7 @@ directory; earlier blocks stay readable. A block file past the process's file-si
 ``ulimit -f``) is not a full drive: its ``OSError`` goes on as it is, for the session to name the limit. Where the file system refuses O_DIRECT (EINVAL on open or
 first I/O) one warning is logged and buffered I/O is used (``io_mode`` says which). Opening the tier (the
 directory, its lock, the block file, the index) on a drive that fails for another reason (EIO, ENOMEM,
-EACCES) is one ``engine.probe.DriveError`` line naming the path and the errno. ``pace(nbytes)``,
+EACCES) is one ``engine.files.probe.DriveError`` line naming the path and the errno. ``pace(nbytes)``,
 when given, is called before each piece of I/O (the bandwidth cap lives with the caller).
 Thread-safe: reads and writes may run on different threads.
 """
@@ -57,12 +57,12 @@ from typing import Callable
 
 import torch
 
-from engine import probe
-from engine.bounded_json import JsonInputError, parse_json
-from engine.durable import fsync_directory
-from engine.file_lock import release_lock, try_lock
+from engine.files import probe
+from engine.files.bounded_json import JsonInputError, parse_json
+from engine.files.durable import fsync_directory
+from engine.files.file_lock import release_lock, try_lock
 from engine.errors import ConfigError, InputError, OutputError
-from engine.input_files import open_input, shown
+from engine.files.input_files import open_input, shown
 from engine.memory.types import ChunkId, CorruptBlockError, DiskFullError, SpillIndexError, SpillLockedError
 
 log = logging.getLogger("worldpager.memory")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 
-from engine import probe
+from engine.files import probe
 from engine.errors import InputError
 from engine.memory.disk import DATA_NAME, INDEX_NAME, DiskTier
 from engine.memory.types import ChunkId

@@ -1,6 +1,6 @@
 """A stored chunk's tensors: quantise per-layer K/V into a block and read a block back (torch).
 
-Owns the tensor side of the chunk block whose byte layout :mod:`engine.kv_format` defines: typed views
+Owns the tensor side of the chunk block whose byte layout :mod:`engine.facts.kv_format` defines: typed views
 of a block's sections, ``quantize_chunk_into`` (K/V → block, through the kernels' one dispatch point
 :mod:`engine.kernels.ops`) and ``dequantize_chunk_into`` (block → K/V views, e.g. device staging
 slots). With ``bits = 16`` both are exact copies. The byte arithmetic itself (offsets, ``nbytes``,
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from engine.kernels import ops
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 
 
 def layer_views(fmt: ChunkFormat, block: torch.Tensor, layer: int) -> dict[str, torch.Tensor]:

@@ -2,7 +2,7 @@
 
 Contract.
   * ``parse_spill_max(text, spill_dir)`` reads a size (``500M``, ``4G``, ``4GiB``, ``1.5G``: the one rule
-    of ``engine.sizes``, binary units, a plain number of bytes) or ``10%`` (of the space free on the spill
+    of ``engine.settings.sizes``, binary units, a plain number of bytes) or ``10%`` (of the space free on the spill
     directory's drive *now*, at the session's start) and returns bytes. ``check_spill_max_text(text)``
     checks the same syntax without the drive (the flag's usage error). A value it cannot read is a one-line
     ``ConfigError`` naming it.
@@ -25,9 +25,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import probe
+from engine.files import probe
 from engine.errors import ConfigError
-from engine.sizes import parse_size
+from engine.settings.sizes import parse_size
 
 ALIGN = 4096
 MiB = 1 << 20

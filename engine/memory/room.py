@@ -11,17 +11,17 @@ what a session reopening the directory can write. ``tier_room(directory, resume)
 
 A directory, a block file or an index that is not there, or an index that cannot be parsed, holds no
 room (0: the check then counts the drive alone, as before). An error other than absence while looking
-is a ``DriveError`` (``engine.probe``). The index is parsed here without ``engine.memory.disk`` (which
+is a ``DriveError`` (``engine.files.probe``). The index is parsed here without ``engine.memory.disk`` (which
 imports torch) and only for the blocks' ends; ``resume`` reports a damaged index itself.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine import probe
-from engine.bounded_json import parse_json
+from engine.files import probe
+from engine.files.bounded_json import parse_json
 from engine.errors import InputError
-from engine.input_files import read_input_bytes
+from engine.files.input_files import read_input_bytes
 
 DATA_NAME, INDEX_NAME = "blocks.dat", "index.json"   # as engine.memory.disk names them
 MAX_INDEX_BYTES = 1 << 30   # as engine.memory.disk bounds it

@@ -54,7 +54,7 @@ from functools import partial
 
 import torch
 
-from engine.layout import KVLayout
+from engine.facts.layout import KVLayout
 from engine.memory.disk import DiskTier
 from engine.memory.disk_base import BaseTier
 from engine.memory.host_pool import HostPool, pool_slots, process_baseline_bytes

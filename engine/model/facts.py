@@ -1,7 +1,7 @@
 """Shape facts of a model configuration, computed without weights (networks built on the meta device).
 
 Owns what ``worldpager inspect`` reports: parameter counts per network, layer/head geometry, tokens
-per frame and chunk, KV bytes per chunk (raw, and in each storage format of :mod:`engine.kv_format`),
+per frame and chunk, KV bytes per chunk (raw, and in each storage format of :mod:`engine.facts.kv_format`),
 video geometry and the positional horizon.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import ModelConfig
-from engine.kv_format import ChunkFormat, byte_figures
+from engine.facts.kv_format import ChunkFormat, byte_figures
 from engine.model.clip import CLIPVisionTower
 from engine.model.mg2 import CausalDiT
 from engine.model.vae import WanVAE

@@ -42,9 +42,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-# The shape types are torch-free and live in ``engine.layout`` so that the memory, the retrieval and
+# The shape types are torch-free and live in ``engine.facts.layout`` so that the memory, the retrieval and
 # the planner can use them without importing the model package; they are part of this interface.
-from engine.layout import KVLayout, VideoGrid
+from engine.facts.layout import KVLayout, VideoGrid
 
 __all__ = ["KVLayout", "VideoGrid", "WorldModel", "ObservingModel", "KeyPlacingModel", "LiveInputModel"]
 
@@ -79,7 +79,7 @@ class WorldModel(Protocol):
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The model's own running state between chunks (noise RNG, decoder caches; not the attention
-        context's, which the context saves itself) as named CPU tensors (``engine.state_tensors``)."""
+        context's, which the context saves itself) as named CPU tensors (``engine.model.state_tensors``)."""
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Continue from ``state_tensors()`` of an earlier run: the next ``denoise`` and ``decode`` give

@@ -27,8 +27,8 @@ from typing import Protocol
 
 import torch
 
-from engine.layout import KVLayout
-from engine.state_tensors import as_int, cpu_copy, integer, nest, sub
+from engine.facts.layout import KVLayout
+from engine.model.state_tensors import as_int, cpu_copy, integer, nest, sub
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ class AttentionContext:
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Every layer's window K/V and model state, and the count of committed chunks (see
-        ``engine.state_tensors``); taken between chunks."""
+        ``engine.model.state_tensors``); taken between chunks."""
         out = {"chunks_committed": integer(self.chunks_committed)}
         for index, state in enumerate(self.layers):
             out.update(nest(f"layer{index}", state.self_kv.state_tensors()))

@@ -4,7 +4,7 @@ Owns the checkpoint directory layout of the official release, strict key/shape c
 extra or mis-shaped key is a ``CheckpointError`` naming the key and the file), safe deserialisation
 (``.safetensors`` natively; ``.pth`` with ``torch.load(weights_only=True)``, never arbitrary
 unpickling), and the seeded weights of the built-in model when no checkpoint is given. Every directory and
-file is checked by the input gate (``engine.input_files``) before it is opened: a file where the directory
+file is checked by the input gate (``engine.files.input_files``) before it is opened: a file where the directory
 should be, a FIFO, or anything under /proc is one ``CheckpointError`` line, never a wait or a traceback.
 
 Expected layout (file names come from the model config):
@@ -26,10 +26,10 @@ import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from engine.bounded_json import read_json_file
+from engine.files.bounded_json import read_json_file
 from engine.config import ModelConfig
 from engine.errors import CheckpointError, InputError
-from engine.input_files import check_input_dir, check_input_file
+from engine.files.input_files import check_input_dir, check_input_file
 from engine.model.clip import CLIPVisionTower, clip_visual_state_dict, is_unused_checkpoint_key
 from engine.model.hub import resolve_checkpoint
 from engine.model.mg2 import CausalDiT

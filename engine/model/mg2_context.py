@@ -15,7 +15,7 @@ import torch
 
 from engine.config import DiTConfig
 from engine.model.kv_context import AttentionContext, LayerState
-from engine.state_tensors import cpu_copy, nest, optional, sub
+from engine.model.state_tensors import cpu_copy, nest, optional, sub
 
 
 class RollingKV:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from engine.config import DEVICE_PARAMS, SYNTHETIC_MODEL, SessionConfig, session_model_config
 from engine.errors import ConfigError
 from engine.io.video_clip import ClipReader, is_video, model_frames
-from engine.layout import KVLayout
+from engine.facts.layout import KVLayout
 from engine.model.facts import horizon_chunk, model_facts
 from engine.model.interface import WorldModel
 from engine.model.load import checkpoint_files, load_models

@@ -31,7 +31,7 @@ from engine.model.facts import horizon_chunk
 from engine.model.kv_context import AttentionContext
 from engine.model.load import MG2Models
 from engine.model.scheduler import FlowMatchSampler
-from engine.state_tensors import generator_state, nest, set_generator_state, sub
+from engine.model.state_tensors import generator_state, nest, set_generator_state, sub
 from engine.model.vae import StartImageEncoder, StreamingDecoder, StreamingEncoder
 
 

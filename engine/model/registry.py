@@ -25,7 +25,7 @@ import torch
 
 from engine.config import ARENA_MODEL, LINGBOT_MODELS, SYNTHETIC_MODEL, SessionConfig
 from engine.io.trajectory import Trajectory
-from engine.layout import KVLayout
+from engine.facts.layout import KVLayout
 from engine.model.interface import WorldModel
 from engine.model.model_cache import ModelCache
 from engine.model.spec import Family, ModelSpec, weights_stamp  # noqa: F401  (ModelSpec: the session's type)

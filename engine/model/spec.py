@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from engine.layout import KVLayout, VideoGrid
+from engine.facts.layout import KVLayout, VideoGrid
 
 if TYPE_CHECKING:
     from engine.config import SessionConfig

@@ -22,9 +22,9 @@ import torch
 import torch.nn as nn
 
 from engine.config import VAEConfig
-from engine.cpu_threads import one_intra_op_thread
+from engine.runtime.cpu_threads import one_intra_op_thread
 from engine.errors import CheckpointError, ConfigError, InputError
-from engine.state_tensors import as_int, integer, nest, optional, sub
+from engine.model.state_tensors import as_int, integer, nest, optional, sub
 from engine.model.vae_blocks import CausalConv3d, Decoder3d, Encoder3d, StreamState
 
 

@@ -29,7 +29,7 @@ class StreamState:
         self.slots: list[torch.Tensor | None] = [None] * num_slots
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """The started slots as CPU copies, named by slot index (``engine.state_tensors``)."""
+        """The started slots as CPU copies, named by slot index (``engine.model.state_tensors``)."""
         return {str(i): s.detach().to("cpu", copy=True).contiguous()
                 for i, s in enumerate(self.slots) if s is not None}
 

@@ -1,6 +1,6 @@
 """The planner's inputs measured by a session instead of assumed (``worldpager plan --timing-from LOG``).
 
-Owns ``measured_inputs(log)``: from a session log (``engine.telemetry``), the chunk time the planner
+Owns ``measured_inputs(log)``: from a session log (``engine.runtime.telemetry``), the chunk time the planner
 should use — the median over the chunks after the first (chunk 0 warms the process up) of ``wall_ms``
 less the time the chunk waited on memory (``stall_ms``) and was stopped (``paused_ms``): a chunk's wall
 time without stalls, as ``--wall-ms`` takes it — and the process baseline its host pool measured
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ConfigError
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ will it stall?
 
 Contract. Small pure functions of the model shape, the storage format, the memory budgets, the drive
 and the chunk time, and ``plan(...)`` / ``plan_session(cfg, ...)`` that combine them into one frozen
-``Plan``. The model shape is an ``engine.layout.ModelShape`` (``planned_model``: MG2's or LingBot's
+``Plan``. The model shape is an ``engine.facts.layout.ModelShape`` (``planned_model``: MG2's or LingBot's
 configuration gives it from torch-free shared ground; the planner imports no model family). No I/O, no clocks, and no torch — neither here nor through any import (a test checks
 ``sys.modules`` in a fresh interpreter) — so ``worldpager plan`` answers at once on any machine.
 Units: bytes are exact integers; GB = 1e9 B (bandwidths, as ``--drive-bw``), GiB = 2**30 B (budgets).
@@ -100,10 +100,10 @@ from dataclasses import dataclass
 
 from engine.config import LINGBOT_MODELS, SessionConfig, session_model_config
 from engine.errors import ConfigError
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw, staging_of
-from engine.layout import ModelShape
-from engine.lingbot_models import lingbot_config
+from engine.facts.layout import ModelShape
+from engine.facts.lingbot_models import lingbot_config
 from engine.planner.timeline import TimelineInputs, percentile, timeline
 
 GB = 1e9

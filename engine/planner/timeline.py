@@ -174,7 +174,7 @@ class _Pool:
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile, as ``engine.telemetry.percentile`` (0.0 for no values)."""
+    """Nearest-rank percentile, as ``engine.runtime.telemetry.percentile`` (0.0 for no values)."""
     if not values:
         return 0.0
     ordered = sorted(values)

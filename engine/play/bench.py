@@ -32,11 +32,11 @@ import threading
 from pathlib import Path
 
 from engine.model.registry import model_spec
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.play.client import drive, human_script
 from engine.play.run import play_config, prepare_play, stalled
 from engine.session.loop import Session
-from engine.telemetry import percentile, read_log
+from engine.runtime.telemetry import percentile, read_log
 
 BURNER = "while True: pass"
 

@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from engine.bounded_json import NUMBER, STRING, expect_object, parse_json
+from engine.files.bounded_json import NUMBER, STRING, expect_object, parse_json
 from engine.errors import InputError
 from engine.play.frames import HEADER, is_truth, parse_header
 

@@ -3,7 +3,7 @@
 Contract.
 
 * ``parse_message(data)`` — one client message (``str`` or the ``bytes`` of a text frame) read through the
-  one bounded reader (``engine.bounded_json``): at most ``MAX_MESSAGE`` bytes, ``MAX_DEPTH`` levels deep,
+  one bounded reader (``engine.files.bounded_json``): at most ``MAX_MESSAGE`` bytes, ``MAX_DEPTH`` levels deep,
   UTF-8, a JSON object whose ``type`` is one of ``MESSAGE_TYPES``; an ``input`` has an integer ``seq``
   in [0, 2**53), a list of at most ``MAX_KEYS`` key names (strings of at most 16 characters) and an
   optional ``mouse`` of two finite numbers under 1e6 in size. Returns the message as the server uses it
@@ -23,7 +23,7 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
-from engine.bounded_json import INTEGER, LIST, STRING, JsonInputError, expect_finite, expect_kind, expect_object, parse_json
+from engine.files.bounded_json import INTEGER, LIST, STRING, JsonInputError, expect_finite, expect_kind, expect_object, parse_json
 
 MAX_MESSAGE = 4096           # bytes of one client message; longer ones are dropped
 MAX_DEPTH = 4                # nesting of one client message (an input message is 2 deep)

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
-from engine.bounded_json import JsonInputError
+from engine.files.bounded_json import JsonInputError
 from engine.errors import OutputError
 from engine.play.guard import MAX_MESSAGE, host_allowed, origin_allowed, parse_message, said
 

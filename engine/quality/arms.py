@@ -1,7 +1,7 @@
 """The arms of ``worldpager bench quality``: each one a set of the product's own config keys.
 
 Owns the arm tables. An arm is an overlay of ``SessionConfig`` keys, applied with the same strict
-merge as a preset (``engine.overlay.replace_strict``) on top of the benchmark's base: the arena model
+merge as a preset (``engine.settings.overlay.replace_strict``) on top of the benchmark's base: the arena model
 on a held-out arena, ``--store prefetch`` through an int4 host pool of ``POOL_SLOTS`` chunks and a
 spill directory (the disk tier), k = 3, no sink, ``--positions rerotate``. ``flags`` is how a user
 asks for the same thing on ``worldpager generate`` (``rerotate_offset_frames`` has no flag: a preset

@@ -1,4 +1,4 @@
-"""The figure of ``worldpager bench quality``, from the summary's plain numbers, drawn by ``engine.plots``.
+"""The figure of ``worldpager bench quality``, from the summary's plain numbers, drawn by ``engine.report.plots``.
 
 Owns which panels the figure has: PSNR of revisit frames against the truth per arm, pooled over frames,
 for returns to observed views, returns to generated views and every generated frame; retention of bf16
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.plots import Figure, Panel, RefLine, Series, save_png
+from engine.report.plots import Figure, Panel, RefLine, Series, save_png
 from engine.quality.retention import shown
 
 PANEL_CLASSES = ("observed", "generated", "all")

@@ -1,4 +1,4 @@
-"""The per-minute figure of ``bench quality --long``, from the summary's plain numbers (``engine.plots``).
+"""The per-minute figure of ``bench quality --long``, from the summary's plain numbers (``engine.report.plots``).
 
 Owns its panels, one line per arm over the minutes of video: PSNR of every generated frame against the
 truth; the sharpness ratio (the truth = 1); returns to observed views against the truth; returns to
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.plots import Figure, Panel, RefLine, Series, save_png
+from engine.report.plots import Figure, Panel, RefLine, Series, save_png
 
 LABELS = {"window": "window-only", "int4": "memory (int4)"}
 

@@ -40,7 +40,7 @@ from engine.arena.data import latent_camera, render_latents
 from engine.arena.session_camera import session_camera
 from engine.arena.world import Arena
 from engine.geometry import euler_from_quat
-from engine.metrics import psnr, ssim
+from engine.quality.metrics import psnr, ssim
 from engine.quality.revisits import MIN_GAP_CHUNKS, classify
 
 EARLY_S = 3.0               # seconds of generation counted as "early" (the rest is "late")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.metrics import psnr, ssim
+from engine.quality.metrics import psnr, ssim
 from engine.quality.revisits import Revisits
 from engine.quality.session_run import Trace
 

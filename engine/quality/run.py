@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from engine.metrics import psnr, ssim
+from engine.quality.metrics import psnr, ssim
 from engine.quality.arms import BELOW, DRIFT_ARMS, POSITION_ARMS, Arm
 from engine.quality.episodes import LeaveReturn, leave_and_return
 from engine.quality.retention import paired_difference

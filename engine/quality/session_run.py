@@ -29,8 +29,8 @@ import torch
 from engine.arena.episodes import Episode
 from engine.arena.evaluate import write_action_csv
 from engine.config import MemoryConfig, SessionConfig
-from engine.metrics import psnr, ssim
-from engine.overlay import replace_strict
+from engine.quality.metrics import psnr, ssim
+from engine.settings.overlay import replace_strict
 from engine.quality.arms import POOL_SLOTS, Arm
 
 COUNTERS = ("hits", "misses", "stale", "disk_bytes_read", "disk_bytes_written")

@@ -1,4 +1,4 @@
-"""The per-minute figure of ``bench quality --walk``, from the summary's plain numbers (``engine.plots``).
+"""The per-minute figure of ``bench quality --walk``, from the summary's plain numbers (``engine.report.plots``).
 
 Owns its panels, one line per arm over the minutes of video (the first setting of the summary: with
 the look-around when it was run): PSNR at new places; their sharpness ratio (the truth = 1); PSNR of
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.plots import Figure, Panel, Series, save_png
+from engine.report.plots import Figure, Panel, Series, save_png
 
 LABELS = {"window": "window-only", "int4": "memory (int4, rotation-only re-projection)",
           "noreproject": "memory, no re-projection"}

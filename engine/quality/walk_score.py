@@ -29,7 +29,7 @@ from engine.arena.data import latent_camera, render_latents
 from engine.arena.session_camera import session_camera
 from engine.arena.visible import visible_faces
 from engine.arena.world import Arena
-from engine.metrics import psnr, ssim
+from engine.quality.metrics import psnr, ssim
 from engine.quality.long_score import _bins, decoded_frames, detail, from_uint8, reduce_frame, to_uint8
 from engine.quality.walk_classes import CLASSES, classify_walk
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import os
 
 from engine.errors import InputError
-from engine.input_files import read_input_bytes, shown
-from engine.telemetry import LOG_FIX, check_record, line_problem
+from engine.files.input_files import read_input_bytes, shown
+from engine.runtime.telemetry import LOG_FIX, check_record, line_problem
 
 MAX_LOG_BYTES = 4 << 30   # read whole into memory: a week-long session's log is well under this
 

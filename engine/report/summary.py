@@ -7,7 +7,7 @@ the status ``unfinished``.
 from __future__ import annotations
 
 from engine.report.read import SessionRecords
-from engine.telemetry import RunningSummary
+from engine.runtime.telemetry import RunningSummary
 
 MiB, GiB = 1 << 20, 1 << 30
 

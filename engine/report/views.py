@@ -1,4 +1,4 @@
-"""The report's views: session records in, one ``engine.plots.Figure`` per view out.
+"""The report's views: session records in, one ``engine.report.plots.Figure`` per view out.
 
 Owns which series each view shows and in what unit. Every view overlays the sessions on the same
 axes (labelled by ``labels``), except the chunk-time breakdown, whose stacked parts need one panel
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from engine.plots import Figure, Panel, RefLine, Series
+from engine.report.plots import Figure, Panel, RefLine, Series
 from engine.report.read import SessionRecords
-from engine.telemetry import percentile
+from engine.runtime.telemetry import percentile
 
 MiB, GiB = float(1 << 20), float(1 << 30)
 CHUNK_PARTS = (("memory_ms", "memory"), ("compute_ms", "denoise"), ("store_ms", "store"), ("decode_ms", "decode"))

@@ -4,7 +4,7 @@ Owns the report's files: ``DIR/<view>.png`` for each view (``views.VIEWS``), ``D
 first screen's three answers, the summary table and every figure embedded) and nothing else. Every log is read before anything is
 written (a log that is not ours fails first); an output directory that cannot be made or written, or
 that holds something other than a regular file at one of the report's names (a FIFO, a socket, a device,
-a directory: ``engine.output_files``), is a one-line ``OutputError`` before anything is written. Each file is written beside its name and renamed over it, so a browser or an
+a directory: ``engine.files.output_files``), is a one-line ``OutputError`` before anything is written. Each file is written beside its name and renamed over it, so a browser or an
 image viewer refreshing during a live report never reads half a file.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError, OutputError
-from engine.output_files import check_output_dir
-from engine.plots import png_bytes, shown_empty
+from engine.files.output_files import check_output_dir
+from engine.report.plots import png_bytes, shown_empty
 from engine.report.answers import session_answers
 from engine.report.labels import session_labels
 from engine.report.page import render_page

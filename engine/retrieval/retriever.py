@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.geometry import euler_from_quat
-from engine.layout import VideoGrid
+from engine.facts.layout import VideoGrid
 from engine.retrieval.predict import (ConstantVelocityPredictor, PosePredictor, ReuseCurrentPredictor,
                                       hedge_poses, known_until)
 from engine.retrieval.select import ChunkGrid, ChunkPose, FovOverlapPolicy, RetrievalPolicy

@@ -35,7 +35,7 @@ from typing import Protocol
 import numpy as np
 
 from engine.geometry import quat_to_matrix
-from engine.layout import VideoGrid
+from engine.facts.layout import VideoGrid
 
 SUMMARY_FRAMES = 3      # frames per ChunkPose: first, middle, last of the chunk
 

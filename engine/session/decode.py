@@ -18,7 +18,7 @@ Contract (both modes):
 The worker runs torch on one intra-op thread (torch's count is per calling thread): on a team of its
 own it would make the forward's parallel regions wait at their barriers for a preempted thread (the
 store's workers do the same, ``engine.memory.transfer``). The VAE computes on one intra-op thread
-wherever it runs (``engine.cpu_threads.one_intra_op_thread``: some of oneDNN's convolutions sum in another
+wherever it runs (``engine.runtime.cpu_threads.one_intra_op_thread``: some of oneDNN's convolutions sum in another
 order on more threads), so the frames are the same either way (the tests compare MP4 bytes).
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ Owns what a branch needs before the session starts, and nothing of the chunk loo
   run at the same path). A fork killed during set-up leaves no file under the branch's names. Existing
   outputs at the branch's paths are refused unless ``overwrite`` (``engine.session.ownership``), and a
   path of the branch's, final or staged, that is not a regular file (a FIFO, a device, a directory) always
-  (``engine.output_files``).
+  (``engine.files.output_files``).
 * **Memory.** The branch reads the parent's stored chunks before the save point from the parent's spill
   directory read-only (``BaseTier``: no lock, no write) and writes its own to its own directory. The
   layers are recorded in the branch's save points (``base_layers``), so a resumed branch reads them too;
@@ -39,17 +39,17 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import probe
-from engine.cleanup import Cleanup
+from engine.files import probe
+from engine.files.cleanup import Cleanup
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
-from engine.input_files import shown
+from engine.files.input_files import shown
 from engine.io.trajectory import load_trajectory
 from engine.io.trajectory.splice import splice_yaml
 from engine.memory.disk import INDEX_NAME
-from engine.durable import fsync_directory
-from engine.output_files import OutputDriveError, check_output_file, write_failure
-from engine.overlay import write_resolved_config
+from engine.files.durable import fsync_directory
+from engine.files.output_files import OutputDriveError, check_output_file, write_failure
+from engine.settings.overlay import write_resolved_config
 from engine.session.ownership import refuse_existing
 from engine.session.savepoint import SavePoint, savepoint_paths
 from engine.session.observe import is_video, session_path
@@ -99,7 +99,7 @@ class Fork:
 
     def discard(self, failing: BaseException | None = None) -> None:
         """Remove the branch's staged files (the session could not start); nothing else is touched.
-        ``failing``, the error that brought us here, is the one reported (``engine.cleanup``)."""
+        ``failing``, the error that brought us here, is the one reported (``engine.files.cleanup``)."""
         cleanup = Cleanup(failing)
         for path in reversed(self.created):
             cleanup.run(path.unlink, missing_ok=True)

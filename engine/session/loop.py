@@ -26,7 +26,7 @@ set-up: its pool, its spill directory, its threads), only the files this session
 (the spill directory's too). After that the MP4 and the log are closed on every exit path (the log with
 its summary line), so a failed or interrupted run leaves a playable file and a complete log; closing
 one part never stops the others from closing, and never replaces the error that ended the run
-(``engine.cleanup``): an output drive that fails mid-run (EIO, ENOSPC, read-only after an error) is one
+(``engine.files.cleanup``): an output drive that fails mid-run (EIO, ENOSPC, read-only after an error) is one
 error naming the file, the MP4 keeping its whole fragments and the log its whole lines as far as the
 drive took them.
 ``request_stop()`` (e.g. from a SIGINT or SIGTERM handler) ends the run after the chunk in hand;
@@ -44,13 +44,13 @@ from typing import Callable
 
 import torch
 
-from engine.cleanup import Cleanup
-from engine.cpu_threads import decode_overlap
+from engine.files.cleanup import Cleanup
+from engine.runtime.cpu_threads import decode_overlap
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError, WorldPagerError
-from engine.input_files import shown
-from engine.limits import file_size_text, file_too_large, limit_error
-from engine.pause_clock import PauseClock
+from engine.files.input_files import shown
+from engine.files.limits import file_size_text, file_too_large, limit_error
+from engine.runtime.pause_clock import PauseClock
 from engine.memory.types import DiskFullError
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import Trajectory
@@ -60,7 +60,7 @@ from engine.memory.allocator import pin_allocator
 from engine.model.interface import KeyPlacingModel, LiveInputModel, WorldModel
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
-from engine.overlay import config_to_json
+from engine.settings.overlay import config_to_json
 from engine.session.positions import Rerotation
 from engine.session.preflight import (Budget, session_staging, check_memory, check_output_paths, check_spill_drive, check_spill_quota,
                                       device_budget,
@@ -75,7 +75,7 @@ from engine.session.decode import DecodeStage, Decoded
 from engine.session.inputs import FileSource, InputSource
 from engine.session.save import SavePointWriter, SaveSchedule, capture, restore, savepoint_dir
 from engine.session.resume import unresumable_note
-from engine.telemetry import SessionLog, available_memory, process_rss
+from engine.runtime.telemetry import SessionLog, available_memory, process_rss
 log = logging.getLogger("worldpager.session")
 
 
@@ -251,7 +251,7 @@ class Session:
         """Nothing was generated: close and remove the empty outputs this session created (only those,
         so that the clean-up can neither fail on nor delete a path the user gave by mistake). A resume's
         or a fork's files were there before: they are closed (the log with its summary), not removed. The
-        error that brought us here is the one reported (``engine.cleanup``)."""
+        error that brought us here is the one reported (``engine.files.cleanup``)."""
         self._discarded = True
         if self.outputs is not None:
             self.outputs.discard(status)
@@ -364,7 +364,7 @@ class Session:
                failing: BaseException | None = None, **extra) -> None:
         """Close the MP4, the memory and the log, each whatever the others did: ``failing`` (the run's
         error), else the first error of the close, is the one raised; a later one is a warning
-        (``engine.cleanup``). ``abort`` (a second signal): the memory waits for nothing the drive holds."""
+        (``engine.files.cleanup``). ``abort`` (a second signal): the memory waits for nothing the drive holds."""
         cleanup = Cleanup(failing)
         if not self._header_written:   # set-up of the memory failed: the log still starts with a header
             cleanup.run(self._header, None)

@@ -54,14 +54,14 @@ import torch
 
 from engine.config import SessionConfig
 from engine.errors import ConfigError, InputError
-from engine.kv_format import ChunkFormat
-from engine.layout import KVLayout
+from engine.facts.kv_format import ChunkFormat
+from engine.facts.layout import KVLayout
 from engine.memory.quota import QuotaPlan, format_tag, parse_spill_max
 from engine.memory.slots import MemorySlots, SlotPlan
 from engine.memory.store import KVStore
 from engine.memory.types import KV, CapacityError
 from engine.model.kv_context import AttentionContext
-from engine.state_tensors import cpu_copy
+from engine.model.state_tensors import cpu_copy
 from engine.session.positions import Rerotation
 from engine.session.preflight import session_staging, staging_chunks
 from engine.session.quota import SessionQuota

@@ -40,7 +40,7 @@ import torch
 
 from engine.config import SessionConfig
 from engine.errors import InputError
-from engine.input_files import check_input_file
+from engine.files.input_files import check_input_file
 from engine.io.actions import ActionTrack
 from engine.io.poses import ORIGIN, CameraState, state_from_pose
 from engine.io.trajectory import (Trajectory, TrackingError, load_trajectory, packaged_trajectory,

@@ -24,13 +24,13 @@ import os
 from pathlib import Path
 
 from engine.config import SessionConfig
-from engine.durable import fsync_directory
+from engine.files.durable import fsync_directory
 from engine.errors import OutputError
 from engine.io.video import VideoWriter
-from engine.overlay import write_resolved_config
+from engine.settings.overlay import write_resolved_config
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
-from engine.telemetry import SessionLog
+from engine.runtime.telemetry import SessionLog
 
 
 def staging(path: Path) -> Path:

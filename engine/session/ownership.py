@@ -3,7 +3,7 @@
 Owns three checks that come before anything of a run is written:
 
 * ``check_video_path(out, flag)`` — the video is a ``.mp4`` file in an existing directory, and a regular
-  file or not there yet (``engine.output_files``: never a FIFO, a socket, a device or a directory, also
+  file or not there yet (``engine.files.output_files``: never a FIFO, a socket, a device or a directory, also
   through a symlink); a one-line ``OutputError`` naming ``flag`` otherwise (``--out nodir/x.mp4`` blames
   ``--out``, not the log).
 * ``claim_output(out, doing)`` — one writer per output, whatever the spelling of its name. Two locks:
@@ -19,7 +19,7 @@ Owns three checks that come before anything of a run is written:
   - **The file lock**: a hard link is another name of the same file, which no resolving of names can
     see. So every writer of a run's files (the MP4, the log, the resolved config) holds an exclusive
     ``flock`` on the open file itself while it writes it, taken before it truncates or writes a byte
-    (``engine.output_files.open_output``); a claim first probes the existing video's file lock and is
+    (``engine.files.output_files.open_output``); a claim first probes the existing video's file lock and is
     refused (with the holder's pid) when another process writes that file under any name. The lock
     belongs to the file (the inode), not to a name, so it holds through what the video writer does to
     the file: it truncates the file it opened (same inode, same lock), and a resumed video, rewritten
@@ -47,13 +47,13 @@ from pathlib import Path
 
 from engine.config import SessionConfig
 from engine.errors import InputError, OutputError
-from engine.input_files import read_input_bytes
-from engine.file_lock import release_lock, try_lock
-from engine.input_files import shown
-from engine.output_files import OutputDriveError, OutputInUseError, check_output_file, refuse_in_use, write_failure
+from engine.files.input_files import read_input_bytes
+from engine.files.file_lock import release_lock, try_lock
+from engine.files.input_files import shown
+from engine.files.output_files import OutputDriveError, OutputInUseError, check_output_file, refuse_in_use, write_failure
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 VIDEO_SUFFIX = ".mp4"
 CLAIM_TRIES = 8   # each retry follows a release by another process: a handful is plenty

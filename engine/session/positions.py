@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 
 from engine.config import SessionConfig
-from engine.layout import KVLayout
+from engine.facts.layout import KVLayout
 from engine.model.interface import WorldModel
 
 RotateTime = Callable[[int, torch.Tensor, float], torch.Tensor]   # (layer, keys, delta frames) -> keys

@@ -6,7 +6,7 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
   none of them an input (``--log`` equal to ``--out`` would interleave JSON with the MP4's bytes), and
   the log can be created (not a directory, in an existing, writable directory); each is a regular file
   or not there yet, and neither the log nor the config is a file another process writes under any
-  name (``engine.output_files``; the video's claim checks the video).
+  name (``engine.files.output_files``; the video's claim checks the video).
 * ``check_spill_drive(cfg, block_bytes)`` — the ``--spill`` directory (of a store mode that uses it)
   is a directory, or can be created under an existing one, can be written (a probe file made and
   removed, with O_DIRECT where the file system takes it: a read-only mount is refused whoever runs
@@ -15,7 +15,7 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
   already holds counts as free (``engine.memory.room.tier_room``: a fresh run truncates its block file,
   a resumed one writes into the file's allocated room past its blocks), so a small drive the tier filled
   before a kill is not refused. A probe that fails for a reason other than absence (EIO, ENOMEM, EACCES
-  on a parent) is one line naming the path and the errno (``engine.probe``).
+  on a parent) is one line naming the path and the errno (``engine.files.probe``).
 * ``check_spill_quota(cfg, layout, dtype_name)`` — a ``--spill-max`` that can be read and that holds at
   least what the session pins at once (``engine.memory.quota.check_quota``); without ``--spill`` it is
   refused too (a quota of no drive is a mistake, not a no-op).
@@ -48,15 +48,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import probe
+from engine.files import probe
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
-from engine.kv_format import ChunkFormat
-from engine.layout import KVLayout, VideoGrid
+from engine.facts.kv_format import ChunkFormat
+from engine.facts.layout import KVLayout, VideoGrid
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, Staging, staging_of
 from engine.memory.quota import QuotaPlan, check_quota, format_tag, parse_spill_max
 from engine.memory.room import tier_room
-from engine.output_files import check_output_file, refuse_in_use
+from engine.files.output_files import check_output_file, refuse_in_use
 
 GiB, MiB = 1 << 30, 1 << 20
 TRAJECTORY_BYTES_PER_FRAME = 1024

@@ -13,7 +13,7 @@ resume_from=...)``): the MP4 is cut back to the save point's frames and continue
 records before the save point and goes on after a ``resume`` record, the memory reopens its spill
 directory.
 
-Every look at the run's files goes through ``engine.probe``: a drive that fails (EIO, ENOMEM, EACCES)
+Every look at the run's files goes through ``engine.files.probe``: a drive that fails (EIO, ENOMEM, EACCES)
 is one line naming the path, the errno and the fix, and every file of the spill directory is looked at
 (its blocks opened) before the MP4 is cut. ``resume_point(out, spill=DIR)`` moves the run's spill
 directory first (``engine.session.spill_move``). A log that records save points beside a missing
@@ -25,19 +25,19 @@ import dataclasses
 import os
 from pathlib import Path
 
-from engine import probe
+from engine.files import probe
 from engine.config import SessionConfig
-from engine.bounded_json import read_json_file
+from engine.files.bounded_json import read_json_file
 from engine.errors import InputError, SavePointError
-from engine.input_files import check_input_file, open_input
+from engine.files.input_files import check_input_file, open_input
 from engine.io.mp4_segments import cut_points
 from engine.memory.disk import DATA_NAME, INDEX_NAME, index_document
 from engine.memory.types import SpillIndexError
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.preflight import TIERED_STORES
 from engine.session.savepoint import SavePoint, read_savepoint, savepoint_name, savepoint_paths
 from engine.session.save import config_digest, savepoint_dir
-from engine.telemetry import MAX_LINE_BYTES, line_problem, read_log
+from engine.runtime.telemetry import MAX_LINE_BYTES, line_problem, read_log
 
 MAX_CONFIG_BYTES = 16 << 20   # a resolved config is a few KiB
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import SessionConfig
-from engine.state_tensors import nest, sub
-from engine.overlay import config_to_json
+from engine.model.state_tensors import nest, sub
+from engine.settings.overlay import config_to_json
 from engine.session.savepoint import SavePoint, write_savepoint
 
 KEEP = 2

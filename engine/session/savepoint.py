@@ -1,6 +1,6 @@
 """The save-point file: a generation session's state, made durable so that a crash loses at most N chunks.
 
-Owns the file format and the save-point directory, not what goes in it (``engine.state_tensors``
+Owns the file format and the save-point directory, not what goes in it (``engine.model.state_tensors``
 and the session decide that). Contract:
 
 * ``write_savepoint(directory, sp, keep)`` makes ``savepoint-{chunk:08d}.wps`` durable — temporary file
@@ -11,7 +11,7 @@ and the session decide that). Contract:
   file and what is wrong) for any damaged file — never another exception type, never a hang, and never
   more memory than the file's size for a lying length field.
 * ``savepoint_paths(directory)`` lists them; a directory that cannot be looked at for a reason other
-  than its absence (EIO, ENOMEM, EACCES) is one ``engine.probe.DriveError`` line, never a traceback.
+  than its absence (EIO, ENOMEM, EACCES) is one ``engine.files.probe.DriveError`` line, never a traceback.
 * ``latest_savepoint(directory)`` returns the newest readable save point, skipping damaged newer ones
   with one note each (``"savepoint-00000120.wps: crc mismatch (skipped)"``).
 
@@ -40,11 +40,11 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from engine import probe
-from engine.durable import fsync_directory
-from engine.bounded_json import JsonInputError, parse_json
+from engine.files import probe
+from engine.files.durable import fsync_directory
+from engine.files.bounded_json import JsonInputError, parse_json
 from engine.errors import InputError, OutputError, SavePointError
-from engine.input_files import open_input, shown
+from engine.files.input_files import open_input, shown
 
 MAGIC_PREFIX = b"WPSAVE"
 VERSION = 1

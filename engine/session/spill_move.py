@@ -21,7 +21,7 @@ full, failing or gone and the user names another one, ``DIR``. Three cases, told
 Then the run's config records DIR (``memory.spill`` rewritten in place: temporary file, fsync, rename),
 so a later ``resume`` goes on there; a save point's config digest leaves out where the spill directory
 is (``engine.session.save.config_digest``). Runs without a disk tier have nothing to move (one line).
-Every look at either directory goes through ``engine.probe``: a failing drive is one line.
+Every look at either directory goes through ``engine.files.probe``: a failing drive is one line.
 """
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ import os
 import zlib
 from pathlib import Path
 
-from engine import probe
+from engine.files import probe
 from engine.config import SessionConfig
-from engine.bounded_json import OBJECT, expect_object, read_json_file
-from engine.durable import fsync_directory
+from engine.files.bounded_json import OBJECT, expect_object, read_json_file
+from engine.files.durable import fsync_directory
 from engine.errors import InputError, OutputError, WorldPagerError
-from engine.file_lock import release_lock, try_lock
+from engine.files.file_lock import release_lock, try_lock
 from engine.memory.disk import (DATA_NAME, INDEX_NAME, LOCK_NAME, RESERVE_BYTES, chunk_salt, index_document,
                                 read_index)
 from engine.memory.types import SpillLockedError

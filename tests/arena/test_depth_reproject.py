@@ -24,11 +24,11 @@ from engine.arena.render import depth, render
 from engine.arena.weights import config_of, init_from, packaged_weights_path
 from engine.arena.world import Arena
 from engine.config import MemoryConfig, SessionConfig
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.disk import DiskTier
 from engine.memory.host_pool import HostPool
 from engine.memory.quant import dequantize_chunk_into, quantize_chunk_into
-from engine.metrics import psnr
+from engine.quality.metrics import psnr
 
 CFG = ArenaModelConfig()
 ARENA = Arena.generate(1500003)

@@ -16,7 +16,7 @@ from engine.arena.render import render
 from engine.arena.reproject import reproject, source_cost
 from engine.arena.world import Arena
 from engine.config import MemoryConfig, SessionConfig
-from engine.metrics import psnr
+from engine.quality.metrics import psnr
 
 CFG = ArenaModelConfig()
 ARENA = Arena.generate(1500003)

@@ -25,7 +25,7 @@ from engine.arena.weights import config_of, packaged_weights_path
 from engine.arena.world import Arena
 from engine.geometry import poses_euler
 from engine.io.trajectory import load_trajectory, packaged_trajectory
-from engine.metrics import psnr
+from engine.quality.metrics import psnr
 from engine.model.registry import build_world_model, model_spec
 from engine.session.observe import session_path
 from engine.session.resume import run_config

@@ -29,7 +29,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine.batch.manifest import MANIFEST_NAME
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, one_line_error
 from worldpager_cli.main import cli
 

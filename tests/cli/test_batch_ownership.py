@@ -29,8 +29,8 @@ import pytest
 from click.testing import CliRunner
 
 from engine.batch.manifest import LOCK_NAME, MANIFEST_NAME, Manifest
-from engine.file_lock import still_at
-from engine.telemetry import read_log
+from engine.files.file_lock import still_at
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, one_line_error
 from worldpager_cli.main import cli
 

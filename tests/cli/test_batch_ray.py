@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from worldpager_cli.main import cli
 
 try:

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from engine.io.trajectory import packaged_trajectory
-from engine.options import SECTIONS, SESSION_OPTIONS
-from engine.overlay import resolve_session_config
+from engine.settings.options import SECTIONS, SESSION_OPTIONS
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, inline_decode, one_line_error
 from worldpager_cli.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNFINISHED, EXIT_USAGE
 from worldpager_cli.main import cli

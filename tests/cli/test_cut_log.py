@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S
 
 WORLDPAGER = [sys.executable, "-c", "from worldpager_cli.main import cli; cli()"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -29,7 +29,7 @@ CHUNKS, STOP_AFTER = 14, 8
 
 STOP = """
 import sys
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
 cfg = resolve_session_config(None, {"model": "micro", "device": "cpu", "chunks": int(sys.argv[1]), "save_every": 4,
                                     "out": "k.mp4", "memory": {"pool_slots": 4, "spill": "sp"}})

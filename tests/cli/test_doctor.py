@@ -68,7 +68,7 @@ def test_a_cuda_build_without_a_device_names_the_cpu_build(monkeypatch):
     the CPU-only build (``check_torch`` reads torch's build and devices; both faked, the machine's own)."""
     import torch
 
-    from engine import doctor
+    from engine.bench import doctor
 
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -15,7 +15,7 @@ import av
 import numpy as np
 import pytest
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import WORLDPAGER, nearly_full_drive
 
 CHUNKS = 30

@@ -87,8 +87,8 @@ def test_a_full_size_model_without_weights_is_refused_before_anything_is_written
 
 def test_seeded_weights_lets_a_full_size_model_through_and_the_small_ones_need_no_flag():
     from engine.model.registry import model_spec
-    from engine.overlay import resolve_session_config
-    from engine.options import overlay
+    from engine.settings.overlay import resolve_session_config
+    from engine.settings.options import overlay
 
     for name in ("mg2-universal", "mg2-templerun"):
         cfg = resolve_session_config(None, overlay({"model": name, "seeded_weights": True}))

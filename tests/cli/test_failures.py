@@ -17,9 +17,9 @@ from engine.config import SessionConfig
 from engine.errors import OutputError
 from engine.io.video import count_frames
 from engine.memory.disk import DATA_NAME, INDEX_NAME
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, start_generate, wait_for_chunks
 from worldpager_cli.main import cli
 

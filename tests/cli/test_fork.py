@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from engine.io.trajectory import load_trajectory, packaged_trajectory
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 CHUNKS = 12

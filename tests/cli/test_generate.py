@@ -9,8 +9,8 @@ import torch
 from click.testing import CliRunner
 
 from engine.io.video import count_frames
-from engine.overlay import resolve_session_config
-from engine.telemetry import read_log
+from engine.settings.overlay import resolve_session_config
+from engine.runtime.telemetry import read_log
 from tests_support import TINY, tiny_reference_models, write_checkpoint
 from worldpager_cli.main import chunks_for_length, cli
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from engine.config import MODEL_CONFIGS, model_config
 from engine.model.facts import horizon_chunk, model_facts
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from worldpager_cli.main import cli
 
 MICRO_HORIZON = 5

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from engine.errors import WorldPagerError
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import one_line_error
 from worldpager_cli.main import cli
 

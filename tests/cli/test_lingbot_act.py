@@ -20,7 +20,7 @@ from engine.model.lingbot.act import act_embedding, latent_actions
 from engine.model.lingbot.loop import camera_condition, run_shape
 from engine.model.lingbot.pipeline import opencv_c2w
 from engine.model.registry import build_world_model, model_spec
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 CHUNKS = 3

@@ -16,7 +16,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from engine.options import overlay
+from engine.settings.options import overlay
 from lingbot_release_support import dit_config_json, write_release
 from worldpager_cli.main import cli
 
@@ -154,7 +154,7 @@ OFFICIAL_STD = (2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
 
 
 def test_the_release_vae_is_mg2s_wan21_vae():
-    from engine.lingbot_models import LINGBOT_FAST
+    from engine.facts.lingbot_models import LINGBOT_FAST
 
     vae = LINGBOT_FAST.vae
     assert (vae.dim, vae.z_dim, vae.dim_mult, vae.num_res_blocks) == (96, 16, (1, 2, 4, 4), 2)

@@ -10,7 +10,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from engine.io.trajectory import packaged_trajectory
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from lingbot_release_support import write_release
 from worldpager_cli.main import cli
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from engine.kv_format import byte_figures
-from engine.lingbot_models import LINGBOT_FAST
+from engine.facts.kv_format import byte_figures
+from engine.facts.lingbot_models import LINGBOT_FAST
 from tests_support import one_line_error
 from worldpager_cli.main import cli
 

@@ -15,7 +15,7 @@ import av
 import numpy as np
 import pytest
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 CHUNKS = 8          # lingbot-tiny's horizon is chunk 5: chunks 5..7 are past its rotary table

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from engine.io.trajectory import load_trajectory
 from engine.model.registry import model_spec
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.session.observe import mark_share, session_path
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import one_line_error, resumed_equals_uninterrupted
 from worldpager_cli.main import cli
 
@@ -131,7 +131,7 @@ def test_a_look_around_too_short_for_a_full_turn_is_refused(walk, value):
 
 def test_a_run_from_before_the_look_around_resumes_along_its_own_path(walk):
     """Its config has no ``look_around`` key: it had none, and none is added when it is resumed."""
-    from engine.overlay import write_resolved_config
+    from engine.settings.overlay import write_resolved_config
     from engine.session.resume import run_config
 
     cfg = _cfg(walk, "old")

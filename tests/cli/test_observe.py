@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import build_world_model, model_spec
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.fork import prepare_fork
 from engine.session.loop import Session
 from engine.session.observe import mark_observed, mark_share, session_path
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import one_line_error, resumed_equals_uninterrupted
 from worldpager_cli.main import cli
 

@@ -18,10 +18,10 @@ from engine.geometry import poses_euler
 from engine.io.video import count_frames
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import build_world_model, model_spec
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.session.observe import session_path
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import one_line_error, resumed_equals_uninterrupted
 from worldpager_cli.main import cli
 

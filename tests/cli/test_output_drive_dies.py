@@ -1,6 +1,6 @@
 """The output drive dies mid-run: one error line naming the file and the drive problem, exit 1, no
 traceback from closing the MP4, the log or the output's lock, no hang; the MP4 keeps the whole frames it
-had and the log the lines it had (``engine/cleanup.py``, ``engine/session/loop.py``).
+had and the log the lines it had (``engine/files/cleanup.py``, ``engine/session/loop.py``).
 
 The drive is a small ext4 on a loop device (root and ``mkfs.ext4``: ``nearly_full_drive``), shut down
 with ``EXT4_IOC_SHUTDOWN`` (no log flush) while a long run writes to it: every write, read and unlink on
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from engine.io.video import count_frames
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, nearly_full_drive, wait_for_chunks
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import av
 import pytest
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, nearly_full_drive
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

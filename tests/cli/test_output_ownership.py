@@ -27,7 +27,7 @@ from engine.session.preflight import usable_free_bytes
 from engine.session.resume import run_config
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, one_line_error, sigkill_when_ready
 from worldpager_cli.main import cli
 

@@ -1,4 +1,4 @@
-"""Outputs that are not plain files, and one file under two names (``engine/output_files.py``,
+"""Outputs that are not plain files, and one file under two names (``engine/files/output_files.py``,
 ``engine/session/ownership.py``).
 
 Every file a command writes at a name the user gives, or one derived from it, is refused with one line
@@ -23,9 +23,9 @@ from click.testing import CliRunner
 
 from engine.errors import OutputError
 from engine.io.video import VideoWriter, count_frames
-from engine.output_files import OutputInUseError, check_output_file, refuse_in_use
+from engine.files.output_files import OutputInUseError, check_output_file, refuse_in_use
 from engine.session.ownership import claim_output, lock_path
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, hang_guard, start_generate, wait_for_chunks
 from worldpager_cli.main import cli
 

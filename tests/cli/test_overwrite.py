@@ -11,12 +11,12 @@ import subprocess
 from pathlib import Path
 
 from engine.io.video import count_frames
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.session.resume import with_absolute_paths
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 

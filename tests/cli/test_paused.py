@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, start_generate, wait_for_chunks
 
 STOPPED_S = 2.0
@@ -128,7 +128,7 @@ def test_a_stop_inside_a_step_is_paused_time_not_the_steps(tmp_path, step):
 # prints the pause it counted.
 GAP_BEFORE_SIGNAL = r"""
 import signal, sys, time
-from engine.pause_clock import PauseClock
+from engine.runtime.pause_clock import PauseClock
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})   # the clock's thread inherits the mask
 clock = PauseClock().start()
 before = time.perf_counter()

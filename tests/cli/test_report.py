@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.overlay import resolve_session_config
-from engine.plots import read_png_data
+from engine.settings.overlay import resolve_session_config
+from engine.report.plots import read_png_data
 from engine.report.views import VIEWS
 from engine.session.loop import Session
-from engine.telemetry import SessionLog, percentile, read_log
+from engine.runtime.telemetry import SessionLog, percentile, read_log
 from worldpager_cli.main import cli
 
 MiB = float(1 << 20)

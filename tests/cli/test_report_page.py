@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.overlay import resolve_session_config
-from engine.plots import read_png_data
+from engine.settings.overlay import resolve_session_config
+from engine.report.plots import read_png_data
 from engine.report.answers import FLAT_SHARE, memory_answer, slope
 from engine.report.views import VIEW_TITLES
 from engine.report.write import write_report
 from engine.session.loop import Session
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 CHUNKS = 4
 MiB = 1 << 20

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from engine.io.video import count_frames
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S
 
 MiB = 2 ** 20

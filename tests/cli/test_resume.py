@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from engine.session.save import savepoint_dir
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 CHUNKS = 12

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine.io.video import count_frames
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER, start_generate, wait_for_chunks
 from worldpager_cli.main import cli
 

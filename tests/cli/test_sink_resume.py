@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from tests_support import resumed_equals_uninterrupted
 
 

@@ -1,4 +1,4 @@
-"""One rule for byte sizes (``engine.sizes``): every size flag of every command, the presets, config files,
+"""One rule for byte sizes (``engine.settings.sizes``): every size flag of every command, the presets, config files,
 ``--set`` and batch job lines take ``24G``, ``24GiB``, ``24GB``, ``512M``, ``1.5T`` (binary units; a plain
 number in the flag's own unit), and a bad size is one line naming the flag and the value, exit 2."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from engine.errors import ConfigError
 from engine.memory.quota import parse_spill_max
-from engine.options import job_parsers
-from engine.sizes import GiB, MiB, TiB, parse_size, size_in
+from engine.settings.options import job_parsers
+from engine.settings.sizes import GiB, MiB, TiB, parse_size, size_in
 from tests_support import one_line_error
 from worldpager_cli.main import cli
 

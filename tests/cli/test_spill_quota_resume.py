@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 from tests.cli.test_resume import ENV, _frames, _kill_when, _resume, _savepoint_at_least
 

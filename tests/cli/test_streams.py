@@ -18,7 +18,7 @@ import av
 import pytest
 import torch
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import PATIENCE_S, WORLDPAGER
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -6,7 +6,7 @@ import re
 
 from click.testing import CliRunner
 
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
 from tests_support import inline_decode
 from worldpager_cli.main import cli

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from worldpager_cli.main import cli
 
 

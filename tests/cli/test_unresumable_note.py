@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import one_line_error
 from worldpager_cli.main import cli
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.overlay import resolve_session_config
-from engine.telemetry import read_log
+from engine.settings.overlay import resolve_session_config
+from engine.runtime.telemetry import read_log
 from tests_support import resumed_equals_uninterrupted
 
 WALK = ("segments:\n  - keys: [w]\n    frames: 50\n  - camera: right\n    frames: 60\n"

@@ -15,7 +15,7 @@ import torch
 
 from engine.config import model_config
 from engine.kernels import ops  # imports no Triton until the first Triton call
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.quant import dequantize_chunk_into, quantize_chunk_into
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: import the sibling module

@@ -9,7 +9,7 @@ import torch
 
 from engine.config import model_config
 from engine.errors import ConfigError
-from engine.kv_format import ChunkFormat, byte_figures
+from engine.facts.kv_format import ChunkFormat, byte_figures
 from engine.memory.quant import dequantize_chunk_into, layer_views, quantize_chunk_into
 
 from ._bounds import key_error_ok, value_error_ok
@@ -37,7 +37,7 @@ def test_byte_figures_for_inspect():
 
 def test_layout_module_imports_no_torch():
     """The planner (torch-free) may use ChunkFormat."""
-    code = "import sys, engine.kv_format as f; f.ChunkFormat.from_layout; assert 'torch' not in sys.modules"
+    code = "import sys, engine.facts.kv_format as f; f.ChunkFormat.from_layout; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engine.config import model_config
 from engine.kernels import fused, ops, reference
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.quant import dequantize_chunk_into, quantize_chunk_into
 
 from ._bounds import hard_input

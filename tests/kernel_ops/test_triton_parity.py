@@ -12,7 +12,7 @@ import torch
 
 from engine.config import model_config
 from engine.kernels import ops
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.quant import dequantize_chunk_into, quantize_chunk_into
 
 from ._bounds import hard_input, ulp_distance

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import subprocess
 
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.budget import pool_slots
 from engine.model.registry import model_kv_layout
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.preflight import staging_chunks
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import WORLDPAGER
 
 GiB = 1 << 30

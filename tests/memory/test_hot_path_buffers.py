@@ -11,7 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from engine.config import model_config
 from engine.kernels import ops, reference
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory import quant
 from engine.memory.store import KVStore
 

@@ -49,7 +49,7 @@ def test_rss_blocks_reduction():
 
 
 def _session_cfg(tmp_path, **memory):
-    from engine.overlay import resolve_session_config
+    from engine.settings.overlay import resolve_session_config
 
     return resolve_session_config(None, {"model": "synthetic", "chunks": 3, "chunk_ms": 0, "kv_scale": 0.034,
                                          "out": str(tmp_path / "s.mp4"),
@@ -58,7 +58,7 @@ def _session_cfg(tmp_path, **memory):
 
 def test_log_header_says_how_the_pool_was_sized(tmp_path):
     from engine.session.loop import Session
-    from engine.telemetry import read_log
+    from engine.runtime.telemetry import read_log
 
     Session(_session_cfg(tmp_path)).run()
     records = read_log(tmp_path / "s.log.jsonl")

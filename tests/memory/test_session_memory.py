@@ -25,7 +25,7 @@ import torch
 from engine.config import model_config
 from engine.memory.types import Tier
 from engine.model.kv_context import AttentionContext
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.memory import SessionMemory, context_slot_views
 
 MICRO = model_config("micro")

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from engine.config import model_config
 from engine.errors import ConfigError
-from engine.kv_format import ChunkFormat
-from engine.layout import VideoGrid
+from engine.facts.kv_format import ChunkFormat
+from engine.facts.layout import VideoGrid
 from engine.memory.disk import INDEX_NAME
 from engine.memory.quota import QuotaPlan, check_quota, format_tag, parse_spill_max
 from engine.memory.store import KVStore

@@ -12,7 +12,7 @@ import torch
 
 from engine.config import model_config
 from engine.memory.host_pool import DEFAULT_MARGIN, process_baseline_bytes
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.store import KVStore
 from engine.memory.transfer import TokenBucket
 from engine.memory.types import CapacityError, CorruptBlockError, SpillLockedError, Tier

@@ -30,11 +30,11 @@ from engine.errors import InputError
 from engine.io.image import default_start_image_path, load_image
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import build_world_model, model_spec
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.session.observe import session_path
 from engine.session.resume import check_key_convention, resume_point
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from tests_support import resumed_equals_uninterrupted, run_capturing_frames
 
 TRAJECTORY = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from tests_support import run_capturing_frames
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 TRAJECTORY = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"
 CHUNKS, POOL_SLOTS = 10, 2

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.retrieval.retriever import Retriever
 from tests_support import run_capturing_frames
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 TRAJECTORY = Path(__file__).resolve().parents[2] / "trajectories" / "yaw.yaml"
 CHUNKS, SEED, RETRIEVE_K, POOL_SLOTS = 30, 0, 3, 8

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from engine.io.trajectory import load_trajectory
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from play_support import PlayProcess, mp4_frames
 from tests_support import PATIENCE_S, WORLDPAGER
 

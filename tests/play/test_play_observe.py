@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 from engine.session.observe import mark_share
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from play_support import PlayProcess, mp4_frames, play_script, walk_and_turn
 from tests_support import PATIENCE_S, WORLDPAGER
 

@@ -14,7 +14,7 @@ import urllib.request
 import aiohttp
 import pytest
 
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from play_support import PlayProcess, mp4_frames, play_script, walk_and_turn
 from tests_support import PATIENCE_S, WORLDPAGER
 

@@ -21,7 +21,7 @@ from engine.arena.truth import render_frames
 from engine.arena.world import Arena
 from engine.play.frames import TRUTH_FLAG, frame_messages, is_truth, parse_header, truth_messages
 from engine.play.run import _said_if_failed
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 from play_support import PlayProcess, mp4_frames, play_script, walk_and_turn
 from test_browser import browser, until, wp  # noqa: F401  (browser: the headless Chromium fixture)
 from tests_support import PATIENCE_S, WORLDPAGER

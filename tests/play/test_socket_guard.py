@@ -14,7 +14,7 @@ import time
 import aiohttp
 import pytest
 
-from engine.bounded_json import JsonInputError
+from engine.files.bounded_json import JsonInputError
 from engine.errors import InputError
 from engine.play.client import frame_header, server_message
 from engine.play.guard import host_allowed, origin_allowed, parse_message

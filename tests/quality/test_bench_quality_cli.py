@@ -8,7 +8,7 @@ import json
 from click.testing import CliRunner
 
 from engine.io.video import count_frames
-from engine.plots import read_png_data
+from engine.report.plots import read_png_data
 from engine.quality.arms import POSITION_ARMS
 from engine.quality.quick import QUICK_HORIZON
 from engine.quality.revisit_paths import KINDS, QUICK

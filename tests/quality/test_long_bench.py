@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from engine.arena.session_camera import session_camera
 from engine.arena.truth import write_truth
 from engine.io.video import count_frames
-from engine.metrics import psnr
-from engine.plots import read_png_data
+from engine.quality.metrics import psnr
+from engine.report.plots import read_png_data
 from engine.quality.long_paths import LONG_SMOKE, long_episode
 from engine.quality.long_score import STOOD_RADIUS, SessionTruth, score_session
 from engine.quality.long_summary import FIGURES

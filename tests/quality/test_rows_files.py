@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.bounded_json import JsonInputError
+from engine.files.bounded_json import JsonInputError
 from tests_support import WORLDPAGER, one_line_error
 from worldpager_cli.main import cli
 from worldpager_cli.merged_rows import read_rows

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from engine.arena.visible import visible_faces
 from engine.arena.world import Arena
-from engine.metrics import psnr
-from engine.plots import read_png_data
+from engine.quality.metrics import psnr
+from engine.report.plots import read_png_data
 from engine.quality.long_score import SessionTruth, STOOD_RADIUS
 from engine.quality.walk_classes import CLASSES, NEW_RADIUS, classify_walk
 from engine.quality.walk_paths import BOUND, OFFSETS, STEP, WALK_KINDS, WalkShape, walk_episode
@@ -238,7 +238,7 @@ def test_any_field_of_a_walk_row_changed_is_refused_or_summarised(tmp_path):
     import io
     from contextlib import redirect_stdout
 
-    from engine.bounded_json import JsonInputError
+    from engine.files.bounded_json import JsonInputError
     from engine.quality.walk_summary import summarise_walk
     from worldpager_cli.merged_rows import read_rows
     from worldpager_cli.quality_walk import echo_walk

@@ -8,7 +8,7 @@ import numpy as np
 from engine.geometry import make_poses, quat_from_euler, quat_to_matrix, rotation_angle
 from engine.retrieval.predict import hedge_poses
 from engine.retrieval.retriever import Retriever
-from engine.layout import VideoGrid
+from engine.facts.layout import VideoGrid
 from engine.retrieval.select import ChunkPose, FovOverlapPolicy
 
 
@@ -97,7 +97,7 @@ def test_bad_walk_prefetch_settings_are_one_line_errors():
     import pytest
 
     from engine.errors import ConfigError
-    from engine.overlay import resolve_session_config
+    from engine.settings.overlay import resolve_session_config
 
     for memory, needle in (({"stick": 2}, "memory.stick"), ({"hedge_slots": -1}, "memory.hedge_slots"),
                            ({"device_cache": 5000}, "memory.device_cache")):

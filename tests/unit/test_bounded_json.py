@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from engine.bounded_json import (INTEGER, NULL, NUMBER, STRING, JsonInputError, expect_finite, expect_object,
+from engine.files.bounded_json import (INTEGER, NULL, NUMBER, STRING, JsonInputError, expect_finite, expect_object,
                                  iter_json_lines, parse_json, read_json_file)
 from engine.errors import InputError
-from engine.input_files import check_input_dir, check_input_file, open_input, read_input_bytes, shown
+from engine.files.input_files import check_input_dir, check_input_file, open_input, read_input_bytes, shown
 
 
 @pytest.mark.parametrize("data, words", [

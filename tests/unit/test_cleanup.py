@@ -1,4 +1,4 @@
-"""Clean-up on the way out (``engine/cleanup.py``): every step runs, the first error wins, a later one is
+"""Clean-up on the way out (``engine/files/cleanup.py``): every step runs, the first error wins, a later one is
 at most one warning line."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from engine.cleanup import Cleanup
+from engine.files.cleanup import Cleanup
 from engine.errors import OutputError
 
 

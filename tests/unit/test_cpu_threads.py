@@ -1,5 +1,5 @@
 """The CPU's threads for a session: --threads, else OMP_NUM_THREADS, else one; decoding on the other core by
-default on a CPU, not on a GPU (engine.cpu_threads)."""
+default on a CPU, not on a GPU (engine.runtime.cpu_threads)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 from engine.config import SessionConfig
-from engine.cpu_threads import DEFAULT_CPU_THREADS, apply_cpu_threads, cpu_threads, decode_overlap
+from engine.runtime.cpu_threads import DEFAULT_CPU_THREADS, apply_cpu_threads, cpu_threads, decode_overlap
 from engine.session.save import config_digest
 from tests_support import one_line_error
 from worldpager_cli.main import cli
@@ -48,7 +48,7 @@ def test_zero_threads_is_a_usage_error():
 
 
 def test_one_intra_op_thread_is_a_scope_on_a_cpu_only():
-    from engine.cpu_threads import one_intra_op_thread
+    from engine.runtime.cpu_threads import one_intra_op_thread
 
     before = torch.get_num_threads()
     try:

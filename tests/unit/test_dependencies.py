@@ -8,6 +8,9 @@ module under ``engine/`` with ``ast``, so a violation fails here before it becom
   context and the factory;
 * the deciders are torch-free: the manager, the retrieval policy, the planner, the pose geometry and
   the byte accounting import no torch, directly or through any engine module they import at load time;
+* the wings and the shared ground import only what their ``__init__`` allows (``WING_MAY_IMPORT``): model
+  facts, files and drives, the running process's log and clocks, the settings, and the shared ground
+  (errors, config, geometry) beneath them all; the facts, the files and the settings are torch-free;
 * no module under ``engine`` imports click (the CLI is a thin shell over the engine);
 * no import circle anywhere in ``engine`` or ``worldpager_cli``: no chain of imports leads from a module
   back to itself (a model family and the registry, or two commands, never import each other).
@@ -36,16 +39,28 @@ FORBIDDEN = {   # package -> what no module inside it may import
     # The arena model is a model: it never touches the store. (Its training data uses the session's
     # retrieval policy, and its evaluation runs whole sessions: engine.arena.evaluate.)
     "engine.arena": ("engine.memory", "engine.session.memory", "engine.session.positions"),
-    # The planner reads shapes (engine.layout.ModelShape from the torch-free configs), never a model,
+    # The planner reads shapes (engine.facts.layout.ModelShape from the torch-free configs), never a model,
     # the store or the loop: a model family's code may import torch at any time.
     "engine.planner": ("engine.model", "engine.arena", "engine.memory.store", "engine.memory.host_pool",
                        *SESSION_SIDE),
     # Live play drives a session through its public API; the session knows nothing of it (DESIGN §2b).
     "engine.session": ("engine.play",),
 }
-SESSION_MAY_USE = {"engine.model.interface", "engine.model.kv_context", "engine.model.registry"}
+SESSION_MAY_USE = {"engine.model.interface", "engine.model.kv_context", "engine.model.registry",
+                   "engine.model.state_tensors"}
+SHARED_GROUND = ("engine.errors", "engine.config", "engine.geometry")
+WING_MAY_IMPORT = {   # wing or shared-ground module -> the only engine packages it may import (itself included)
+    "engine.errors": (),
+    "engine.geometry": (),
+    "engine.config": ("engine.errors", "engine.facts.layout"),
+    "engine.facts": (*SHARED_GROUND, "engine.facts"),
+    "engine.files": (*SHARED_GROUND, "engine.files"),
+    "engine.runtime": (*SHARED_GROUND, "engine.facts", "engine.files", "engine.runtime"),
+    "engine.settings": (*SHARED_GROUND, "engine.facts", "engine.files", "engine.memory.quota", "engine.settings"),
+}
+TORCH_FREE_WINGS = ("engine.facts", "engine.files", "engine.settings")
 TORCH_FREE = ("engine.memory.manager", "engine.retrieval.select", "engine.planner.model", "engine.geometry",
-              "engine.kv_format", "engine.layout", "engine.durable")
+              "engine.facts.kv_format", "engine.facts.layout", "engine.files.durable")
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,27 @@ def test_components_import_one_way(package):
     assert not bad, f"{package} must not import {FORBIDDEN[package]}: {bad}"
 
 
+@pytest.mark.parametrize("wing", sorted(WING_MAY_IMPORT))
+def test_wings_import_only_what_they_may(wing):
+    inside = [name for name in MODULES if _within(name, wing)]
+    assert inside, wing
+    bad = [(name, i.module) for name in inside for i in MODULES[name]
+           if _within(i.module, "engine") and i.module != "engine"
+           and not any(_within(i.module, ok) for ok in WING_MAY_IMPORT[wing])]
+    assert not bad, f"{wing} may import only {WING_MAY_IMPORT[wing]}: {bad}"
+
+
+def test_the_top_of_engine_holds_only_shared_ground():
+    top = sorted(p.stem for p in ENGINE.glob("*.py") if p.stem != "__init__")
+    assert ["engine." + t for t in top] == sorted(SHARED_GROUND), top
+
+
+def test_every_wing_says_what_it_owns():
+    for init in ENGINE.glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc) > 80, f"{init.parent.name}/__init__.py needs a docstring saying what it owns"
+
+
 def test_the_session_names_no_model():
     side = [name for name in MODULES if any(_within(name, s) for s in SESSION_SIDE)]
     assert len(side) > 5, side                     # the rule reads the session's modules, all of them
@@ -191,7 +227,8 @@ def _load_closure(start: str) -> dict[str, str]:
     return seen
 
 
-@pytest.mark.parametrize("module", TORCH_FREE)
+@pytest.mark.parametrize("module", TORCH_FREE + tuple(sorted(
+    name for name in MODULES if any(_within(name, w) for w in TORCH_FREE_WINGS))))
 def test_deciders_import_no_torch(module):
     closure = _load_closure(module)
     torch_users = sorted({via for name, via in closure.items() if _within(name, "torch")})

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.config import MODEL_CONFIGS, synthetic_model_config
-from engine.lingbot_models import LINGBOT_CONFIGS
+from engine.facts.lingbot_models import LINGBOT_CONFIGS
 from engine.model.clip import CLIPVisionTower
 from engine.model.facts import count_parameters
 from engine.model.lingbot.weights import empty_model

@@ -11,7 +11,7 @@ import torch
 
 from engine.config import model_config
 from engine.errors import InputError
-from engine.kv_format import ChunkFormat
+from engine.facts.kv_format import ChunkFormat
 from engine.memory.disk import DiskTier
 from engine.memory.disk_base import BaseTier
 from engine.memory.host_pool import HostPool

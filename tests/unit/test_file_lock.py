@@ -1,4 +1,4 @@
-"""``engine.file_lock``: a holder that removes its lock file on the way out never leaves two holders.
+"""``engine.files.file_lock``: a holder that removes its lock file on the way out never leaves two holders.
 
 A process that opened the lock file just before its holder removed it locks a file that is no longer
 at the path; ``try_lock_at`` sees that and locks the file now there, so a third process is refused.
@@ -8,8 +8,8 @@ from __future__ import annotations
 import fcntl
 import os
 
-from engine import file_lock
-from engine.file_lock import release_and_remove, still_at, try_lock_at
+from engine.files import file_lock
+from engine.files.file_lock import release_and_remove, still_at, try_lock_at
 
 
 def test_a_lock_on_a_file_its_holder_just_removed_is_taken_again_on_the_new_one(tmp_path, monkeypatch):

@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 
 from engine.errors import WorldPagerError
 from engine.io.trajectory import load_trajectory
-from engine.overlay import resolve_session_config
-from engine.telemetry import LogFollower
+from engine.settings.overlay import resolve_session_config
+from engine.runtime.telemetry import LogFollower
 from tests_support import hang_guard as _hang_guard
 from worldpager_cli.main import cli
 

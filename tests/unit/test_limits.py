@@ -1,4 +1,4 @@
-"""``engine.limits``: which failures are a resource running out, and the line that names the limit."""
+"""``engine.files.limits``: which failures are a resource running out, and the line that names the limit."""
 from __future__ import annotations
 
 import errno
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.errors import OutputError, ResourceLimitError
-from engine.limits import DEVICE, FILES, MEMORY, SYSTEM_FILES, THREADS, exhausted, limit_error
+from engine.files.limits import DEVICE, FILES, MEMORY, SYSTEM_FILES, THREADS, exhausted, limit_error
 
 
 def _array_memory_error() -> MemoryError:

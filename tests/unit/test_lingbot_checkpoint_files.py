@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import CheckpointError
-from engine.lingbot_models import LINGBOT_TINY, LINGBOT_TINY_ACT
+from engine.facts.lingbot_models import LINGBOT_TINY, LINGBOT_TINY_ACT
 from engine.model.lingbot.checkpoint import release_files, release_model
 from lingbot_release_support import write_release
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine.lingbot_config import FULL_SIZE, VAE_STRIDE, LoopSettings
+from engine.facts.lingbot_config import FULL_SIZE, VAE_STRIDE, LoopSettings
 from engine.model.lingbot.loop import kv_layout, run_shape
 from engine.model.lingbot.weights import empty_model
 

@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 from engine.errors import CheckpointError, ConfigError
 from engine.model.lingbot.cache import FastCaches, RollingKV
-from engine.lingbot_config import FastDiTConfig, LoopSettings, config_from_official
+from engine.facts.lingbot_config import FastDiTConfig, LoopSettings, config_from_official
 from engine.model.lingbot.loop import allocate_caches, generate_latents, image_mask, run_shape
 from engine.model.lingbot.schedule import DMDSchedule
 from engine.model.lingbot.weights import key_shapes, load_checkpoint, load_state, seeded_model

@@ -19,7 +19,7 @@ from engine.io.trajectory import load_trajectory
 from engine.io.trajectory.packaged import packaged_trajectory
 from engine.io.trajectory.pose_folder import (ACTIONS, INTRINSICS, POSES, export_pose_folder,
                                               opencv_matrices)
-from engine.lingbot_models import LINGBOT_TINY
+from engine.facts.lingbot_models import LINGBOT_TINY
 from engine.model.lingbot.session_control import ray_intrinsics
 from worldpager_cli.main import cli
 

@@ -17,7 +17,7 @@ from engine.model.kv_context import AttentionContext
 from engine.model.lingbot.context import attach_text, context_caches
 from engine.model.lingbot.family import facts, text_stand_in
 from engine.model.lingbot.loop import ChunkConditioning, RunShape, allocate_caches, denoise_chunk
-from engine.lingbot_models import LINGBOT_FAST, LINGBOT_TINY
+from engine.facts.lingbot_models import LINGBOT_FAST, LINGBOT_TINY
 from engine.model.lingbot.pipeline import latent_frame_poses, opencv_c2w
 from engine.model.lingbot.schedule import DMDSchedule
 from engine.model.lingbot.weights import seeded_model

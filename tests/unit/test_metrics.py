@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from engine.metrics import PSNR_CAP_DB, paired_gain, psnr, ssim
+from engine.quality.metrics import PSNR_CAP_DB, paired_gain, psnr, ssim
 
 
 def test_psnr_of_a_constant_offset():

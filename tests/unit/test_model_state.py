@@ -2,7 +2,7 @@
 
 For each model (MG2's micro configuration with seeded weights, the synthetic model, the arena model
 with its packaged weights): a window-only chunk loop runs ``SPLIT`` chunks, takes the model's and the
-attention context's state (``engine.state_tensors``), and goes on to ``CHUNKS``. A second model
+attention context's state (``engine.model.state_tensors``), and goes on to ``CHUNKS``. A second model
 built from the same config, with a fresh context, loads that state and generates the same later
 chunks: latents and decoded frames equal bit for bit. Dropping one piece of the state (the noise RNG,
 the decoder's cache, the window's KV) makes the continuation differ, so the test sees each piece.
@@ -16,8 +16,8 @@ from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import load_trajectory, packaged_trajectory
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import build_world_model, model_spec
-from engine.state_tensors import sub
-from engine.overlay import resolve_session_config
+from engine.model.state_tensors import sub
+from engine.settings.overlay import resolve_session_config
 
 CPU = torch.device("cpu")
 CHUNKS, SPLIT = 5, 3

@@ -1,4 +1,4 @@
-"""One source of truth for a session's options (``engine.options``): ``generate``, ``plan``, ``batch``'s flags,
+"""One source of truth for a session's options (``engine.settings.options``): ``generate``, ``plan``, ``batch``'s flags,
 its job lines and presets take the same settings.
 
 * the flag sets: generate's flags are the table; plan takes every one of them; batch's flags are the
@@ -19,8 +19,8 @@ import yaml
 from engine.batch.jobs import OPTION_TYPES, Job, typed_options
 from engine.batch.plan import job_config
 from engine.errors import ConfigError
-from engine.options import BY_NAME, SESSION_OPTIONS, config_keys, overlay, parse_settings
-from engine.overlay import resolve_session_config
+from engine.settings.options import BY_NAME, SESSION_OPTIONS, config_keys, overlay, parse_settings
+from engine.settings.overlay import resolve_session_config
 from worldpager_cli.batch import NOT_SHARED, SHARED, batch
 from worldpager_cli.main import generate
 from worldpager_cli.plan import plan

@@ -1,4 +1,4 @@
-"""``engine.output_files``: a name under ``/proc``, ``/sys`` or ``/dev`` is no output (a kernel view, not a
+"""``engine.files.output_files``: a name under ``/proc``, ``/sys`` or ``/dev`` is no output (a kernel view, not a
 drive), also through a symlink; a device there is still named as the device it is; a directory that cannot
 be made is one ``OutputError`` (``make_output_dir``)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import OutputError
-from engine.output_files import check_output_dir, check_output_file, make_output_dir
+from engine.files.output_files import check_output_dir, check_output_file, make_output_dir
 
 
 @pytest.mark.parametrize("check", [check_output_file, check_output_dir, make_output_dir])

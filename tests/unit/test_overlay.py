@@ -7,7 +7,7 @@ import pytest
 
 from engine.config import SessionConfig
 from engine.errors import ConfigError
-from engine.overlay import (config_to_json, load_preset, preset_names, replace_strict,
+from engine.settings.overlay import (config_to_json, load_preset, preset_names, replace_strict,
                             resolve_session_config)
 
 

@@ -346,7 +346,7 @@ def test_urgent_write_back_does_not_step_aside_for_reads():
 
 
 def test_plan_answers_where_torch_cannot_be_imported(tmp_path):
-    """The planner reads shapes (``engine.layout.ModelShape`` from the torch-free configs), not models:
+    """The planner reads shapes (``engine.facts.layout.ModelShape`` from the torch-free configs), not models:
     ``worldpager plan`` for MG2 and LingBot works with a torch that raises on import."""
     shadow = tmp_path / "shadow"
     shadow.mkdir()

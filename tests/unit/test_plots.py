@@ -1,10 +1,10 @@
-"""engine/plots.py: every panel kind draws headless, and the PNG gives back what was plotted."""
+"""engine/report/plots.py: every panel kind draws headless, and the PNG gives back what was plotted."""
 from __future__ import annotations
 
 import pytest
 from PIL import Image
 
-from engine.plots import Figure, Panel, RefLine, Series, drawn, read_png_data, save_png
+from engine.report.plots import Figure, Panel, RefLine, Series, drawn, read_png_data, save_png
 
 
 def _figure() -> Figure:

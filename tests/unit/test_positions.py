@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from engine.config import model_config
 from engine.model.facts import horizon_chunk
 from engine.model.rope import DiTRope
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.positions import Rerotation
 
 CFG = model_config("mg2-universal")

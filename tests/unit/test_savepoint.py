@@ -325,7 +325,7 @@ def test_the_save_schedule_counts_chunks_or_wall_time_on_an_injected_clock():
 
 
 def test_the_save_interval_is_a_setting_that_resume_does_not_compare():
-    from engine.overlay import resolve_session_config
+    from engine.settings.overlay import resolve_session_config
     from engine.session.save import config_digest
     from engine.errors import ConfigError
 

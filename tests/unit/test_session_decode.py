@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from engine.io.video import VideoWriter
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 from engine.session.loop import Session
 from engine.session.decode import DecodeStage
 from engine.session.resume import resume_point
-from engine.telemetry import read_log
+from engine.runtime.telemetry import read_log
 
 H, W, FPS = 16, 24, 8
 CHUNKS = 6     # arena sessions: the stop below comes with chunk 4 in flight

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from engine.errors import InputError, OutputError
-from engine.telemetry import SessionLog, follow_log, percentile, read_log
+from engine.runtime.telemetry import SessionLog, follow_log, percentile, read_log
 
 
 def test_percentile_nearest_rank():
@@ -78,7 +78,7 @@ def test_follow_without_summary_ends_by_idle_timeout_or_no_follow(tmp_path):
 
 
 def test_follower_says_why_it_stopped(tmp_path):
-    from engine.telemetry import LogFollower
+    from engine.runtime.telemetry import LogFollower
 
     path = tmp_path / "w.log.jsonl"
     log = SessionLog(path)

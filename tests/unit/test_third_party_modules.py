@@ -1,4 +1,4 @@
-"""``engine.dependencies``: the table agrees with pyproject.toml (a core module is a core dependency, an
+"""``engine.runtime.dependencies``: the table agrees with pyproject.toml (a core module is a core dependency, an
 extra's is in its extra, with the same requirement), ``require`` turns an absent or broken module into
 one ``MissingDependency`` line (a ``ConfigError``: exit 1) naming the pip line, and ``check`` answers
 without raising."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.dependencies import BY_MODULE, DEPENDENCIES, MissingDependency, check, require
+from engine.runtime.dependencies import BY_MODULE, DEPENDENCIES, MissingDependency, check, require
 from engine.errors import ConfigError
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"

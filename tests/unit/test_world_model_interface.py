@@ -17,11 +17,11 @@ import torch
 from engine.config import MODEL_CONFIGS, session_model_config
 from engine.io.image import default_start_image_path, load_image
 from engine.io.trajectory import load_trajectory, packaged_trajectory
-from engine.kv_format import byte_figures
+from engine.facts.kv_format import byte_figures
 from engine.model.interface import WorldModel
 from engine.model.kv_context import AttentionContext
 from engine.model.registry import build_world_model, model_spec
-from engine.overlay import resolve_session_config
+from engine.settings.overlay import resolve_session_config
 
 CPU = torch.device("cpu")
 CHUNKS = 2

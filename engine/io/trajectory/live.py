@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from engine.errors import InputError
-from engine.input_files import open_input
+from engine.files.input_files import open_input
 from engine.io.actions import KEYBOARD_KEYS, ActionTrack
 from engine.io.poses import ORIGIN, Calibration, CameraState, states_to_poses
 from engine.io.trajectory.build import Trajectory, TrackingError

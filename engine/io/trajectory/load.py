@@ -2,7 +2,7 @@
 sniffed from the first content line), hand it to that format's module and build the ``Trajectory``.
 
 A directory is LingBot's pose folder (``pose_folder``). Owns the file-level errors (missing, not a regular file — a FIFO, device, /proc file: refused
-by ``engine.input_files`` before it is opened —, larger than ``MAX_TRAJECTORY_BYTES``, not UTF-8, empty, unknown format) and the argument
+by ``engine.files.input_files`` before it is opened —, larger than ``MAX_TRAJECTORY_BYTES``, not UTF-8, empty, unknown format) and the argument
 checks (``ConfigError``); everything inside a file is the format modules'.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from engine.errors import ConfigError
-from engine.input_files import check_input_dir, read_input_bytes
+from engine.files.input_files import check_input_dir, read_input_bytes
 from engine.io.poses import Calibration
 from engine.io.trajectory.build import MODES, REPEATS, Trajectory, _Actions, _build
 from engine.io.trajectory.csv_table import _load_csv

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.bounded_json import JsonInputError, parse_json
+from engine.files.bounded_json import JsonInputError, parse_json
 from engine.geometry import matrix_to_quat
 from engine.io.poses import Calibration
 from engine.io.trajectory.build import _Actions

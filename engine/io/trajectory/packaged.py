@@ -16,7 +16,7 @@ _REPO_DIR = Path(__file__).resolve().parents[3] / "trajectories"        # checko
 
 def packaged_trajectory(name: str) -> Path:
     """Path of a shipped trajectory: ``engine/trajectories/NAME`` (package data: the build maps the
-    source tree's top-level ``trajectories/`` there, see ``engine.resources``) if present, else the
+    source tree's top-level ``trajectories/`` there, see ``engine.files.resources``) if present, else the
     checkout's top-level ``trajectories/NAME`` (an editable install).
     """
     for folder in (_PACKAGE_DIR, _REPO_DIR):

@@ -19,7 +19,7 @@ import torch
 
 from engine.errors import InputError
 from engine.model.lingbot import camera
-from engine.lingbot_config import VAE_STRIDE
+from engine.facts.lingbot_config import VAE_STRIDE
 
 ACTION_KEYS = ("w", "a", "s", "d")     # the columns of the official action.npy
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from engine.model.attention import attention
 from engine.model.lingbot.cache import CrossKV, FastCaches, SelfKV
-from engine.lingbot_config import FastDiTConfig
+from engine.facts.lingbot_config import FastDiTConfig
 from engine.model.mg2 import QKVProjection, layer_norm, sinusoidal_embedding
 from engine.model.rope import DiTRope
 

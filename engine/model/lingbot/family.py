@@ -17,10 +17,10 @@ import functools
 import torch
 
 from engine.errors import ConfigError
-from engine.kv_format import ChunkFormat, byte_figures
-from engine.layout import KVLayout
-from engine.lingbot_config import VAE_STRIDE
-from engine.lingbot_models import LingbotModelConfig, lingbot_config
+from engine.facts.kv_format import ChunkFormat, byte_figures
+from engine.facts.layout import KVLayout
+from engine.facts.lingbot_config import VAE_STRIDE
+from engine.facts.lingbot_models import LingbotModelConfig, lingbot_config
 from engine.model.lingbot.release_session import build_from_release, release_spec
 from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.lingbot.weights import empty_model, seeded_model

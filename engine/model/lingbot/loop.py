@@ -22,10 +22,10 @@ from typing import Callable, Protocol
 import torch
 
 from engine.errors import ConfigError, InputError
-from engine.layout import KVLayout
+from engine.facts.layout import KVLayout
 from engine.model.lingbot import camera
 from engine.model.lingbot.cache import FastCaches
-from engine.lingbot_config import VAE_STRIDE, FastDiTConfig, LoopSettings
+from engine.facts.lingbot_config import VAE_STRIDE, FastDiTConfig, LoopSettings
 from engine.model.lingbot.dit import WanModelFast
 from engine.model.lingbot.schedule import DMDSchedule
 

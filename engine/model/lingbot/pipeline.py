@@ -35,15 +35,15 @@ from engine.errors import HorizonError
 from engine.geometry import quat_to_matrix
 from engine.io.trajectory import Trajectory
 from engine.model.lingbot import camera
-from engine.lingbot_config import VAE_STRIDE
+from engine.facts.lingbot_config import VAE_STRIDE
 from engine.model.lingbot.context import attach_text, context_caches
 from engine.model.lingbot.dit import WanModelFast
 from engine.model.lingbot.loop import ChunkConditioning, RunShape, denoise_chunk
-from engine.lingbot_models import LingbotModelConfig
+from engine.facts.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.schedule import DMDSchedule
 from engine.model.lingbot.session_control import chunk_control, latent_keys, ray_intrinsics
 from engine.model.vae import StartImageEncoder, StreamingDecoder, WanVAE
-from engine.state_tensors import generator_state, nest, set_generator_state, sub
+from engine.model.state_tensors import generator_state, nest, set_generator_state, sub
 
 OPENGL_TO_OPENCV = np.diag([1.0, -1.0, -1.0])     # camera axes: y up / z backward -> y down / z forward
 

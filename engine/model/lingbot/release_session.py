@@ -13,8 +13,8 @@ from pathlib import Path
 
 from engine.errors import ConfigError
 from engine.model.lingbot.checkpoint import LingbotRelease, load_release, release_files, release_model
-from engine.lingbot_config import VAE_STRIDE
-from engine.lingbot_models import LingbotModelConfig
+from engine.facts.lingbot_config import VAE_STRIDE
+from engine.facts.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.model_cache import ModelCache
 from engine.model.spec import ModelSpec

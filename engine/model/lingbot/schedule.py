@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from engine.errors import ConfigError
-from engine.lingbot_config import LoopSettings
+from engine.facts.lingbot_config import LoopSettings
 
 
 class DMDSchedule:

@@ -18,9 +18,9 @@ import torch
 from engine.io.trajectory import Trajectory
 from engine.model.lingbot import camera
 from engine.model.lingbot.act import act_embedding
-from engine.lingbot_config import VAE_STRIDE
+from engine.facts.lingbot_config import VAE_STRIDE
 from engine.model.lingbot.loop import INTRINSICS_SIZE
-from engine.lingbot_models import LingbotModelConfig
+from engine.facts.lingbot_models import LingbotModelConfig
 
 UNIVERSAL_TO_WASD = [0, 2, 1, 3]      # (forward, back, left, right) -> (W, A, S, D)
 

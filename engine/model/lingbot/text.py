@@ -13,7 +13,7 @@ before attention and feed-forward, a tanh-GELU gated feed-forward (``gate.0`` = 
 GELU, ``fc1`` = ``wi_1``, ``fc2`` = ``wo``), a final RMS norm, and padded keys masked out.
 
 ``transformers`` is imported when a text encoder is built, not when this module is; without it the
-error is one line naming the pip command (``engine.dependencies``).
+error is one line naming the pip command (``engine.runtime.dependencies``).
 
 Cleaning: the official code runs ``ftfy.fix_text`` (mojibake repair), unescapes HTML entities twice and
 collapses white space. ``ftfy`` is not a dependency here: the prompt is NFC-normalised (what ``ftfy``
@@ -30,7 +30,7 @@ from typing import Mapping
 
 import torch
 
-from engine.dependencies import require
+from engine.runtime.dependencies import require
 from engine.errors import CheckpointError
 
 WAN_T5_FILE = "models_t5_umt5-xxl-enc-bf16.pth"

@@ -14,9 +14,9 @@ from typing import Mapping
 
 import torch
 
-from engine.bounded_json import BOOL, INTEGER, LIST, NUMBER, STRING, expect_kind
+from engine.files.bounded_json import BOOL, INTEGER, LIST, NUMBER, STRING, expect_kind
 from engine.errors import CheckpointError, InputError
-from engine.lingbot_config import FastDiTConfig, config_from_official
+from engine.facts.lingbot_config import FastDiTConfig, config_from_official
 from engine.model.lingbot.dit import WanModelFast
 from engine.model.load import assign_strict, read_checkpoint_json, read_weights
 from engine.model.seeded_weights import seeded_state_dict

@@ -15,7 +15,7 @@ import torch
 from safetensors import safe_open
 
 from engine.errors import InputError
-from engine.input_files import check_input_file
+from engine.files.input_files import check_input_file
 from engine.model.seeded_weights import seeded_state_dict
 
 DEFAULT_TOLERANCE = 1e-4

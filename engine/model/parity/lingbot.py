@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.errors import InputError
 from engine.model.lingbot.cache import FastCaches
-from engine.lingbot_config import FastDiTConfig, LoopSettings, config_from_official
+from engine.facts.lingbot_config import FastDiTConfig, LoopSettings, config_from_official
 from engine.model.lingbot.dit import WanModelFast
 from engine.model.lingbot.loop import (ChunkConditioning, RunShape, allocate_caches, generate_latents,
                                        run_shape)

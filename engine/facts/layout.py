@@ -6,11 +6,11 @@ Owns two frozen value types that every layer may import without pulling in a mod
   ``[tokens_per_chunk, heads, head_dim]`` keys and values each (keys after the model's time rotation, or before it with
   ``--kv-keys pre-rope``),
   the latent frames of a chunk and of the local window. Byte sizes of every storage format follow from
-  it (``engine.kv_format``).
+  it (``engine.facts.kv_format``).
 * ``VideoGrid`` — how chunks map to video frames (MG2: 9 frames for chunk 0, then 12) and the frame rate.
 * ``ModelShape`` — a named model as the planner reads it: its ``KVLayout``, its ``VideoGrid`` and the
   parameters it keeps on the device through a session (the weights the device must hold). Every
-  model configuration (MG2's ``engine.config.ModelConfig``, LingBot's ``engine.lingbot_models``) gives
+  model configuration (MG2's ``engine.config.ModelConfig``, LingBot's ``engine.facts.lingbot_models``) gives
   one with ``shape()``, so the planner reads no model family.
 
 They are part of the model interface (``engine.model.interface`` re-exports them); they live here so

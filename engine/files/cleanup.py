@@ -21,7 +21,7 @@ import logging
 from typing import Callable
 
 from engine.errors import WorldPagerError
-from engine.output_files import write_failure
+from engine.files.output_files import write_failure
 
 log = logging.getLogger("worldpager.session")
 CLEANUP_ERRORS = (OSError, WorldPagerError)   # what the drive and the user's paths can do to a clean-up

@@ -12,7 +12,7 @@ loses at most the summary.
 ``LogFollower`` reads a log as it grows and says why it stopped: the summary arrived, the end of the
 file (not following), no new byte for the idle timeout, or the writer's process is gone (no summary
 will ever come). A file that is missing, not a regular file (a FIFO, socket, device, directory or a file
-under /proc: refused by ``engine.input_files`` before it is opened, never waited on) or not a log, and a
+under /proc: refused by ``engine.files.input_files`` before it is opened, never waited on) or not a log, and a
 damaged line (named by its number: not UTF-8, not JSON, longer than ``MAX_LINE_BYTES``, nested deeper than
 the bounded JSON reader allows, a string that is not Unicode, or a field the readers use with the wrong
 type — ``check_record``), are one-line ``InputError``s.
@@ -34,10 +34,10 @@ from typing import Any, Iterator
 
 import psutil
 
-from engine.bounded_json import JsonInputError, parse_json
+from engine.files.bounded_json import JsonInputError, parse_json
 from engine.errors import InputError, OutputError
-from engine.input_files import open_input, shown
-from engine.output_files import open_output, write_failure
+from engine.files.input_files import open_input, shown
+from engine.files.output_files import open_output, write_failure
 
 SCHEMA_VERSION = 1
 MAX_LINE_BYTES = 16 << 20   # a header with its config is a few KiB; a longer line is no record of ours
@@ -100,7 +100,7 @@ class RunningSummary:
 
 class SessionLog:
     """Append-only JSON Lines writer for one session; the file is locked for this writer while it is
-    open (``engine.output_files.open_output``: a second run naming the same log under any spelling is
+    open (``engine.files.output_files.open_output``: a second run naming the same log under any spelling is
     refused before it writes a byte)."""
 
     def __init__(self, path: Path, continue_before: int | None = None):

@@ -6,9 +6,9 @@ preset search path, and the JSON form of a resolved config that is written besid
 preset that is not UTF-8 text, not YAML, or holds a value YAML cannot build (a date like 2001-13-45,
 nesting too deep) is a one-line ``ConfigError`` naming the file; a preset path that is not a regular file
 (a FIFO, a directory, a file under /proc) or larger than ``MAX_PRESET_BYTES`` is an ``InputError``
-(``engine.input_files``), refused before it is opened. A size key (``memory.host_mem_gib``,
+(``engine.files.input_files``), refused before it is opened. A size key (``memory.host_mem_gib``,
 ``memory.device_mem_gib``: ``SIZE_KEYS``) takes a number in its unit or a size by the flags' one rule
-(``engine.sizes``): ``host_mem_gib: 24G`` is 24 GiB, ``512M`` half a GiB.
+(``engine.settings.sizes``): ``host_mem_gib: 24G`` is 24 GiB, ``512M`` half a GiB.
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ import yaml
 
 from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
-from engine.input_files import check_input_file, read_input_bytes, shown
-from engine.output_files import open_output, write_failure
-from engine.resources import data_dirs
-from engine.sizes import EXAMPLES, GiB, size_in
+from engine.files.input_files import check_input_file, read_input_bytes, shown
+from engine.files.output_files import open_output, write_failure
+from engine.files.resources import data_dirs
+from engine.settings.sizes import EXAMPLES, GiB, size_in
 
 # Presets ship in the package (engine/presets in a wheel) and live in the checkout's top-level presets/.
 PRESET_DIRS = data_dirs("presets")
@@ -241,7 +241,7 @@ def config_to_json(cfg: Any) -> dict:
 
 def write_resolved_config(cfg: SessionConfig, path: Path) -> None:
     """The resolved config as JSON at ``path``: a regular file, locked while it is written
-    (``engine.output_files.open_output``: not a FIFO or device, nor a file another run writes)."""
+    (``engine.files.output_files.open_output``: not a FIFO or device, nor a file another run writes)."""
     made = not path.exists()
     try:
         with open(open_output(path, "the resolved config"), "w", encoding="utf-8") as f:

@@ -30,7 +30,7 @@ yet in a directory that exists, it is fine; to a FIFO it is not. Paths are judge
 * ``write_failure(exc)`` — the words for a write the drive refused (``OutputDriveError`` carries them for
   a path the drive would not let be looked at): its ``strerror``, and for a drive
   that failed (EIO) or went read-only (EROFS, as ext4 does after an error) what that means, and for a file
-  past the process's file-size limit (EFBIG: ``ulimit -f``) that limit (``engine.limits``).
+  past the process's file-size limit (EFBIG: ``ulimit -f``) that limit (``engine.files.limits``).
 """
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ import time
 from pathlib import Path
 
 from engine.errors import OutputError
-from engine.file_lock import lock_holder, try_lock_fd
-from engine.input_files import pseudo_root, shown
-from engine.limits import file_size_text
+from engine.files.file_lock import lock_holder, try_lock_fd
+from engine.files.input_files import pseudo_root, shown
+from engine.files.limits import file_size_text
 
 LOCK_TRIES = 50          # a probe (``refuse_in_use``) holds a file's lock for microseconds: wait out one
 LOCK_RETRY_S = 0.01
@@ -55,7 +55,7 @@ class OutputInUseError(OutputError):
 
 class OutputDriveError(OutputError):
     """The drive refused to let an output path be looked at or written (EIO, EROFS, ENOMEM…): worded by
-    ``write_failure``. An ENOMEM here is the drive's answer, not the process's memory (``engine.limits``)."""
+    ``write_failure``. An ENOMEM here is the drive's answer, not the process's memory (``engine.files.limits``)."""
 
     memory_is_the_drives = True
 

@@ -5,7 +5,7 @@ LingBot uses the same 16-channel VAE and latent normalisation), the latent grid,
 rotary table length (the positional horizon), the width of the text stand-in — and what follows from
 it without weights: the ``KVLayout`` of one chunk, the ``VideoGrid``, the horizon chunk, the camera
 intrinsics on the model's pixel grid; and what the planner reads of a model (``shape()``, an
-``engine.layout.ModelShape``, as MG2's ``ModelConfig`` gives it). Torch-free shared ground, so that the
+``engine.facts.layout.ModelShape``, as MG2's ``ModelConfig`` gives it). Torch-free shared ground, so that the
 planner reads it without importing the model family. And the two named configurations:
 
 * ``lingbot-tiny`` — the parity fixture's DiT (dim 128, 2 heads, 2 layers, 12x20 latents = 96x160
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from engine.config import VAEConfig
 from engine.errors import ConfigError
-from engine.layout import KVLayout, ModelShape, VideoGrid
-from engine.lingbot_config import FULL_SIZE, VAE_STRIDE, FastDiTConfig, LoopSettings
+from engine.facts.layout import KVLayout, ModelShape, VideoGrid
+from engine.facts.lingbot_config import FULL_SIZE, VAE_STRIDE, FastDiTConfig, LoopSettings
 
 RETRIEVAL_HFOV_DEG = 90.0       # the retrieval's frustum (engine.retrieval.select); the camera rays agree
 
@@ -101,7 +101,7 @@ class LingbotModelConfig:
         return VideoGrid(first_frames=1 + t * (f - 1), frames_per_chunk=t * f, fps=self.fps)
 
     def shape(self) -> ModelShape:
-        """What the planner reads of this model (``engine.layout.ModelShape``)."""
+        """What the planner reads of this model (``engine.facts.layout.ModelShape``)."""
         return ModelShape(self.name, self.kv_layout(), self.video_grid(), self.device_params)
 
     def intrinsics(self) -> tuple[float, float, float, float]:

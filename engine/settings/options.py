@@ -4,7 +4,7 @@ lines) and the overlay rule all read.
 Owns ``SESSION_OPTIONS`` (each option's name, value kind, the config key it sets, its help and the
 section of the help it is listed in: ``SECTIONS``),
 ``job_parsers()`` (how a batch job line's value of each kind is read), ``overlay(values)`` (the sparse
-config overlay of the options given: ``engine.overlay.resolve_session_config`` applies it over a preset)
+config overlay of the options given: ``engine.settings.overlay.resolve_session_config`` applies it over a preset)
 and ``parse_settings`` (``--set KEY=VALUE``: any config key, the keys presets set included, so that a
 flag, a job line and a preset can each reach every setting). No click here (``engine`` never imports
 it): ``worldpager_cli.options`` builds the flags from this table.
@@ -26,9 +26,9 @@ import yaml
 from engine.config import (ARENA_MODEL, KEY_CONVENTIONS, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
                            SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
-from engine.input_files import refuse_wrong_kind
-from engine.sizes import GiB, EXAMPLES, MiB, size_in
-from engine.overlay import merged_overlays
+from engine.files.input_files import refuse_wrong_kind
+from engine.settings.sizes import GiB, EXAMPLES, MiB, size_in
+from engine.settings.overlay import merged_overlays
 
 LINGBOT_DIT_FOLDER = "lingbot_world_fast"     # engine.model.lingbot.weights.CHECKPOINT_SUBFOLDER (torch-free here)
 MODEL_NAMES = (ARENA_MODEL, *sorted(MODEL_CONFIGS), *LINGBOT_MODELS, SYNTHETIC_MODEL)
@@ -38,7 +38,7 @@ KINDS = ("path", "int", "float", "text", "choice", "switch", "settings", "size")
 @dataclass(frozen=True)
 class Option:
     """One session option. ``kind``: path, int, float, text, choice (one of ``choices``), switch (an
-    on/off pair, ``--sink/--no-sink``), settings (``KEY=VALUE``, repeatable) or size (``engine.sizes``:
+    on/off pair, ``--sink/--no-sink``), settings (``KEY=VALUE``, repeatable) or size (``engine.settings.sizes``:
     ``24G``, ``512M``; a plain number in the option's ``unit``, the value it sets is in that unit too;
     ``--spill-max`` keeps its text, ``10%`` included, and is read at the session's start)."""
 
@@ -354,7 +354,7 @@ INPUT_KINDS = {"image": (True, False), "trajectory": (True, True), "observe": (T
 
 def check_input_options(values: Mapping[str, Any]) -> None:
     """An ``InputError`` for the first input option in ``values`` that names a path of the wrong kind
-    (``engine.input_files.refuse_wrong_kind``: a FIFO, device, directory or ``/proc`` file where a file is
+    (``engine.files.input_files.refuse_wrong_kind``: a FIFO, device, directory or ``/proc`` file where a file is
     read). A preset given by name (no path separator, no suffix) is looked up among the packaged ones."""
     for name, (files, dirs) in INPUT_KINDS.items():
         value = values.get(name)

@@ -32,7 +32,7 @@ DEFAULT_FIX = "check the drive (dmesg) and the permissions of the path, then run
 class DriveError(WorldPagerError):
     """A path could not be looked at or opened for a reason other than its absence."""
     # An ENOMEM a drive's probe returned is the drive's fault as reported, not the process's memory:
-    # engine.limits does not retell this error as "out of memory" (EMFILE/ENFILE it still does).
+    # engine.files.limits does not retell this error as "out of memory" (EMFILE/ENFILE it still does).
     memory_is_the_drives = True
 
 

@@ -8,7 +8,7 @@ message names what was read and what is wrong with it — never a ``RecursionErr
 
 * ``parse_json(data, what, max_bytes, max_depth)`` — one document from ``bytes`` or ``str``.
 * ``read_json_file(path, name, max_bytes, max_depth)`` — one document from a file, through the input
-  gate (``engine.input_files``: a FIFO, device or directory is refused before it is opened).
+  gate (``engine.files.input_files``: a FIFO, device or directory is refused before it is opened).
 * ``iter_json_lines(path, name, max_line_bytes, max_depth, skip_blank, skip_torn_tail)`` — JSON Lines,
   ``(line number, value)`` a line; a bad line's error names its number. ``skip_torn_tail`` drops a last
   line with no newline that does not parse (a writer killed mid-line), as a log reader must.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from engine.errors import InputError
-from engine.input_files import open_input, read_input_bytes, shown
+from engine.files.input_files import open_input, read_input_bytes, shown
 
 DEFAULT_MAX_DEPTH = 32
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)

@@ -36,14 +36,14 @@ unquantised (``bits = 16``; exact round trip when the KV dtype equals ``raw_dtyp
 ``k`` then ``v``, each ``raw_dtype [T, C]`` row-major (mg2-universal bf16: 486,604,800 B).
 
 The quantisation contract (grouping, rounding, error bound) is :mod:`engine.kernels.reference`'s.
-Shapes come from a model's :class:`~engine.layout.KVLayout`, never from a model configuration.
+Shapes come from a model's :class:`~engine.facts.layout.KVLayout`, never from a model configuration.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.errors import ConfigError
-from engine.layout import KVLayout
+from engine.facts.layout import KVLayout
 
 ALIGN = 16            # section alignment: fp16 views need 2, vector loads like 16
 SLOT_ALIGN = 4096     # O_DIRECT block / pool slot granularity

@@ -6,7 +6,7 @@ devices it sees and their memory, bf16), Triton, PyAV with an H.264 encoder (a r
 frame), host memory and cores, and a drive for ``--spill`` (a real ``O_DIRECT`` write and read of a few
 MiB in the directory through ``engine.planner.probe``, and its free space; a directory not there yet
 that ``generate`` would create is probed where it would be, by generate's own rule), and the
-third-party modules commands import when they run (``engine.dependencies``: aiohttp for ``play``, Ray
+third-party modules commands import when they run (``engine.runtime.dependencies``: aiohttp for ``play``, Ray
 for ``batch --ray``, transformers for the LingBot models), each with its pip line. A check never
 raises: a failure is its row. ``missing`` rows are what the core install's commands cannot do without
 (torch, PyAV with H.264, aiohttp); ``warn`` rows work with less (no CUDA: CPU; no O_DIRECT: buffered; no
@@ -123,10 +123,10 @@ def check_drive(directory: Path) -> Check:
 
 
 def check_dependencies() -> list[Check]:
-    """A row per module a command imports when it runs (``engine.dependencies``): one the core install
+    """A row per module a command imports when it runs (``engine.runtime.dependencies``): one the core install
     brings is ``missing`` when it does not import (a command of the install is broken), an extra's is a
     ``warn`` (only what needs it is unavailable)."""
-    from engine.dependencies import DEPENDENCIES, check
+    from engine.runtime.dependencies import DEPENDENCIES, check
 
     rows = []
     for dep in DEPENDENCIES:

@@ -1,6 +1,6 @@
 """What an input path may be, and opening one for reading: the one gate for every file a command reads (no torch).
 
-The twin of ``engine.output_files``. Every file the program reads at a path the user names, or at a name
+The twin of ``engine.files.output_files``. Every file the program reads at a path the user names, or at a name
 derived from one (a log, a batch manifest, a rows file, a preset, a start image, a config, a trajectory,
 a pose folder's arrays, a checkpoint's files, a save point, ``--from``), is a regular file (through
 symlinks). Anything else is refused with one line before it is opened: a named pipe (opening it would

@@ -2,7 +2,7 @@
 
 Owns ``try_lock(path)`` (open or create the lock file and take an exclusive, non-blocking lock: its fd,
 or None when another process holds it), ``release_lock(fd)``, ``try_lock_fd(fd)`` (the same lock on a
-file already open: an output a writer holds while it writes it, ``engine.output_files``) and
+file already open: an output a writer holds while it writes it, ``engine.files.output_files``) and
 ``lock_holder(st)`` (the pid holding a flock on a file, from ``/proc/locks``; None where unknown). A lock
 lives as long as its open file, so a killed holder frees it; callers turn a held lock into their own
 one-line error (a spill directory in use, a batch output directory in use, an output being written).

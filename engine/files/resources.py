@@ -21,11 +21,11 @@ def data_dir(name: str) -> Path:
     packaged = Path(str(resources.files("engine") / name))
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[1] / name
+    return Path(__file__).resolve().parents[2] / name
 
 
 def data_dirs(name: str) -> tuple[Path, ...]:
     """Where to look, in order (for messages that list what was searched)."""
     packaged = Path(str(resources.files("engine") / name))
-    checkout = Path(__file__).resolve().parents[1] / name
+    checkout = Path(__file__).resolve().parents[2] / name
     return (packaged, checkout) if packaged != checkout else (packaged,)
