@@ -316,7 +316,8 @@ class KVStore:
 
     def persist_through(self, chunk: ChunkId, timeout: float) -> bool:
         """Block (the caller's thread, e.g. a save point's) until every chunk before ``chunk`` is on
-        the drive and the drive's index is durable; False on a timeout, a write error or no drive.
+        the drive and the drive's index is durable; False on a timeout or no drive; an ``OSError`` naming
+        the drive's own error when write-back failed (a full drive, a file-size limit).
 
         Chunks dropped before ``chunk`` are not waited for; chunks dropped meanwhile (at ``chunk`` or
         later) are still needed by the save point: their drops take effect when this returns."""
@@ -334,7 +335,10 @@ class KVStore:
                 self._persist_need.pop(chunk, None)
                 if not self._persist_need:
                     self._apply_drops()
-            if not done or self._disk_error is not None:
+            if self._disk_error is not None:   # say why: the drive failed, not the wait
+                raise OSError(f"the spill drive stopped taking chunks: {type(self._disk_error).__name__}: "
+                              f"{self._disk_error}")
+            if not done:
                 return False
         self.disk.flush_index()
         return True

@@ -428,6 +428,8 @@ class Session:
             self.log.record("savepoint", **fields, **({"path": str(w.path)} if w.path else {"error": w.error}))
             if w.path is None:   # said at once, and the run's exit says it again at the end
                 self.savepoint_errors.append(f"save point before chunk {w.chunk}: {w.error}")
+                if self._memory is not None and self._memory.drive_failure() is not None:
+                    continue     # the drive failed: the session stops with that error, one line naming it
                 log.warning("worldpager: warning: save point before chunk %s not written: %s", w.chunk, w.error)
 
     def _saver(self, memory: SessionMemory) -> SavePointWriter | None:

@@ -157,3 +157,10 @@ def test_ulimit_f_is_told_as_the_file_size_limit(tmp_path, kib, extra, needle):
     assert f"File too large: this process may write files of at most {kib} KiB (ulimit -f {kib}, RLIMIT_FSIZE)" \
         in line and "ulimit -f unlimited" in line and "full" not in line, line
     assert "Traceback" not in proc.stderr
+    # a save point that could not be made says the drive's own error in the log, and no misleading
+    # warning (a save point "timed out") comes before the one error line
+    assert "TimeoutError" not in proc.stderr and "save point" not in proc.stderr.replace(line, ""), proc.stderr
+    logged = tmp_path / "a.log.jsonl"
+    lines = logged.read_text().splitlines() if logged.exists() else []   # the last may be cut by the limit
+    errors = [json.loads(r)["error"] for r in lines if r.startswith('{"type":"savepoint"') and '"error"' in r]
+    assert all("File too large" in e for e in errors), errors
