@@ -250,7 +250,7 @@ def _fmt(value, spec: str) -> str:
 def _report(result, manifest, backend, out_dir: Path) -> None:
     from engine.batch.driver import summary_row
 
-    from worldpager_cli.bench import echo_table
+    from worldpager_cli.bench_output import echo_table
 
     rows = [summary_row(name, manifest.entry(name)) for name in result.jobs]
     echo_table(("job", "status", "chunks", "fps", "stall p99 ms", "RSS max MiB", "wall s", "worker"),

@@ -13,7 +13,8 @@ import click
 from worldpager_cli.json_output import json_result
 
 from engine.config import LINGBOT_MODELS, MODEL_CONFIGS
-from worldpager_cli.bench import echo_json, echo_table, machine, num
+from worldpager_cli.bench_output import echo_json, echo_table, num
+from engine.bench.machine import machine
 
 PLACES = ("native", "re-placed")
 CONVENTIONS = ("post-rope", "pre-rope")

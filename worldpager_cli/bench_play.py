@@ -17,7 +17,8 @@ import click
 from worldpager_cli.json_output import json_result
 
 from engine.errors import ConfigError
-from worldpager_cli.bench import echo_json, echo_table, machine, num, ratio
+from worldpager_cli.bench_output import echo_json, echo_table, num, ratio
+from engine.bench.machine import machine
 from worldpager_cli.play import need_web_server
 
 

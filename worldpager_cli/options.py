@@ -20,7 +20,7 @@ import click
 
 from engine.errors import ConfigError
 from engine.settings.options import (BY_NAME, SESSION_OPTIONS, SIZE_UNITS, Option, check_input_options, overlay,  # noqa: F401 (re-exported)
-                            parse_arena_seed, parse_size_option)
+                            parse_size_option)
 from engine.settings.sizes import size_in
 
 LENGTH_KEYS = ("chunks", "seconds", "minutes")

@@ -3,7 +3,7 @@ in ``engine.quality``, the tables' layout in ``worldpager_cli.quality_tables``).
 ``--quick``, first the smoke-test line; then one line per session as it finishes (stderr), the tables,
 then one JSON line; writes the figure, side-by-side MP4s and a still, and every session's scores (JSON
 Lines). Its flags are checked before anything runs (``worldpager_cli.quality_flags``: ranges, names, the
-flags of the other benchmark: usage errors); ``--from-rows`` files are read by ``worldpager_cli.merged_rows``."""
+flags of the other benchmark: usage errors); ``--from-rows`` files are read by ``engine.quality.rows_read``."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +14,10 @@ from pathlib import Path
 import click
 
 from engine.files.output_files import make_output_dir
-from worldpager_cli.bench import echo_json, machine
+from worldpager_cli.bench_output import echo_json
+from engine.bench.machine import machine
 from worldpager_cli.json_output import json_result
-from worldpager_cli.merged_rows import read_rows, repeated_line
+from engine.quality.rows_read import read_rows, repeated_line
 from worldpager_cli.quality_flags import (MAX_CHUNKS, MAX_MINUTES, MAX_SEED, MAX_SEEDS, MAX_THREADS, BoundedNumber,
                                           check_flags, given)
 from worldpager_cli.quality_tables import SMOKE_LINE, echo_tables

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from worldpager_cli.bench import echo_table
+from worldpager_cli.bench_output import echo_table
 from worldpager_cli.quality_tables import shown
 
 LONG_SMOKE_LINE = ("smoke test (--long --quick): one short session per arm in one held-out arena; it checks that "

@@ -13,8 +13,9 @@ from pathlib import Path
 import click
 
 from engine.files.output_files import make_output_dir
-from worldpager_cli.merged_rows import read_rows, repeated_line
-from worldpager_cli.bench import echo_json, machine
+from engine.quality.rows_read import read_rows, repeated_line
+from worldpager_cli.bench_output import echo_json
+from engine.bench.machine import machine
 from worldpager_cli.quality_long import LONG_SMOKE_LINE, echo_long
 
 ROWS = "long-rows.jsonl"

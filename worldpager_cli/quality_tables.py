@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from worldpager_cli.bench import echo_table
+from worldpager_cli.bench_output import echo_table
 
 
 def shown(ci, episodes: int, digits: int = 2, sign: str = "") -> str:

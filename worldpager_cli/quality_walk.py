@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from worldpager_cli.bench import echo_table
+from worldpager_cli.bench_output import echo_table
 from worldpager_cli.quality_long import _ci, _f
 
 WALK_SMOKE_LINE = ("smoke test (--walk --quick): one short walk of each kind per arm in one held-out arena; it "

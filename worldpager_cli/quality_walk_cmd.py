@@ -4,7 +4,7 @@ then one line per session as it is scored (stderr), the tables (``worldpager_cli
 one JSON line; writes ``walk-rows.jsonl`` (every session's sums), ``walk.png`` (the per-minute figure),
 ``walk-strip.png`` (truth and each arm, a frame in the middle of every minute, the first seed's first
 kind) and keeps those sessions under ``sessions/``. ``--from-rows`` summarises earlier rows (read by
-``worldpager_cli.merged_rows``)."""
+``engine.quality.rows_read``)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from engine.files.output_files import make_output_dir
-from worldpager_cli.merged_rows import read_rows, repeated_line
+from engine.quality.rows_read import read_rows, repeated_line
 from worldpager_cli.quality_long_cmd import finish_benchmark
 from worldpager_cli.quality_walk import WALK_SMOKE_LINE, echo_walk
 

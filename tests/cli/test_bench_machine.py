@@ -7,7 +7,7 @@ import json
 
 from click.testing import CliRunner
 
-from worldpager_cli.bench import cpu_name, cpu_vectors, machine, machine_line
+from engine.bench.machine import cpu_name, cpu_vectors, machine, machine_line
 from worldpager_cli.main import cli
 
 X86 = ["processor\t: 0", "vendor_id\t: GenuineIntel", "model\t\t: 143",

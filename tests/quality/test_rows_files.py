@@ -1,4 +1,4 @@
-"""``bench quality --from-rows``: every rows file goes through one checked reader (``worldpager_cli.merged_rows``).
+"""``bench quality --from-rows``: every rows file goes through one checked reader (``engine.quality.rows_read``).
 
 A file that is not rows of the benchmark being summarised — empty, a JSON list, a row missing a field, a
 number written as a string, binary bytes, brackets nested thousands deep, the other benchmark's rows,
@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from engine.files.bounded_json import JsonInputError
 from tests_support import WORLDPAGER, one_line_error
 from worldpager_cli.main import cli
-from worldpager_cli.merged_rows import read_rows
+from engine.quality.rows_read import read_rows
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 REVISIT_ROWS, LONG_ROWS = DOCS / "quality_revisit_rows.jsonl", DOCS / "quality_long_rows.jsonl"

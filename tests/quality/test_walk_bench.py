@@ -21,7 +21,7 @@ from engine.quality.long_score import SessionTruth, STOOD_RADIUS
 from engine.quality.walk_classes import CLASSES, NEW_RADIUS, classify_walk
 from engine.quality.walk_paths import BOUND, OFFSETS, STEP, WALK_KINDS, WalkShape, walk_episode
 from worldpager_cli.main import cli
-from worldpager_cli.row_fields import WALK_CLASSES
+from engine.quality.rows_fields import WALK_CLASSES
 
 FPC = 3          # latent frames a chunk
 
@@ -240,7 +240,7 @@ def test_any_field_of_a_walk_row_changed_is_refused_or_summarised(tmp_path):
 
     from engine.files.bounded_json import JsonInputError
     from engine.quality.walk_summary import summarise_walk
-    from worldpager_cli.merged_rows import read_rows
+    from engine.quality.rows_read import read_rows
     from worldpager_cli.quality_walk import echo_walk
 
     base = [_row("window"), _row("int4")]

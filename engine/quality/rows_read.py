@@ -6,12 +6,12 @@ Owns reading them and what makes two rows the same measurement.
 * ``read_rows(paths, long, walk=False)`` — every file through the bounded JSON Lines reader
   (``engine.files.bounded_json.iter_json_lines``: the input gate refuses a FIFO, a device, a directory or a
   file under ``/proc`` before it is opened; a line's size, UTF-8 and nesting depth are checked), every
-  row an object whose fields have the kinds its summary reads (``worldpager_cli.row_fields``). A row of
+  row an object whose fields have the kinds its summary reads (``engine.quality.rows_fields``). A row of
   another benchmark (a ``long`` row without ``--long``, a ``walk`` row without ``--walk``, a revisit,
   positions or drift row with either) is refused naming the flag to read it with; a file with no rows is refused. Rows that name the same
   experiment, arm and episode are kept once, the first: two runs merged both hold the baselines
   (window-only, bf16, int4) of the same episodes, which would otherwise count twice in every pooled
-  figure. What is left must fit together (``worldpager_cli.merged_checks``).
+  figure. What is left must fit together (``engine.quality.rows_checks``).
 * ``repeated_line(n)`` — the note printed when rows were dropped so.
 
 Anything wrong is one ``JsonInputError`` (exit 1) naming the file and the line.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from engine.files.bounded_json import STRING, JsonInputError, expect_object, iter_json_lines
 from engine.files.input_files import shown
-from worldpager_cli.merged_checks import check_together
-from worldpager_cli.row_fields import FIELDS, check_row
+from engine.quality.rows_checks import check_together
+from engine.quality.rows_fields import FIELDS, check_row
 
 FLAG = "--from-rows"
 MAX_LINE_BYTES = 4 << 20       # a long row of a day of video (1,440 bins of ~600 bytes) fits

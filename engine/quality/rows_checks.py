@@ -1,6 +1,6 @@
 """Rows of several runs that must fit together before they are summarised (``bench quality --from-rows``).
 
-Owns the checks across rows (each row alone is ``worldpager_cli.row_fields``'s). The summaries pair rows
+Owns the checks across rows (each row alone is ``engine.quality.rows_fields``'s). The summaries pair rows
 by arm and episode, so rows merged from runs of different settings would be paired wrong or not at all:
 
 * one row per measurement — arm and episode (revisit: seed and kind; positions and long: seed; drift:
