@@ -71,6 +71,10 @@ Calibration against the paper (MG2 universal, 32 GiB host, RTX 4090 24 GiB, int4
     = 9 + 59·12 frames = 44.8 s for bf16 (paper: 45 s) and 9 + 225·12 = 2.8 min for int4 (2.8 min).
     (Counting a chunk as stored only w = 1 chunk after it left the window — spill = N + 1 — would
     leave a 106 KB wide feasible baseline interval: not a credible calibration.)
+  the whole device (``engine.planner.device``): weights per block and precision, KV per chunk or per layer,
+    activations, CUDA context and a reserve that makes MG2's runtime beside its weights the 7.6 GiB below;
+    ``check_device_fits`` returns that plan (the plan chooses the weight format and KV paging a session
+    leaves unset) or refuses a budget no choice fits in one line.
   device baseline 12.0 GiB. N_dev = 21 with D = 24 GiB and B = (1 + 1 + 3) · b16 = 2.27 GiB needs a
     baseline ∈ (11.764, 12.217] GiB; 12.0 is the middle (21.48 chunks). It stands for the bf16 weights
     (DiT 1.62 B + VAE 0.13 B + CLIP 0.61 B parameters = 4.39 GiB, from ``worldpager inspect``) plus

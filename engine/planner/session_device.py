@@ -45,5 +45,5 @@ def session_device_inputs(cfg: SessionConfig, model: ModelShape, card: GPU | Non
     return DeviceInputs(retrieve_k=mem.retrieve_k, sink=mem.sink, weights=cfg.weights if weights_given else None,
                         kv_paging=mem.kv_paging if paging_given else None,
                         budget=None if budget is None else int(budget * GiB), stored_chunk_bytes=stored,
-                        text_on_device=getattr(cfg, "text_encoder", "cpu") == "device", gpu=card,
+                        text_on_device=cfg.text_encoder == "device", gpu=card,
                         pcie_gbs=pcie_gbs, runtime_bytes=runtime)

@@ -81,3 +81,12 @@ def test_the_4090_preset_loads_and_plans_within_24_gib():
     assert (device["weights_format"], device["kv_paging"], device["chosen"]) == ("int8", "layer", False)
     assert device["total"] <= 24 * GiB and summary["format"] == "int4" and summary["retrieve_k"] == 3
     assert summary["pool_slots"] >= 8 and summary["stall_predicted"] is False
+
+
+def test_the_text_encoder_counts_on_the_device_only_when_put_there():
+    cpu = device_of("--model", "lingbot-fast", "--device", "cuda", "--minutes", 1)
+    on_device = device_of("--model", "lingbot-fast", "--device", "cuda", "--minutes", 1, "--set", "text_encoder=device")
+    assert (cpu["text_encoder"], on_device["text_encoder"]) == ("cpu", "device")
+    assert on_device["weight_bytes"] - cpu["weight_bytes"] == 2 * 5_680_910_336
+    one_line_error(CliRunner().invoke(cli, ["plan", "--model", "lingbot-fast", "--minutes", "1", "--set",
+                                            "text_encoder=gpu"]), "text_encoder must be one of cpu, device")

@@ -41,7 +41,7 @@ def release_spec(cfg, m: LingbotModelConfig, default_trajectory: str) -> ModelSp
 def build_from_release(cfg, m: LingbotModelConfig, image, trajectory, device, dtype, cache: ModelCache):
     root = Path(cfg.checkpoint).expanduser().absolute()
     prompt = _prompt(cfg, m)
-    text_device = getattr(cfg, "text_encoder", "cpu")
+    text_device = cfg.text_encoder
     cache_dir = Path(cfg.log_path).expanduser().absolute().parent      # the prompt's context beside the session
     release: LingbotRelease = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype, text_device),
                                         lambda: load_release(root, m, prompt, device, dtype, text_device, cache_dir))
