@@ -83,8 +83,8 @@ def plan_config(opts: dict):
 
 
 def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float | None, device) -> planner.Budgets:
-    """The budgets as the session would size them (its pool, its CPU staging slots, the host's pinned copies
-    of streamed blocks and per-layer KV); the device baseline is ``--device-baseline-gib``, else the model's
+    """The budgets as the session would size them (its pool, its CPU staging slots; on CUDA the host's pinned
+    copies of streamed blocks and per-layer KV); the device baseline is ``--device-baseline-gib``, else the model's
     weights and runtime of the whole-device plan. ``device``: the session's ``DeviceInputs``."""
     host = cfg.memory.host_mem_gib
     budget = None if device.budget is None else device.budget / GiB
@@ -97,7 +97,8 @@ def plan_budgets(cfg, model, host_baseline: int, device_baseline_gib: float | No
     if device_baseline_gib is None:          # the plan's weights and runtime: beside them the KV, then a device tier
         base = replace(base, device_baseline=whole.total - whole.kv_bytes)
     return replace(base, host_baseline=host_baseline, pool_slots=cfg.memory.pool_slots,
-                   host_staging=staging + whole.host_bytes, host_given=host is not None)
+                   host_staging=staging + (whole.host_bytes if planned_device(cfg) == "cuda" else 0),
+                   host_given=host is not None)
 
 
 PLAN_SECTIONS = {**dict.fromkeys(("wall_ms", "timing_from", "stage_ms", "probe_mib", "baseline_gib", "baseline_from",

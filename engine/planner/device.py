@@ -195,7 +195,7 @@ def _fixed_weights(w: ModelWeights, inputs: DeviceInputs) -> tuple[int, str]:
     return params * COMPUTE_BYTES, text
 
 
-def _assumed(inputs: DeviceInputs, chosen: bool) -> tuple[str, ...]:
+def _assumed(inputs: DeviceInputs) -> tuple[str, ...]:
     names = [] if inputs.runtime_bytes is not None else ["activations", "context", "reserve"]
     names += ["pcie_gbs"] if inputs.pcie_gbs == PCIE_GBS else []
     names += ["gpu_tflops", "efficiency"] if inputs.gpu is not None else []
@@ -225,7 +225,7 @@ def _plan_one(model: ModelShape, w: ModelWeights, inputs: DeviceInputs, fmt: str
     chosen = inputs.weights is None or inputs.kv_paging is None
     return DevicePlan(model.name, fmt, paging, chosen, residency, max(blocks, default=0), fixed, w.aux_label, text,
                       kv, act, ctx, reserve, inputs.budget, host, _pcie(model, w, inputs, paging, streamed),
-                      inputs.pcie_gbs, compute, None if card is None else card.name, _assumed(inputs, chosen))
+                      inputs.pcie_gbs, compute, None if card is None else card.name, _assumed(inputs))
 
 
 def device_plan(model: ModelShape, w: ModelWeights, inputs: DeviceInputs) -> DevicePlan:

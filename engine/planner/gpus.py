@@ -39,7 +39,8 @@ GPUS = {g.name: g for g in (
     GPU("h100", "H100 SXM 80 GB", 80, 989.4),
 )}
 
-EFFICIENCY = round(2 * MG2_DIT_PARAMS * MG2_TOKENS * MG2_PASSES / (GPUS["rtx4090"].bf16_tflops * 1e12 * PAPER_CHUNK_S), 4)
+EFFICIENCY = round(2 * MG2_DIT_PARAMS * MG2_TOKENS * MG2_PASSES
+                   / (GPUS["rtx4090"].bf16_tflops * 1e12 * PAPER_CHUNK_S), 4)
 
 
 def gpu(name: str) -> GPU:

@@ -99,6 +99,7 @@ Calibration against the paper (MG2 universal, 32 GiB host, RTX 4090 24 GiB, int4
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -327,8 +328,7 @@ def check_device_fits(model: ModelShape, budgets: Budgets, retrieve_k: int, sink
     model needs when no choice fits. None when the device budget is unknown and no inputs are given."""
     if budgets.device is None and inputs is None:
         return None
-    base = inputs or DeviceInputs()
-    inputs = DeviceInputs(**{**base.__dict__, "retrieve_k": retrieve_k, "sink": sink, "budget": budgets.device})
+    inputs = dataclasses.replace(inputs or DeviceInputs(), retrieve_k=retrieve_k, sink=sink, budget=budgets.device)
     return device_plan(model, model_weights(model.name), inputs)
 
 

@@ -40,7 +40,8 @@ def session_device_inputs(cfg: SessionConfig, model: ModelShape, card: GPU | Non
                           device_baseline_gib: float | None = None, raw_dtype: str = "bfloat16") -> DeviceInputs:
     mem = cfg.memory
     budget = device_budget_gib(cfg, card)
-    runtime = None if device_baseline_gib is None else max(0, int(device_baseline_gib * GiB) - device_weight_bytes(model))
+    runtime = (None if device_baseline_gib is None else
+               max(0, int(device_baseline_gib * GiB) - device_weight_bytes(model)))
     stored = bytes_per_chunk(model, raw_dtype)[format_name(mem.kv_bits)] if mem.kv_bits in FORMAT_BITS.values() else 0
     return DeviceInputs(retrieve_k=mem.retrieve_k, sink=mem.sink, weights=cfg.weights if weights_given else None,
                         kv_paging=mem.kv_paging if paging_given else None,

@@ -32,8 +32,8 @@ from engine.bounded_json import OBJECT, STRING, expect_kind, expect_object
 from engine.errors import CheckpointError, ConfigError, InputError
 from engine.lingbot_config import CONTROL_CHANNELS, FastDiTConfig
 from engine.lingbot_models import LingbotModelConfig
-from engine.model.lingbot.text import (TEXT_LEN, TOKENIZER_DIR, WAN_T5_FILE, hf_state, load_text_encoder, load_tokenizer,
-                                       t5_shape)
+from engine.model.lingbot.text import (TEXT_LEN, TOKENIZER_DIR, WAN_T5_FILE, hf_state, load_text_encoder,
+                                       load_tokenizer, t5_shape)
 from engine.model.lingbot.text_cache import cache_path, cached_context, encoder_identity, store
 from engine.model.lingbot.weights import CHECKPOINT_SUBFOLDER, empty_model, load_state, read_config
 from engine.model.load import (assign_strict, checked_checkpoint_dir, checked_checkpoint_file, read_checkpoint_json,
