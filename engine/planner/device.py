@@ -102,6 +102,7 @@ class DeviceInputs:
     gpu: GPU | None = None
     pcie_gbs: float = PCIE_GBS
     runtime_bytes: int | None = None    # activations + context + reserve, given (--device-baseline-gib)
+    flash: bool = True                  # the attention never stores its scores (a GPU's flash kernels; assumed)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,10 @@ def _runtime(model: ModelShape, w: ModelWeights, inputs: DeviceInputs) -> tuple[
     """(activations, context, reserve); a given runtime replaces all three (as activations)."""
     if inputs.runtime_bytes is not None:
         return inputs.runtime_bytes, 0, 0
-    return activation_bytes(model, w), CONTEXT_BYTES, RESERVE_BYTES
+    layout = model.layout
+    memory = (inputs.retrieve_k + (1 if inputs.sink else 0)) * layout.tokens_per_chunk
+    context = memory + layout.window_tokens + layout.tokens_per_chunk
+    return activation_bytes(model, w, context, inputs.flash), CONTEXT_BYTES, RESERVE_BYTES
 
 
 def _pcie(model: ModelShape, w: ModelWeights, inputs: DeviceInputs, paging: str, streamed: int) -> int:
@@ -197,6 +201,7 @@ def _fixed_weights(w: ModelWeights, inputs: DeviceInputs) -> tuple[int, str]:
 
 def _assumed(inputs: DeviceInputs) -> tuple[str, ...]:
     names = [] if inputs.runtime_bytes is not None else ["activations", "context", "reserve"]
+    names += ["flash_attention"] if inputs.runtime_bytes is None and inputs.flash else []
     names += ["pcie_gbs"] if inputs.pcie_gbs == PCIE_GBS else []
     names += ["gpu_tflops", "efficiency"] if inputs.gpu is not None else []
     return tuple(names)

@@ -134,7 +134,7 @@ def test_every_assumed_input_is_marked_and_listed():
     assert summary["assumed"] == ["chunk_ms", "host_baseline", "device_runtime"]
     # chunk time, host baseline, and the device's activations, CUDA context, reserve and PCIe rate
     assert result.output.count("(assumed*)") == 6 and "* assumed: the paper's MG2 on an RTX 4090" in result.output
-    assert summary["device"]["assumed"] == ["activations", "context", "reserve", "pcie_gbs"]
+    assert summary["device"]["assumed"] == ["activations", "context", "reserve", "flash_attention", "pcie_gbs"]
     assert summary["device_weights_bytes"] == 2 * 2_357_220_915
     assert summary["device_baseline_bytes"] == summary["device_weights_bytes"] + int(7.6 * 2**30)
     given = last_json(run("--preset", "mg2-4090-32g", "--minutes", 1, "--wall-ms", 900, "--baseline-gib", 3,

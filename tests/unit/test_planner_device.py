@@ -105,3 +105,13 @@ def test_compute_is_calibrated_to_mg2_on_a_4090():
     assert 0.1 < EFFICIENCY < 0.3
     plan = dev.device_plan(MG2, model_weights(MG2.name), dev.DeviceInputs(gpu=GPUS["h100"]))
     assert plan.chunk_s_predicted == pytest.approx(1.2 * 165.2 / 989.4, rel=0.01)
+
+
+def test_without_flash_attention_the_scores_count():
+    w = model_weights("lingbot-fast")
+    flash = dev.device_plan(LINGBOT, w, dev.DeviceInputs(retrieve_k=3))
+    plain = dev.device_plan(LINGBOT, w, dev.DeviceInputs(retrieve_k=3, flash=False))
+    context = 3 * 4680 + 18720 + 4680
+    dit = 4680 * (6 * 5120 + 2 * 13824) * 2
+    assert plain.activations == dit + 40 * 4680 * context * 2 and flash.activations == max(dit, 4 * 480 * 832 * 96 * 4 * 2)
+    assert "flash_attention" in flash.assumed and "flash_attention" not in plain.assumed
