@@ -216,6 +216,8 @@ def _plan_one(model: ModelShape, w: ModelWeights, inputs: DeviceInputs, fmt: str
     rest = fixed + kv + act + ctx + reserve
     if inputs.budget is None:
         residency = Residency(len(blocks), len(blocks), sum(blocks), 0)
+    elif rest > inputs.budget:
+        return None                     # not even the parts that never stream fit
     else:
         try:
             residency = resident_blocks(blocks, inputs.budget - rest)

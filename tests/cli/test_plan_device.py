@@ -90,3 +90,9 @@ def test_the_text_encoder_counts_on_the_device_only_when_put_there():
     assert on_device["weight_bytes"] - cpu["weight_bytes"] == 2 * 5_680_910_336
     one_line_error(CliRunner().invoke(cli, ["plan", "--model", "lingbot-fast", "--minutes", "1", "--set",
                                             "text_encoder=gpu"]), "text_encoder must be one of cpu, device")
+
+
+def test_a_model_without_weights_too_big_for_its_budget_is_one_line():
+    line = one_line_error(CliRunner().invoke(cli, ["plan", "--model", "synthetic", "--device", "cuda", "--device-mem",
+                                                   "1", "--minutes", "1"]), "synthetic does not fit the 1.0 GiB")
+    assert "the least it needs is" in line
