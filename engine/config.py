@@ -325,6 +325,8 @@ KEY_CONVENTIONS = ("post-rope", "pre-rope")
 KV_PAGING_MODES = ("chunk", "layer")
 # How the DiT blocks' large linears are stored on the device (engine.planner.weight_plan has the bytes).
 WEIGHT_FORMATS = ("bf16", "int8", "fp8")
+# Where LingBot's UMT5 text encoder runs, once per prompt (its output is cached beside the session).
+TEXT_ENCODER_PLACES = ("cpu", "device")
 
 
 @dataclass(frozen=True)
@@ -410,6 +412,7 @@ class SessionConfig:
                                          # (engine/session/decode.py); None: on a CPU device, off on a GPU
     weights: str = "bf16"              # WEIGHT_FORMATS: storage of the DiT blocks' large linears on the device
                                        # (engine.planner.weight_plan); blocks beyond --device-mem are streamed
+    text_encoder: str = "cpu"          # TEXT_ENCODER_PLACES: LingBot's UMT5 encoder on the CPU (no device memory) or the device
     threads: int | None = None         # torch's intra-op threads on a CPU; None: OMP_NUM_THREADS, else 1 (engine/runtime/cpu_threads.py)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -462,6 +465,8 @@ class SessionConfig:
              f"--kv-paging (memory.kv_paging) must be one of {', '.join(KV_PAGING_MODES)}, got {self.memory.kv_paging!r}"),
             (self.weights in WEIGHT_FORMATS,
              f"--weights (weights) must be one of {', '.join(WEIGHT_FORMATS)}, got {self.weights!r}"),
+            (self.text_encoder in TEXT_ENCODER_PLACES,
+             f"text_encoder must be one of {', '.join(TEXT_ENCODER_PLACES)}, got {self.text_encoder!r}"),
             (self.memory.writeback in WRITEBACK_MODES,
              f"writeback must be one of {', '.join(WRITEBACK_MODES)}, got {self.memory.writeback!r}"),
             (self.memory.predictor in ("constant-velocity", "reuse-current"),

@@ -71,6 +71,10 @@ Calibration against the paper (MG2 universal, 32 GiB host, RTX 4090 24 GiB, int4
     = 9 + 59·12 frames = 44.8 s for bf16 (paper: 45 s) and 9 + 225·12 = 2.8 min for int4 (2.8 min).
     (Counting a chunk as stored only w = 1 chunk after it left the window — spill = N + 1 — would
     leave a 106 KB wide feasible baseline interval: not a credible calibration.)
+  the whole device (``engine.planner.device``): weights per block and precision, KV per chunk or per layer,
+    activations, CUDA context and a reserve that makes MG2's runtime beside its weights the 7.6 GiB below;
+    ``check_device_fits`` returns that plan (the plan chooses the weight format and KV paging a session
+    leaves unset) or refuses a budget no choice fits in one line.
   device baseline 12.0 GiB. N_dev = 21 with D = 24 GiB and B = (1 + 1 + 3) · b16 = 2.27 GiB needs a
     baseline ∈ (11.764, 12.217] GiB; 12.0 is the middle (21.48 chunks). It stands for the bf16 weights
     (DiT 1.62 B + VAE 0.13 B + CLIP 0.61 B parameters = 4.39 GiB, from ``worldpager inspect``) plus
@@ -95,6 +99,7 @@ Calibration against the paper (MG2 universal, 32 GiB host, RTX 4090 24 GiB, int4
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -104,6 +109,8 @@ from engine.facts.kv_format import ChunkFormat
 from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, DriveBandwidth, parse_drive_bw, staging_of
 from engine.facts.layout import ModelShape
 from engine.facts.lingbot_models import lingbot_config
+from engine.planner.block_shapes import model_weights
+from engine.planner.device import DEVICE_RUNTIME_GIB, DeviceInputs, DevicePlan, device_buffer_bytes, device_plan
 from engine.planner.timeline import TimelineInputs, percentile, timeline
 
 GB = 1e9
@@ -114,7 +121,6 @@ MARGIN_BYTES = DEFAULT_MARGIN
 MIN_POOL_SLOTS = MIN_SLOTS
 HOST_BASELINE_GIB = 2.66        # MG2 on CUDA; derivation in the module docstring
 DEVICE_BASELINE_GIB = 12.0      # MG2 on a 24 GiB RTX 4090; derivation in the module docstring
-DEVICE_RUNTIME_GIB = 7.6        # of it, what is not MG2's bf16 weights (assumed for every model; docstring)
 WEIGHT_BYTES = 2                # bf16 weights on the device
 CHUNK_S = 1.2                   # MG2 chunk compute time on an RTX 4090 (paper §II-B)
 DISK_READS_PER_CHUNK = 1.0      # chunks per chunk read from the drive; see "prefetch threshold"
@@ -163,12 +169,6 @@ def pool_bytes(host_bytes: int, baseline_bytes: int, margin_bytes: int = MARGIN_
 def window_chunks(model: ModelShape) -> int:
     """w: chunks (partly) in the local window — as engine.session.memory counts them."""
     return model.layout.window_chunks
-
-
-def device_buffer_bytes(model: ModelShape, retrieve_k: int, sink: bool) -> int:
-    """B: the bf16 KV the device holds in every mode (window, current chunk, k slots, sink)."""
-    chunks = window_chunks(model) + 1 + retrieve_k + (1 if sink else 0)
-    return chunks * model.kv_bytes_per_chunk(2.0)
 
 
 def capacity_chunks(space_bytes: int, per_chunk: int) -> int:
@@ -321,25 +321,15 @@ def device_baseline_bytes(model: ModelShape, runtime_gib: float = DEVICE_RUNTIME
     return device_weight_bytes(model) + int(runtime_gib * GiB)
 
 
-def check_device_fits(model: ModelShape, budgets: Budgets, retrieve_k: int, sink: bool) -> None:
-    """One ``ConfigError`` line when the device budget cannot hold the model's weights, or the weights,
-    the runtime and the bf16 KV buffers every store mode keeps (``device_buffer_bytes``) together."""
-    if budgets.device is None:
-        return
-    weights, buffers = device_weight_bytes(model), device_buffer_bytes(model, retrieve_k, sink)
-    baseline = max(budgets.device_baseline, weights)
-    need = baseline + buffers
-    device = f"the {budgets.device / GiB:.1f} GiB device budget (--device-mem)"
-    if weights > budgets.device:
-        raise ConfigError(f"{model.name}'s weights need {weights / GiB:.1f} GiB of device memory in bf16 "
-                          f"({model.device_params / 1e9:.2f} G parameters), more than {device}; with its "
-                          f"runtime and KV buffers the session needs a GPU with at least {need / GiB:.1f} GiB")
-    if need > budgets.device:
-        raise ConfigError(f"{model.name} needs {need / GiB:.1f} GiB of device memory (weights "
-                          f"{weights / GiB:.1f} + runtime {(baseline - weights) / GiB:.1f} + "
-                          f"bf16 KV buffers {buffers / GiB:.1f} GiB for window, current chunk, k={retrieve_k}"
-                          f"{' and the sink' if sink else ''}), more than {device}; lower --retrieve-k or "
-                          f"use a larger GPU")
+def check_device_fits(model: ModelShape, budgets: Budgets, retrieve_k: int, sink: bool,
+                      inputs: DeviceInputs | None = None) -> DevicePlan | None:
+    """The whole-device plan (``engine.planner.device``) under ``budgets.device``, with the weight format and
+    KV paging ``inputs`` gives (None: chosen); one ``ConfigError`` line naming the least device memory the
+    model needs when no choice fits. None when the device budget is unknown and no inputs are given."""
+    if budgets.device is None and inputs is None:
+        return None
+    inputs = dataclasses.replace(inputs or DeviceInputs(), retrieve_k=retrieve_k, sink=sink, budget=budgets.device)
+    return device_plan(model, model_weights(model.name), inputs)
 
 
 def cpu_staging_bytes(model: ModelShape, store: str, retrieve_k: int, hedge_slots: int | None = None,
@@ -395,6 +385,7 @@ class Plan:
     first_stall_chunk: int | None   # the timeline's first chunk that waits (None: none in this session)
     stop_chunk: int | None          # where the session stops (pool or drive full), None = it does not
     max_zero_stall_chunks: int | None   # None = unbounded
+    device: DevicePlan | None = None    # the whole-device plan (None: no device budget given)
 
     @property
     def threshold_Bps(self) -> float:
@@ -483,7 +474,8 @@ def plan(model: ModelShape, chunks: int, budgets: Budgets, *, bits: int = 4, ret
          disk_free_bytes: int | None = None, chunk_s: float = CHUNK_S,
          disk_reads_per_chunk: float = DISK_READS_PER_CHUNK, stage_s: float = STAGE_S,
          reads_from: int | None = None, urgent_writeback: bool = True,
-         chunk_times: tuple[float, ...] = (), raw_dtype: str = "bfloat16") -> Plan:
+         chunk_times: tuple[float, ...] = (), raw_dtype: str = "bfloat16",
+         device: DeviceInputs | None = None) -> Plan:
     """The prediction for ``chunks`` chunks of ``model`` under ``budgets``.
 
     ``drive`` None means no disk tier (as ``dram-only``); ``DriveRates()`` a disk tier of unknown,
@@ -492,10 +484,11 @@ def plan(model: ModelShape, chunks: int, budgets: Budgets, *, bits: int = 4, ret
     of a loaded chunk; ``reads_from`` the first chunk whose retrieval comes back to an evicted chunk (a
     trajectory's revisit; None: the first chunk after the spill, the earliest possible); ``chunk_times``
     replays a run's measured per-chunk times in the drive timeline (``engine.planner.timeline``);
-    ``raw_dtype`` is what ``--kv-bits 16`` stores (the model's dtype: float32 on a CPU).
+    ``raw_dtype`` is what ``--kv-bits 16`` stores (the model's dtype: float32 on a CPU); ``device`` the
+    whole-device plan's inputs (weight format, KV paging, GPU, PCIe; ``engine.planner.device``).
     """
     _check_inputs(chunks, chunk_s, disk_reads_per_chunk, retrieve_k, stage_s)
-    check_device_fits(model, budgets, retrieve_k, sink)
+    whole_device = check_device_fits(model, budgets, retrieve_k, sink, device)
     if reads_from is not None and reads_from < 0:
         raise ConfigError(f"--reads-from must be a chunk >= 0, got {reads_from}")
     fmt = format_name(bits)
@@ -537,6 +530,7 @@ def plan(model: ModelShape, chunks: int, budgets: Budgets, *, bits: int = 4, ret
         stop_chunk=_stop_chunk(chunks, spill, stores_kv, disk_tier, disk_free_bytes, s),
         max_zero_stall_chunks=_longest_zero_stall(store, spill, disk_tier, overrun, s, disk_free_bytes,
                                                   retrieve_k, w),
+        device=whole_device,
     )
 
 
@@ -589,12 +583,16 @@ def planned_model(cfg: SessionConfig) -> ModelShape:
 def plan_session(cfg: SessionConfig, budgets: Budgets, *, drive: DriveRates | None,
                  disk_free_bytes: int | None = None, chunk_s: float | None = None,
                  disk_reads_per_chunk: float = DISK_READS_PER_CHUNK, stage_s: float = STAGE_S,
-                 reads_from: int | None = None, raw_dtype: str = "bfloat16") -> Plan:
+                 reads_from: int | None = None, raw_dtype: str = "bfloat16",
+                 device: DeviceInputs | None = None) -> Plan:
     """``plan`` for a resolved session config (model, chunks, kv_bits, k, sink, store mode, the pool's
-    ``pool_slots``); ``chunk_s`` None: the config's ``chunk_ms``."""
+    ``pool_slots``); ``chunk_s`` None: the config's ``chunk_ms``; ``device`` None: the config's weight
+    format and KV paging, as set."""
     mem = cfg.memory
+    if device is None:
+        device = DeviceInputs(weights=cfg.weights, kv_paging=mem.kv_paging)
     return plan(planned_model(cfg), cfg.chunks, budgets, bits=mem.kv_bits, retrieve_k=mem.retrieve_k,
                 sink=mem.sink, store=mem.store, drive=drive, disk_free_bytes=disk_free_bytes,
                 chunk_s=cfg.chunk_ms / 1e3 if chunk_s is None else chunk_s,
                 disk_reads_per_chunk=disk_reads_per_chunk, stage_s=stage_s, reads_from=reads_from,
-                raw_dtype=raw_dtype)
+                raw_dtype=raw_dtype, device=device)

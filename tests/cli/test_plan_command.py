@@ -101,7 +101,7 @@ def test_generate_flags_are_taken_as_generate_takes_them(tmp_path):
                             "--positions", "extend", "--retrieve-k", 2, "--store", "on-demand", "--drive-bw", 0.5,
                             "--device", "cpu", "--save-every", 0, "--io-deadline", 5, "--quiet"))
     assert summary["store"] == "on-demand" and summary["retrieve_k"] == 2 and summary["chunks"] == 14
-    assert summary["device"] == "cpu" and not list(tmp_path.iterdir())
+    assert summary["device"]["kind"] == "cpu" and not list(tmp_path.iterdir())
     assert len(run("--quiet", "--chunks", 10).output.strip().splitlines()) == 1   # only the JSON line
 
 
@@ -132,12 +132,16 @@ def test_every_assumed_input_is_marked_and_listed():
     result = run("--preset", "mg2-4090-32g", "--minutes", 1)
     summary = last_json(result)
     assert summary["assumed"] == ["chunk_ms", "host_baseline", "device_runtime"]
-    assert result.output.count("(assumed*)") == 3 and "* assumed: the paper's MG2 on an RTX 4090" in result.output
+    # chunk time, host baseline, and the device's activations, CUDA context, reserve and PCIe rate
+    assert result.output.count("(assumed*)") == 6 and "* assumed: the paper's MG2 on an RTX 4090" in result.output
+    assert summary["device"]["assumed"] == ["activations", "context", "reserve", "flash_attention", "pcie_gbs"]
     assert summary["device_weights_bytes"] == 2 * 2_357_220_915
     assert summary["device_baseline_bytes"] == summary["device_weights_bytes"] + int(7.6 * 2**30)
     given = last_json(run("--preset", "mg2-4090-32g", "--minutes", 1, "--wall-ms", 900, "--baseline-gib", 3,
                           "--device-baseline-gib", 12))
     assert given["assumed"] == [] and given["chunk_ms"] == 900.0
+    assert given["device"]["assumed"] == ["pcie_gbs"]      # the runtime is the given baseline less the weights
+    assert given["device"]["activations"] == 12 * 2**30 - 2 * 2_357_220_915
 
 
 def test_timing_from_a_log_replaces_the_chunk_time_and_the_baseline(tmp_path):

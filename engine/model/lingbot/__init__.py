@@ -10,5 +10,5 @@ self-attention KV cache with a sink, and the cross-attention cache), ``dit`` (``
 ``family`` (the registry entry), ``pipeline`` (the
 ``WorldModel``) and ``context`` (the DiT's caches as views of the session's attention context). From the
 official release folder: ``checkpoint`` (its files and checks), ``text`` (the prompt's UMT5 encoder),
-``release_session`` (a session from the folder) and ``download`` (what the hub download fetches).
+``text_cache`` (its output cached beside the session), ``release_session`` (a session from the folder) and ``download`` (what the hub download fetches).
 """

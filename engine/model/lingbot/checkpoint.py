@@ -32,7 +32,9 @@ from engine.files.bounded_json import OBJECT, STRING, expect_kind, expect_object
 from engine.errors import CheckpointError, ConfigError, InputError
 from engine.facts.lingbot_config import CONTROL_CHANNELS, FastDiTConfig
 from engine.facts.lingbot_models import LingbotModelConfig
-from engine.model.lingbot.text import TOKENIZER_DIR, WAN_T5_FILE, hf_state, load_text_encoder, load_tokenizer, t5_shape
+from engine.model.lingbot.text import (TEXT_LEN, TOKENIZER_DIR, WAN_T5_FILE, hf_state, load_text_encoder,
+                                       load_tokenizer, t5_shape)
+from engine.model.lingbot.text_cache import cache_path, cached_context, encoder_identity, store
 from engine.model.lingbot.weights import CHECKPOINT_SUBFOLDER, empty_model, load_state, read_config
 from engine.model.load import (assign_strict, checked_checkpoint_dir, checked_checkpoint_file, read_checkpoint_json,
                                read_shapes, read_weights)
@@ -178,7 +180,7 @@ class LingbotRelease:
     root: Path
 
 
-def encode_prompt(files: ReleaseFiles, prompt: str, device: torch.device) -> torch.Tensor:
+def encode_prompt(files: ReleaseFiles, prompt: str, device: torch.device | str) -> torch.Tensor:
     """The prompt's context on the CPU, computed on ``device`` in the encoder file's dtype (the release:
     bfloat16, as the official code runs it); the encoder is freed afterwards."""
     encoder = load_text_encoder(files.t5, files.tokenizer, device)
@@ -188,14 +190,22 @@ def encode_prompt(files: ReleaseFiles, prompt: str, device: torch.device) -> tor
 
 
 def load_release(root: Path, m: LingbotModelConfig, prompt: str, device: torch.device,
-                 dtype: torch.dtype) -> LingbotRelease:
+                 dtype: torch.dtype, text_device: str = "cpu", cache_dir: Path | None = None) -> LingbotRelease:
     """The release's networks in ``dtype`` on ``device`` and the prompt's context (text first, so that
-    the encoder is gone before the DiT arrives)."""
+    the encoder is gone before the DiT arrives). The encoder runs on the CPU (``text_device`` "cpu", the
+    default: it never takes device memory) or on ``device``; with ``cache_dir`` its output is read from,
+    or written to, the session's text cache there (``engine.model.lingbot.text_cache``) once the networks
+    have loaded, so a later run with the same prompt does not load the encoder."""
     files = release_files(root)
     mr = release_model(files, m)
-    text = encode_prompt(files, prompt, device)
+    where = "cpu" if text_device == "cpu" else device
+    path = None if cache_dir is None else cache_path(
+        cache_dir, prompt, encoder_identity(files.t5, files.tokenizer, str(where), "file", TEXT_LEN))
+    text, cached = cached_context(path, lambda: encode_prompt(files, prompt, where))
     with torch.device("meta"):
         vae = WanVAE(mr.vae)
     assign_strict(vae, read_weights(files.vae), files.vae, dtype, torch.device(device))
     dit = load_state(mr.dit, _dit_state(files, read_weights), files.dit_config.parent, dtype, device)
+    if path is not None and not cached:
+        store(path, text)
     return LingbotRelease(mr, dit, vae.eval(), text, files.root)

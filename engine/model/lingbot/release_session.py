@@ -4,7 +4,8 @@ Owns the two steps the family delegates when a checkpoint is given: the spec bef
 folder's files and the DiT config checked, the prompt required — one line naming what is wrong, before
 any output exists) and the pipeline (networks and the prompt's context from
 ``engine.model.lingbot.checkpoint``, kept in the worker's ``ModelCache`` under the folder, the model,
-the prompt, the device and the dtype). The session geometry is the named model's (``lingbot-fast``:
+the prompt, the device, the dtype and where the text encoder runs — the CPU unless ``text_encoder:
+device`` — with the prompt's context cached in the log's folder for later runs). The session geometry is the named model's (``lingbot-fast``:
 480x832; ``lingbot-tiny``: 96x160, for a small folder of that shape).
 """
 from __future__ import annotations
@@ -40,8 +41,10 @@ def release_spec(cfg, m: LingbotModelConfig, default_trajectory: str) -> ModelSp
 def build_from_release(cfg, m: LingbotModelConfig, image, trajectory, device, dtype, cache: ModelCache):
     root = Path(cfg.checkpoint).expanduser().absolute()
     prompt = _prompt(cfg, m)
-    release: LingbotRelease = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype),
-                                        lambda: load_release(root, m, prompt, device, dtype))
+    text_device = cfg.text_encoder
+    cache_dir = Path(cfg.log_path).expanduser().absolute().parent      # the prompt's context beside the session
+    release: LingbotRelease = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype, text_device),
+                                        lambda: load_release(root, m, prompt, device, dtype, text_device, cache_dir))
     return LingbotPipeline(release.dit, release.vae, release.model, image, trajectory, release.text, cfg.seed,
                            cfg.positions, device, dtype, weights=f"checkpoint {release.root}",
                            live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
