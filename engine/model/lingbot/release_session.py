@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.errors import ConfigError
-from engine.model.lingbot.checkpoint import LingbotRelease, load_release, release_files, release_model
+from engine.model.lingbot.checkpoint import load_release, release_files, release_model
 from engine.lingbot_config import VAE_STRIDE
 from engine.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.model_cache import ModelCache
 from engine.model.spec import ModelSpec
+from engine.model.weight_place import place_weights, placement_key
 
 
 def _prompt(cfg, m: LingbotModelConfig) -> str:
@@ -40,8 +41,15 @@ def release_spec(cfg, m: LingbotModelConfig, default_trajectory: str) -> ModelSp
 def build_from_release(cfg, m: LingbotModelConfig, image, trajectory, device, dtype, cache: ModelCache):
     root = Path(cfg.checkpoint).expanduser().absolute()
     prompt = _prompt(cfg, m)
-    release: LingbotRelease = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype),
-                                        lambda: load_release(root, m, prompt, device, dtype))
-    return LingbotPipeline(release.dit, release.vae, release.model, image, trajectory, release.text, cfg.seed,
-                           cfg.positions, device, dtype, weights=f"checkpoint {release.root}",
-                           live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
+
+    def load():
+        release = load_release(root, m, prompt, device, dtype)
+        return release, place_weights(release.dit.blocks, cfg, device, dtype, (release.dit, release.vae))
+
+    release, placement = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype,
+                                    placement_key(cfg)), load)
+    model = LingbotPipeline(release.dit, release.vae, release.model, image, trajectory, release.text, cfg.seed,
+                            cfg.positions, device, dtype, weights=f"checkpoint {release.root}",
+                            live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
+    model.weight_placement = placement
+    return model
