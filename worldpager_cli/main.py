@@ -19,7 +19,7 @@ import click
 
 from worldpager_cli.json_output import emit_json, json_line, json_result
 
-from engine.config import LINGBOT_MODELS, MODEL_CONFIGS, SessionConfig
+from engine.config import LINGBOT_MODELS, MODEL_CONFIGS, WEIGHT_FORMATS, SessionConfig
 from engine.cpu_threads import apply_cpu_threads
 from engine.errors import ConfigError, OutputError
 from engine.overlay import resolve_session_config, with_user_config
@@ -86,6 +86,9 @@ def default_output_path() -> Path:
 
 OVERWRITE = click.option("--overwrite", is_flag=True,
                          help="Replace the outputs of an earlier run at --out (default: refuse).")
+WEIGHTS = click.option("--weights", type=click.Choice(WEIGHT_FORMATS),
+                       help="The weight format the run was made with (its save point's; another is refused: the "
+                            "frames would differ). Default: the save point's.")
 QUIET = click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors and warnings (stderr).")
 JSON = click.option("--json", "as_json", is_flag=True,
                     help="At the end, print the run's summary as one JSON object on stdout (keys: "
@@ -176,24 +179,25 @@ def _generate(cfg, spec, grid, quiet: bool, as_json: bool) -> None:
               help="Move the run's spill directory to DIR: a copy of it made there is checked and used; into a "
                    "new or empty DIR the chunks the save point needs are copied from the old one while it can "
                    "still be read (left as it was). OUT.config.json then names DIR. Default: the run's own.")
+@WEIGHTS
 @QUIET
 @JSON
-def resume(out, spill, quiet, as_json) -> None:
+def resume(out, spill, weights, quiet, as_json) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import claim_output
 
     with claim_output(out, "resume"):   # before anything is read: the run's files are ours now
-        _resume(out, spill, quiet, as_json)
+        _resume(out, spill, quiet, as_json, weights)
 
 
-def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool) -> None:
+def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool, weights: str | None = None) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.resume import resume_point
     from worldpager_cli.progress import make_progress
 
-    cfg, sp, notes = resume_point(out, spill)   # everything checked before the MP4 is cut
+    cfg, sp, notes = resume_point(out, spill, weights)   # everything checked before the MP4 is cut
     say = _say(quiet)
     for note in notes:
         click.echo(f"worldpager: {note}", err=True)
@@ -226,26 +230,28 @@ def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool) -> None:
               help="The branch's length in chunks, those before the save point included. Default: 30 s of new "
                    "video after the save point (the arena and MG2: its chunk + 40), as generate's default length.")
 @click.option("--spill", type=click.Path(path_type=Path), help="The branch's own spill directory. Default: OUT.mp4.spill beside it.")
+@WEIGHTS
 @OVERWRITE
 @QUIET
 @JSON
-def fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json) -> None:
+def fork(parent, at, trajectory, out, chunks, spill, weights, overwrite, quiet, as_json) -> None:
     """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import check_video_path, claim_output
 
     check_video_path(out)
     with claim_output(out):   # held until the branch's run ends: one writer per output
-        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json)
+        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json, weights)
 
 
-def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json) -> None:
+def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json, weights=None) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.fork import prepare_fork
     from worldpager_cli.progress import make_progress
 
-    branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill, overwrite=overwrite)
+    branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill, overwrite=overwrite,
+                          weights=weights)
     cfg, sp = branch.cfg, branch.savepoint
     say = _say(quiet)
     grid = model_spec(cfg).grid
