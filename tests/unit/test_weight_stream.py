@@ -100,3 +100,25 @@ def test_a_bad_weight_format_is_a_usage_error(tmp_path):
 
     result = CliRunner().invoke(cli, ["generate", "--weights", "int4", "--out", str(tmp_path / "a.mp4")])
     assert result.exit_code == 2 and "int4" in result.output
+
+
+def test_the_device_checks_weights_step_runs_dry_on_the_cpu(tmp_path):
+    """``bench device --dry-run --steps weights``: resident, streamed and int8 chunks of micro's DiT;
+    the streamed ones exact, the int8 error measured (the GPU run gives the full-size figures)."""
+    import json
+    import os
+    import subprocess
+
+    from tests_support import PATIENCE_S, WORLDPAGER
+
+    out = tmp_path / "check"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    run = subprocess.run(WORLDPAGER + ["bench", "device", "--dry-run", "--steps", "weights", "--out", str(out),
+                                       "--step-budget", f"weights={PATIENCE_S}"],
+                         capture_output=True, text=True, timeout=2 * PATIENCE_S, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (row,) = json.loads((out / "device_check.json").read_text())["steps"]
+    assert row["name"] == "weights" and row["status"] == "ok", row
+    figures = row["figures"]
+    assert figures["streamed_exact"] is True and figures["streamed"]["streamed_bytes_per_chunk"] > 0
+    assert 0 < figures["int8_error"]["rel_l2"] < 0.05
