@@ -98,7 +98,7 @@ def _too_small(cfg: SessionConfig, dtype: torch.dtype, budget: int, sizes: list[
         fix += " or use --weights int8"
     return (f"--device-mem {_size(total)} leaves {_size(max(budget, 0))} for the model's blocks (after the KV, "
             f"{_size(other)} of other weights and the working reserve); streaming them needs {STREAM_BUFFERS} "
-            f"streaming slots of the largest block, {_size(slots)}: {fix}")
+            f"slots of the largest block, {_size(slots)}: {fix}")
 
 
 def placement_key(cfg: SessionConfig) -> tuple:

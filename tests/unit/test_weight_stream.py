@@ -83,7 +83,7 @@ def test_a_budget_below_the_two_slots_is_one_line(tmp_path):
 
     result = CliRunner().invoke(cli, ["generate", "-q", "--chunks", "2", "--look-around", "0", "--store", "window",
                                       "--device-mem", "5M", "--out", str(tmp_path / "a.mp4")])
-    one_line_error(result, "--device-mem", "streaming slots", "raise --device-mem")
+    one_line_error(result, "--device-mem", "slots of the largest block", "raise --device-mem")
     assert not (tmp_path / "a.mp4").exists()
 
 
