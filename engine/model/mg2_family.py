@@ -19,7 +19,7 @@ from engine.model.model_cache import ModelCache
 from engine.model.pipeline import MG2Pipeline
 from engine.model.spec import Family, ModelSpec, weights_stamp
 from engine.model.synthetic import FRAME_DOWNSCALE, SyntheticPipeline
-from engine.model.weight_place import place_weights, placement_key
+from engine.model.weight_place import place_weights, placement_key, staging_device, to_device
 
 DEFAULT_TRAJECTORIES = {"universal": "revisit_loop.yaml", "gta_drive": "revisit_loop.yaml",
                         "templerun": "templerun_run.yaml"}
@@ -64,8 +64,9 @@ def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype, cache: Mode
     key = ("mg2", m, weights_stamp(cfg.checkpoint), str(device), dtype, placement_key(cfg))
 
     def load():
-        models = load_models(m, cfg.checkpoint, device, dtype)
+        models = load_models(m, cfg.checkpoint, staging_device(cfg, device), dtype)
         placement = place_weights(models.dit.blocks, cfg, device, dtype, (models.dit, models.vae, models.clip))
+        to_device(device, models.dit, models.vae, models.clip)
         return models, placement
 
     models, placement = cache.get(key, load)

@@ -107,10 +107,28 @@ def placement_key(cfg: SessionConfig) -> tuple:
             cfg.memory.store, cfg.memory.keys, cfg.memory.official_sink)
 
 
+def staging_device(cfg: SessionConfig, device: torch.device) -> torch.device:
+    """Where the DiT is loaded before it is placed: host memory when its blocks may be quantised or
+    streamed on a GPU (so that the device never holds the whole bf16 model, which a budget may not fit),
+    else ``device`` itself."""
+    if device.type == "cuda" and (cfg.weights != "bf16" or cfg.memory.device_mem_gib is not None):
+        return torch.device("cpu")
+    return device
+
+
+def to_device(device: torch.device, *modules: nn.Module | None) -> None:
+    """Move the placed networks to ``device`` (streamed blocks hold only placeholders there already)."""
+    for module in modules:
+        if module is not None:
+            module.to(device)
+
+
 def place_weights(blocks: nn.ModuleList, cfg: SessionConfig, device: torch.device, dtype: torch.dtype,
                   others: tuple[nn.Module | None, ...] = ()) -> WeightPlacement:
     """Quantise ``blocks`` to ``cfg.weights`` and stream those beyond the budget (in place).
-    ``others``: the rest of the networks on the device (their weights count against the budget)."""
+    ``others``: the rest of the networks on the device (their weights count against the budget).
+    ``blocks`` may still be in host memory (``staging_device``); the caller then moves the networks
+    with ``to_device`` (a streamed block's host copy is made here, its slots on ``device``)."""
     if cfg.weights == "fp8":
         check_fp8(device)
     quantise_blocks(blocks, cfg.weights)

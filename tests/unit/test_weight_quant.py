@@ -110,3 +110,17 @@ def test_the_report_shows_the_weights(tmp_path):
     rows = dict(summary_rows([read_session(cfg.log_path)]))
     cell = rows["weights"][0]
     assert cell.startswith("int8, 0/4 blocks resident") and "streamed" in cell and "0.0 MiB streamed" not in cell
+
+
+def test_a_gpu_session_that_quantises_or_streams_loads_its_dit_in_host_memory_first():
+    """So that the device never holds the whole bf16 model (a 24 GiB card could not load LingBot's)."""
+    import dataclasses
+
+    from engine.config import MemoryConfig, SessionConfig
+    from engine.model.weight_place import staging_device
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    plain = SessionConfig()
+    assert staging_device(plain, cuda) == cuda and staging_device(plain, cpu) == cpu
+    assert staging_device(dataclasses.replace(plain, weights="int8"), cuda) == cpu
+    assert staging_device(dataclasses.replace(plain, memory=MemoryConfig(device_mem_gib=24.0)), cuda) == cpu

@@ -188,14 +188,16 @@ def encode_prompt(files: ReleaseFiles, prompt: str, device: torch.device) -> tor
 
 
 def load_release(root: Path, m: LingbotModelConfig, prompt: str, device: torch.device,
-                 dtype: torch.dtype) -> LingbotRelease:
+                 dtype: torch.dtype, dit_device: torch.device | None = None) -> LingbotRelease:
     """The release's networks in ``dtype`` on ``device`` and the prompt's context (text first, so that
-    the encoder is gone before the DiT arrives)."""
+    the encoder is gone before the DiT arrives). ``dit_device``: where the DiT is loaded (default
+    ``device``; host memory when its weights are placed on the device afterwards: ``--weights``)."""
     files = release_files(root)
     mr = release_model(files, m)
     text = encode_prompt(files, prompt, device)
     with torch.device("meta"):
         vae = WanVAE(mr.vae)
     assign_strict(vae, read_weights(files.vae), files.vae, dtype, torch.device(device))
-    dit = load_state(mr.dit, _dit_state(files, read_weights), files.dit_config.parent, dtype, device)
+    dit = load_state(mr.dit, _dit_state(files, read_weights), files.dit_config.parent, dtype,
+                     device if dit_device is None else dit_device)
     return LingbotRelease(mr, dit, vae.eval(), text, files.root)

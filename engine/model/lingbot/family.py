@@ -26,7 +26,7 @@ from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.lingbot.weights import empty_model, seeded_model
 from engine.model.model_cache import ModelCache
 from engine.model.seeded_weights import fill_module_
-from engine.model.weight_place import place_weights, placement_key
+from engine.model.weight_place import place_weights, placement_key, staging_device, to_device
 from engine.model.spec import Family, ModelSpec
 from engine.model.vae import WanVAE
 
@@ -73,8 +73,10 @@ def build(cfg, image, trajectory, device, dtype, cache: ModelCache):
         return build_from_release(cfg, m, image, trajectory, device, dtype, cache)
 
     def load():
-        dit, vae = _seeded(m, device, dtype)
-        return dit, vae, place_weights(dit.blocks, cfg, device, dtype, (dit, vae))
+        dit, vae = _seeded(m, staging_device(cfg, device), dtype)
+        placement = place_weights(dit.blocks, cfg, device, dtype, (dit, vae))
+        to_device(device, dit, vae)
+        return dit, vae, placement
 
     dit, vae, placement = cache.get(("lingbot", m, str(device), dtype, placement_key(cfg)), load)
     model = LingbotPipeline(dit, vae, m, image, trajectory, text_stand_in(m), cfg.seed, cfg.positions,

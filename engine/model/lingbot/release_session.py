@@ -18,7 +18,7 @@ from engine.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.model_cache import ModelCache
 from engine.model.spec import ModelSpec
-from engine.model.weight_place import place_weights, placement_key
+from engine.model.weight_place import place_weights, placement_key, staging_device, to_device
 
 
 def _prompt(cfg, m: LingbotModelConfig) -> str:
@@ -43,8 +43,10 @@ def build_from_release(cfg, m: LingbotModelConfig, image, trajectory, device, dt
     prompt = _prompt(cfg, m)
 
     def load():
-        release = load_release(root, m, prompt, device, dtype)
-        return release, place_weights(release.dit.blocks, cfg, device, dtype, (release.dit, release.vae))
+        release = load_release(root, m, prompt, device, dtype, dit_device=staging_device(cfg, device))
+        placement = place_weights(release.dit.blocks, cfg, device, dtype, (release.dit, release.vae))
+        to_device(device, release.dit)
+        return release, placement
 
     release, placement = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype,
                                     placement_key(cfg)), load)
