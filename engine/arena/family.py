@@ -95,7 +95,7 @@ def build(cfg, image, trajectory, device, dtype, cache):
         to_device(device, model)
         return model, placement
 
-    model, placement = cache.get(("arena", weights_stamp(path), str(device), dtype, placement_key(cfg)), load)
+    model, placement = cache.get(("arena", weights_stamp(path), str(device), dtype, placement_key(cfg, dtype)), load)
     pipeline = ArenaPipeline(model, Arena.generate(cfg.arena_seed), trajectory, cfg.seed, cfg.positions, device,
                              dtype, weights=str(path), reproject=cfg.arena_reproject,
                              reproject_depth=cfg.arena_reproject_depth)

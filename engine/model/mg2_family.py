@@ -61,7 +61,7 @@ def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
 
 def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype, cache: ModelCache) -> WorldModel:
     m = session_model_config(cfg)
-    key = ("mg2", m, weights_stamp(cfg.checkpoint), str(device), dtype, placement_key(cfg))
+    key = ("mg2", m, weights_stamp(cfg.checkpoint), str(device), dtype, placement_key(cfg, dtype))
 
     def load():
         models = load_models(m, cfg.checkpoint, staging_device(cfg, device), dtype)

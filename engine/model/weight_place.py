@@ -101,10 +101,12 @@ def _too_small(cfg: SessionConfig, dtype: torch.dtype, budget: int, sizes: list[
             f"slots of the largest block, {_size(slots)}: {fix}")
 
 
-def placement_key(cfg: SessionConfig) -> tuple:
-    """What a placed network depends on beyond its weights (part of the model cache's key)."""
-    return (cfg.weights, cfg.memory.device_mem_gib, cfg.memory.retrieve_k, cfg.memory.sink,
-            cfg.memory.store, cfg.memory.keys, cfg.memory.official_sink)
+def placement_key(cfg: SessionConfig, dtype: torch.dtype) -> tuple:
+    """What a placed network depends on beyond its weights (part of the model cache's key): the format
+    and, with a budget, the budget and the KV it leaves room for."""
+    if cfg.memory.device_mem_gib is None:
+        return (cfg.weights,)
+    return (cfg.weights, cfg.memory.device_mem_gib, kv_device_bytes(cfg, dtype))
 
 
 def staging_device(cfg: SessionConfig, device: torch.device) -> torch.device:

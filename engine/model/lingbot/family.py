@@ -78,7 +78,7 @@ def build(cfg, image, trajectory, device, dtype, cache: ModelCache):
         to_device(device, dit, vae)
         return dit, vae, placement
 
-    dit, vae, placement = cache.get(("lingbot", m, str(device), dtype, placement_key(cfg)), load)
+    dit, vae, placement = cache.get(("lingbot", m, str(device), dtype, placement_key(cfg, dtype)), load)
     model = LingbotPipeline(dit, vae, m, image, trajectory, text_stand_in(m), cfg.seed, cfg.positions,
                             device, dtype, weights="built-in seeded weights",
                             official_sink=cfg.memory.official_sink,

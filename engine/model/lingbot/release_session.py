@@ -49,7 +49,7 @@ def build_from_release(cfg, m: LingbotModelConfig, image, trajectory, device, dt
         return release, placement
 
     release, placement = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype,
-                                    placement_key(cfg)), load)
+                                    placement_key(cfg, dtype)), load)
     model = LingbotPipeline(release.dit, release.vae, release.model, image, trajectory, release.text, cfg.seed,
                             cfg.positions, device, dtype, weights=f"checkpoint {release.root}",
                             live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
