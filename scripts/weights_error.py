@@ -87,7 +87,7 @@ def main(argv=None) -> int:
             print(f"weights_error: {name}: fixture {path} not found", file=sys.stderr)
             return 1
     results = {}
-    print(f"{'fixture':<20} {"weights":<12} {'velocity err':>13} {'latents err':>12}")
+    print(f"{'fixture':<20} {'weights':<12} {'velocity err':>13} {'latents err':>12}")
     for name, (path, measure) in cases.items():
         for fmt in args.formats.split(","):
             errors = measure(path, fmt)

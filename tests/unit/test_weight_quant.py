@@ -124,3 +124,29 @@ def test_a_gpu_session_that_quantises_or_streams_loads_its_dit_in_host_memory_fi
     assert staging_device(plain, cuda) == cuda and staging_device(plain, cpu) == cpu
     assert staging_device(dataclasses.replace(plain, weights="int8"), cuda) == cpu
     assert staging_device(dataclasses.replace(plain, memory=MemoryConfig(device_mem_gib=24.0)), cuda) == cpu
+
+
+def test_the_error_script_measures_int8_on_both_parity_fixtures(capsys):
+    """``scripts/weights_error.py``: a table and one JSON line; int8's error is measured, not zero, and
+    far below the fixtures' gap to an unrelated output (order 1)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "weights_error.py"
+    spec = importlib.util.spec_from_file_location("weights_error", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fixtures = module.SHARED
+    if not (fixtures / "mg2_parity" / "universal_tiny.safetensors").is_file() or \
+            not (fixtures / "lingbot_parity" / "cam_tiny.safetensors").is_file():
+        pytest.skip(f"parity fixtures not found under {fixtures}")
+    assert module.main(["--formats", "int8"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split()[:2] == ["fixture", "weights"] and len(lines) == 4
+    results = json.loads(lines[-1])["results"]
+    assert set(results) == {"mg2 universal_tiny int8", "lingbot cam_tiny int8"}
+    assert all(1e-4 < r["velocity"] < 0.1 and 1e-4 < r["latents"] < 0.1 for r in results.values())
+    assert module.main(["--mg2", str(fixtures / "missing.safetensors")]) == 1
