@@ -8,7 +8,10 @@ official outputs over (a) the teacher-forced velocities (one forward each, input
 fixtures measure them: max |ours - official| / std(official). ``bf16`` is the unquantised baseline (our
 float32 replay on the CPU); ``int8`` runs the real ``QuantLinear``; ``fp8`` is emulated on any device
 (weights rounded through ``torch.float8_e4m3fn`` and back), which is the same stored value the fp8 layer
-dequantises. Then one JSON line with every figure. Exit 1 (one line) if a fixture is missing.
+dequantises; ``bf16-rounded`` rounds the blocks' linears to bfloat16 (what a bf16 GPU session stores: the
+error int8's is to be compared with); ``int8-all`` quantises every linear of the blocks, the camera
+injectors, MG2's action module and the arena's modulation included (why they stay unquantised). Then
+one JSON line with every figure. Exit 1 (one line) if a fixture is missing.
 """
 from __future__ import annotations
 
