@@ -69,11 +69,11 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("parity_micro", models.parity_micro_step, 45, 60, "micro on the device in bf16 vs the CPU"),
     Step("dit_mg2", models.dit_step, 90, 60, "MG2's full-size DiT on random weights: step and chunk time"),
     Step("arena", models.arena_step, 45, 60, "the arena model's chunk time"),
-    Step("weights", device_weights.weights_step, 90, 60,
-         "MG2's DiT: resident vs half the blocks streamed vs int8 (chunk time, exactness, int8 error)"),
     Step("session_mp4", steps.session_mp4_step, 45, 60, "a micro session end to end into its MP4"),
     Step("synthetic_session", steps.synthetic_session_step, 200, 120,
          "MG2-size KV through the disk tier: prefetch vs on-demand at 0.25 GB/s"),
+    Step("weights", device_weights.weights_step, 90, 60,
+         "MG2's DiT: resident vs half the blocks streamed vs int8 (chunk time, exactness, int8 error)"),
 )}
 
 
