@@ -1,9 +1,10 @@
 """The device check's ``weights`` step: resident vs streamed vs int8 DiT blocks, on the device.
 
 Owns one step (the contract of ``engine.bench.device_steps``): MG2's full-size DiT on random weights
-(dry run: micro's, on the CPU in float32, both blocks streamed through one slot) runs the same chunks three times, each from a fresh build of
-the same seeded weights: every block resident; half of the blocks streamed through the two device
-slots (``engine.model.weight_stream``); every block's large linears int8 (``engine.model.weight_quant``).
+runs the same chunks three times, each from a fresh build of the same seeded weights: every block
+resident; half of the blocks streamed through the two device slots (``engine.model.weight_stream``);
+every block's large linears int8 (``engine.model.weight_quant``). Dry run: micro's DiT on the CPU in
+float32, both blocks streamed through one slot (so that it is rewritten).
 Figures: each variant's median chunk time and device peak, the bytes streamed per chunk, whether the
 streamed chunks equal the resident ones bit for bit (a fault otherwise: the step fails), and the int8
 chunks' error against the resident ones (max |int8 - bf16| / std(bf16) and the relative L2), the
@@ -100,8 +101,10 @@ def weights_step(ctx: StepContext) -> tuple[str, dict]:
     def int8(dit):
         quantise_blocks(dit.blocks, "int8")
 
-    variants = {"resident": lambda dit: None, "streamed": lambda dit: attach_streamer(dit.blocks, half, device, buffers),
-                "int8": int8}
+    def streamed(dit):
+        return attach_streamer(dit.blocks, half, device, buffers)
+
+    variants = {"resident": lambda dit: None, "streamed": streamed, "int8": int8}
     runs = {name: run_variant(cfg, device, dtype, place, chunks) for name, place in variants.items()}
     exact = all(torch.equal(a, b) for a, b in zip(runs["streamed"]["outputs"], runs["resident"]["outputs"]))
     figures = {"model": cfg.name, "dtype": str(dtype).removeprefix("torch."), "layers": cfg.dit.num_layers,

@@ -36,7 +36,8 @@ FP8_CAPABILITY = (8, 9)
 def check_fp8(device: torch.device) -> None:
     """A one-line ``ConfigError`` unless ``device`` stores and converts float8 (CUDA capability >= 8.9)."""
     if STORAGE["fp8"] is None:
-        raise ConfigError(f"--weights fp8: this build of torch {torch.__version__} has no float8 dtype; use --weights int8")
+        raise ConfigError(f"--weights fp8: this build of torch {torch.__version__} has no float8 dtype; "
+                          "use --weights int8")
     if device.type != "cuda":
         raise ConfigError(f"--weights fp8 needs a CUDA device of capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} "
                           f"or newer; this session's device is {device}: use --weights int8")

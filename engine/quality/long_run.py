@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ConfigError
-from engine.quality.arms import (DEPTH, INT4, NO_REPROJECT, POSITION_ARMS, WEIGHTS_INT8, WINDOW, WINDOW_WEIGHTS_INT8, Arm,
-                                 _memory)
+from engine.quality.arms import (DEPTH, INT4, NO_REPROJECT, POSITION_ARMS, WEIGHTS_INT8, WINDOW,
+                                 WINDOW_WEIGHTS_INT8, Arm, _memory)
 from engine.quality.long_paths import LONG, LongEpisode, LongShape, long_episode
 from engine.quality.long_score import score_session
 from engine.quality.session_run import session_config

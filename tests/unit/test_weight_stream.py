@@ -57,7 +57,8 @@ def test_streamed_blocks_compute_what_resident_ones_do_bit_for_bit(tmp_path, mon
     assert len(resident) == len(streamed) == CHUNKS
     for a, b in zip(resident, streamed):
         assert torch.equal(a, b)
-    assert all(r["weight_bytes_streamed"] > 0 for r in records) if buffers == 1 else records[0]["weight_bytes_streamed"] > 0
+    copied = [r["weight_bytes_streamed"] > 0 for r in records]
+    assert all(copied) if buffers == 1 else copied[0]      # two slots hold micro's two blocks after chunk 0
 
 
 @pytest.mark.parametrize("weights, mib", [("bf16", 10.0), ("int8", 7.5)])
