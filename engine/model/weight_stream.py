@@ -92,7 +92,10 @@ class BlockStreamer:
     def __init__(self, blocks: nn.ModuleList, resident: int, device: torch.device, buffers: int = STREAM_BUFFERS):
         self.blocks, self.resident, self.device, self.buffers = blocks, resident, device, buffers
         self.cuda = device.type == "cuda"
-        self.packed = {i: _Packed(blocks[i], device) for i in range(resident, len(blocks))}
+        self.packed: dict[int, _Packed] = {}
+        for i in range(resident, len(blocks)):   # block by block: host memory never holds a block twice
+            self.packed[i] = _Packed(blocks[i], device)
+            self._unbind(i)
         slot_bytes = max(p.nbytes for p in self.packed.values())
         self.slots = [torch.empty(slot_bytes, dtype=torch.uint8, device=device) for _ in range(buffers)]
         self.slot_bytes = slot_bytes
@@ -102,8 +105,6 @@ class BlockStreamer:
         self.released = [None] * buffers                     # CUDA: event after the slot's block ran
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self.streamed_bytes = 0
-        for i in self.packed:                  # free the device copies: the slots hold them from now on
-            self._unbind(i)
 
     @property
     def streamed(self) -> int:
