@@ -46,13 +46,14 @@ def _force_streaming(monkeypatch, buffers: int) -> None:
                         functools.partial(weight_place.attach_streamer, buffers=buffers))
 
 
-@pytest.mark.parametrize("model", ["micro", "lingbot-tiny"])     # micro: MG2 tiny's DiT, a smaller VAE
-@pytest.mark.parametrize("buffers", [1, 2])
-def test_streamed_blocks_compute_what_resident_ones_do_bit_for_bit(tmp_path, monkeypatch, model, buffers):
-    resident, _, head = _outputs(_cfg(tmp_path, "resident", model))
-    assert head["weight_plan"]["streamed_blocks"] == 0
+@pytest.mark.parametrize("model, buffers, weights", [   # micro: MG2 tiny's DiT, a smaller VAE
+    ("micro", 1, "bf16"), ("micro", 2, "bf16"), ("lingbot-tiny", 1, "bf16"), ("lingbot-tiny", 2, "bf16"),
+    ("lingbot-tiny", 1, "int8")])
+def test_streamed_blocks_compute_what_resident_ones_do_bit_for_bit(tmp_path, monkeypatch, model, buffers, weights):
+    resident, _, head = _outputs(_cfg(tmp_path, "resident", model, weights=weights))
+    assert head["weight_plan"]["streamed_blocks"] == 0 and head["weight_plan"]["format"] == weights
     _force_streaming(monkeypatch, buffers)
-    streamed, records, head = _outputs(_cfg(tmp_path, "streamed", model))
+    streamed, records, head = _outputs(_cfg(tmp_path, "streamed", model, weights=weights))
     assert head["weight_plan"]["streamed_blocks"] == head["weight_plan"]["blocks"] > 0
     assert len(resident) == len(streamed) == CHUNKS
     for a, b in zip(resident, streamed):
