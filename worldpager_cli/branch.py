@@ -13,7 +13,7 @@ import click
 
 from worldpager_cli.help import SectionedCommand
 from worldpager_cli.options import CheckedNumber
-from worldpager_cli.run_common import JSON, OVERWRITE, QUIET, RUN_FLAGS, run_and_report, say_to, warn
+from worldpager_cli.run_common import JSON, OVERWRITE, QUIET, RUN_FLAGS, WEIGHTS, run_and_report, say_to, warn
 from worldpager_cli.run_signals import abort_on_signals
 from worldpager_cli.streams import keep_going_without_stdout
 
@@ -37,24 +37,25 @@ def run_command(*examples: str, sections: dict | None = None):
               help="Move the run's spill directory to DIR: a copy of it made there is checked and used; into a "
                    "new or empty DIR the chunks the save point needs are copied from the old one while it can "
                    "still be read (left as it was). OUT.config.json then names DIR. Default: the run's own.")
+@WEIGHTS
 @QUIET
 @JSON
-def resume(out, spill, quiet, as_json) -> None:
+def resume(out, spill, weights, quiet, as_json) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import claim_output
 
     with claim_output(out, "resume"):   # before anything is read: the run's files are ours now
-        _resume(out, spill, quiet, as_json)
+        _resume(out, spill, quiet, as_json, weights)
 
 
-def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool) -> None:
+def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool, weights: str | None = None) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.resume import resume_point
     from worldpager_cli.progress import make_progress
 
-    cfg, sp, notes = resume_point(out, spill)   # everything checked before the MP4 is cut
+    cfg, sp, notes = resume_point(out, spill, weights)   # everything checked before the MP4 is cut
     say = say_to(quiet)
     for note in notes:
         click.echo(f"worldpager: {note}", err=True)
@@ -87,26 +88,28 @@ def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool) -> None:
               help="The branch's length in chunks, those before the save point included. Default: 30 s of new "
                    "video after the save point (the arena and MG2: its chunk + 40), as generate's default length.")
 @click.option("--spill", type=click.Path(path_type=Path), help="The branch's own spill directory. Default: OUT.mp4.spill beside it.")
+@WEIGHTS
 @OVERWRITE
 @QUIET
 @JSON
-def fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json) -> None:
+def fork(parent, at, trajectory, out, chunks, spill, weights, overwrite, quiet, as_json) -> None:
     """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import check_video_path, claim_output
 
     check_video_path(out)
     with claim_output(out):   # held until the branch's run ends: one writer per output
-        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json)
+        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json, weights)
 
 
-def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json) -> None:
+def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json, weights=None) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.fork import prepare_fork
     from worldpager_cli.progress import make_progress
 
-    branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill, overwrite=overwrite)
+    branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill, overwrite=overwrite,
+                          weights=weights)
     cfg, sp = branch.cfg, branch.savepoint
     say = say_to(quiet)
     grid = model_spec(cfg).grid

@@ -11,10 +11,14 @@ from worldpager_cli.run_signals import stop_on_signals
 from worldpager_cli.run_summary import run_summary, summary_text
 from worldpager_cli.streams import stdout_failure
 
+from engine.config import WEIGHT_FORMATS
 from engine.errors import OutputError
 
 OVERWRITE = click.option("--overwrite", is_flag=True,
                          help="Replace the outputs of an earlier run at --out (default: refuse).")
+WEIGHTS = click.option("--weights", type=click.Choice(WEIGHT_FORMATS),
+                       help="The weight format the run was made with (its save point's; another is refused: the "
+                            "frames would differ). Default: the save point's.")
 QUIET = click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors and warnings (stderr).")
 JSON = click.option("--json", "as_json", is_flag=True,
                     help="At the end, print the run's summary as one JSON object on stdout (keys: "

@@ -87,10 +87,20 @@ def _meta_model(m: ArenaModelConfig):
 
 def build(cfg, image, trajectory, device, dtype, cache):
     path = _weights(cfg)
-    model = cache.get(("arena", weights_stamp(path), str(device), dtype), lambda: load_model(path, device, dtype))
-    return ArenaPipeline(model, Arena.generate(cfg.arena_seed), trajectory, cfg.seed, cfg.positions, device, dtype,
-                         weights=str(path), reproject=cfg.arena_reproject,
-                         reproject_depth=cfg.arena_reproject_depth)
+    from engine.model.weight_place import place_weights, placement_key, staging_device, to_device
+
+    def load():
+        model = load_model(path, staging_device(cfg, device), dtype)
+        placement = place_weights(model.blocks, cfg, device, dtype, (model,))
+        to_device(device, model)
+        return model, placement
+
+    model, placement = cache.get(("arena", weights_stamp(path), str(device), dtype, placement_key(cfg, dtype)), load)
+    pipeline = ArenaPipeline(model, Arena.generate(cfg.arena_seed), trajectory, cfg.seed, cfg.positions, device,
+                             dtype, weights=str(path), reproject=cfg.arena_reproject,
+                             reproject_depth=cfg.arena_reproject_depth)
+    pipeline.weight_placement = placement
+    return pipeline
 
 
 def header_facts(cfg) -> dict:

@@ -46,6 +46,7 @@ from engine.arena.config import ACTION_DIM, ArenaModelConfig
 from engine.arena.patches import patchify, unpatchify
 from engine.arena.reproject import reproject
 from engine.arena.warp import warp_frames
+from engine.model.weight_stream import blocks_in_order
 
 
 # ---------------------------------------------------------------- geometry, time
@@ -423,7 +424,7 @@ class ArenaDiT(nn.Module):
         cfg = self.cfg
         h = self.embed(frames, inputs.geom)
         cond = self.condition_embedded(t, inputs.action_emb)
-        for i, (block, state) in enumerate(zip(self.blocks, ctx.layers)):
+        for i, (block, state) in enumerate(zip(blocks_in_order(self.blocks), ctx.layers)):
             s1, sc1, g1, s2, sc2, g2 = block.modulation(cond)
             q, k, v = block.qkv_of(h, s1, sc1, self.rope, inputs.tables)
             state.self_kv.write_current(k, v)

@@ -39,6 +39,7 @@ from typing import Callable
 
 from engine.bench import device_models as models
 from engine.bench import device_steps as steps
+from engine.bench import device_weights
 from engine.bench.device_steps import StepContext, StepFailed, StepSkipped
 from engine.errors import ConfigError
 from engine.files.output_files import check_output_dir
@@ -71,6 +72,8 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("session_mp4", steps.session_mp4_step, 45, 60, "a micro session end to end into its MP4"),
     Step("synthetic_session", steps.synthetic_session_step, 200, 120,
          "MG2-size KV through the disk tier: prefetch vs on-demand at 0.25 GB/s"),
+    Step("weights", device_weights.weights_step, 90, 60,
+         "MG2's DiT: resident vs half the blocks streamed vs int8 (chunk time, exactness, int8 error)"),
 )}
 
 

@@ -25,6 +25,7 @@ from engine.model.attention import attention
 from engine.model.kv_context import AttentionContext, LayerState
 from engine.model.mg2_context import attach_mg2_state, mg2_state
 from engine.model.rope import DiTRope
+from engine.model.weight_stream import blocks_in_order
 
 
 def sinusoidal_embedding(dim: int, position: torch.Tensor) -> torch.Tensor:
@@ -173,7 +174,7 @@ class CausalDiT(nn.Module):
         image's CLIP tokens [B, N, clip_dim] and cache every layer's cross K/V."""
         attach_mg2_state(ctx, self.cfg)
         context = self.img_emb(clip_tokens.to(self.patch_embedding.weight.dtype))
-        for block, state in zip(self.blocks, ctx.layers, strict=True):
+        for block, state in zip(blocks_in_order(self.blocks), ctx.layers, strict=True):
             image = mg2_state(state)
             image.cross_k, image.cross_v = block.cross_attn.keys_values(context)
 
@@ -195,7 +196,7 @@ class CausalDiT(nn.Module):
         b, frames = t.shape
         e = self.time_embedding(sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(dtype))
         e0 = self.time_projection(e).unflatten(1, (6, self.cfg.dim)).unflatten(0, (b, frames))
-        for block, state in zip(self.blocks, ctx.layers):
+        for block, state in zip(blocks_in_order(self.blocks), ctx.layers):
             h = block(h, e0, grid, start_frame, self.rope, state, keyboard, mouse, action_offset)
         out = self.head(h, e.unflatten(0, (b, frames)).unsqueeze(2), frames)         # [B, L, p*c]
         return self.unpatchify(out, grid)

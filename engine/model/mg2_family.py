@@ -19,6 +19,7 @@ from engine.model.model_cache import ModelCache
 from engine.model.pipeline import MG2Pipeline
 from engine.model.spec import Family, ModelSpec, weights_stamp
 from engine.model.synthetic import FRAME_DOWNSCALE, SyntheticPipeline
+from engine.model.weight_place import place_weights, placement_key, staging_device, to_device
 
 DEFAULT_TRAJECTORIES = {"universal": "revisit_loop.yaml", "gta_drive": "revisit_loop.yaml",
                         "templerun": "templerun_run.yaml"}
@@ -60,8 +61,21 @@ def _mg2_spec(cfg: SessionConfig) -> ModelSpec:
 
 def _mg2_build(cfg: SessionConfig, image, trajectory, device, dtype, cache: ModelCache) -> WorldModel:
     m = session_model_config(cfg)
-    key = ("mg2", m, weights_stamp(cfg.checkpoint), str(device), dtype)
-    models = cache.get(key, lambda: load_models(m, cfg.checkpoint, device, dtype))
+    key = ("mg2", m, weights_stamp(cfg.checkpoint), str(device), dtype, placement_key(cfg, dtype))
+
+    def load():
+        models = load_models(m, cfg.checkpoint, staging_device(cfg, device), dtype)
+        placement = place_weights(models.dit.blocks, cfg, device, dtype, (models.dit, models.vae, models.clip))
+        to_device(device, models.dit, models.vae, models.clip)
+        return models, placement
+
+    models, placement = cache.get(key, load)
+    model = _mg2_pipeline(cfg, models, m, image, trajectory, device, dtype)
+    model.weight_placement = placement
+    return model
+
+
+def _mg2_pipeline(cfg: SessionConfig, models, m, image, trajectory, device, dtype) -> WorldModel:
     if cfg.observe is None or not is_video(cfg.observe):
         return MG2Pipeline(models, m, image, trajectory, cfg.seed, cfg.positions, device, dtype)
     clip = ClipReader(cfg.observe)             # checked by engine.session.observe before the build

@@ -32,6 +32,11 @@ BF16 = Arm("bf16", "--kv-bits 16", _memory(kv_bits=16))
 INT4 = Arm("int4", "--kv-bits 4 (the default: k 3, no sink, prefetch)", _memory(kv_bits=4))
 # The arena model's x0 alone, without the re-projection of context frames seen from the same place.
 NO_REPROJECT = Arm("noreproject", "--arena-reproject 0 (int4)", {"arena_reproject": 0.0, **_memory(kv_bits=4)})
+# The DiT blocks' large linears stored int8 (--weights int8), with the default memory and without any:
+# memory's benefit on returns with int8 weights is weights-int8 against window-weights-int8.
+WEIGHTS_INT8 = Arm("weights-int8", "--weights int8 (int4 KV)", {"weights": "int8", **_memory(kv_bits=4)})
+WINDOW_WEIGHTS_INT8 = Arm("window-weights-int8", "--store window --weights int8",
+                          {"weights": "int8", **_memory(store="window")})
 DEPTH = Arm("depth", "--arena-reproject-depth (int4; weights with a depth head)",
             {"arena_reproject_depth": True, **_memory(kv_bits=4)})
 

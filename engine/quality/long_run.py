@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ConfigError
-from engine.quality.arms import DEPTH, INT4, NO_REPROJECT, POSITION_ARMS, WINDOW, Arm, _memory
+from engine.quality.arms import (DEPTH, INT4, NO_REPROJECT, POSITION_ARMS, WEIGHTS_INT8, WINDOW,
+                                 WINDOW_WEIGHTS_INT8, Arm, _memory)
 from engine.quality.long_paths import LONG, LongEpisode, LongShape, long_episode
 from engine.quality.long_score import score_session
 from engine.quality.session_run import session_config
@@ -26,7 +27,7 @@ from engine.quality.session_run import session_config
 LONG_ARMS = (WINDOW, INT4)
 NEWEST = Arm("newest", "--retrieve-visit newest (int4; of near-duplicate views, the latest rendition)",
              _memory(retrieve_visit="newest"))
-OPTIONAL_ARMS = {a.name: a for a in (*POSITION_ARMS, NEWEST, NO_REPROJECT, DEPTH)}
+OPTIONAL_ARMS = {a.name: a for a in (*POSITION_ARMS, NEWEST, NO_REPROJECT, DEPTH, WEIGHTS_INT8, WINDOW_WEIGHTS_INT8)}
 COUNTERS = ("hits", "misses", "stale", "disk_bytes_read")
 
 

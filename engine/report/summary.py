@@ -67,6 +67,19 @@ def summary_rows(sessions: list[SessionRecords]) -> list[tuple[str, list[str]]]:
     rows = [("model", [str(s.config.get("model", "?")) for s in sessions]),
             ("device", [f"{s.header.get('device', '?')} {s.header.get('dtype', '')}".strip() for s in sessions]),
             ("store", [str(_get(s.config, "memory", "store")) for s in sessions]),
-            ("KV bits", [str(_get(s.config, "memory", "kv_bits")) for s in sessions])]
+            ("KV bits", [str(_get(s.config, "memory", "kv_bits")) for s in sessions]),
+            ("weights", [weights_cell(s) for s in sessions])]
     rows += [(name, [_fmt(_get(summary, *where), unit) for summary in summaries]) for name, where, unit in ROWS]
     return rows
+
+
+def weights_cell(session: SessionRecords) -> str:
+    """The DiT's weights: format, resident/all blocks, device bytes, and the bytes streamed in all
+    (``weight_plan`` of the header, ``weight_bytes_streamed`` of the chunks); "–" for a log without them."""
+    plan = session.header.get("weight_plan") if isinstance(session.header, dict) else None
+    if not isinstance(plan, dict):
+        return "–"
+    streamed = sum(r.get("weight_bytes_streamed", 0) for r in session.chunks
+                   if isinstance(r.get("weight_bytes_streamed", 0), (int, float)))
+    return (f"{plan.get('format', '?')}, {plan.get('resident_blocks', '?')}/{plan.get('blocks', '?')} blocks resident, "
+            f"{_fmt(plan.get('device_weight_bytes'), 'MiB')} on the device, {_fmt(streamed, 'MiB')} streamed")

@@ -53,7 +53,8 @@ from engine.settings.overlay import write_resolved_config
 from engine.session.ownership import refuse_existing
 from engine.session.savepoint import SavePoint, savepoint_paths
 from engine.session.observe import is_video, session_path
-from engine.session.resume import check_present, check_spill, fitting_savepoint, run_config, with_absolute_paths
+from engine.session.resume import (check_present, check_spill, check_weight_format, fitting_savepoint, run_config,
+                                   with_absolute_paths)
 from engine.session.save import savepoint_dir
 
 
@@ -116,8 +117,9 @@ def base_layers(resume_from: SavePoint | None, fork_of: Fork | None) -> list[tup
     return [(layer["spill"], int(layer["before"])) for layer in resume_from.facts.get("memory", {}).get("base", [])]
 
 
-def fork_savepoint(parent: Path, at: int | None) -> tuple[SessionConfig, SavePoint]:
-    """The parent's config and its save point at ``at`` (None: the newest intact one its video holds)."""
+def fork_savepoint(parent: Path, at: int | None, weights: str | None = None) -> tuple[SessionConfig, SavePoint]:
+    """The parent's config and its save point at ``at`` (None: the newest intact one its video holds);
+    ``weights``: the ``--weights`` given (it must be the save point's)."""
     cfg = run_config(parent, doing="fork")
     check_present(parent, cfg, "fork")
     directory = savepoint_dir(parent)
@@ -127,6 +129,7 @@ def fork_savepoint(parent: Path, at: int | None) -> tuple[SessionConfig, SavePoi
         raise InputError(f"cannot fork {parent} at chunk {at}: no save point there; its save points are at "
                          f"chunks: {have} (in {directory}; generate --keep-savepoints N keeps more)")
     sp, _ = fitting_savepoint(parent, cfg, "fork", at)
+    check_weight_format(parent, sp, weights or cfg.weights, "fork")
     check_spill(parent, cfg, sp, "fork")
     return cfg, sp
 
@@ -149,13 +152,13 @@ def branch_config(parent_cfg: SessionConfig, out: Path, trajectory: Path, chunks
 
 
 def prepare_fork(parent: Path, at: int | None, other: Path, out: Path, chunks: int | None = None,
-                 spill: Path | None = None, overwrite: bool = False) -> Fork:
+                 spill: Path | None = None, overwrite: bool = False, weights: str | None = None) -> Fork:
     """Check everything, then stage the branch's config, trajectory, MP4 and log copies (the caller
     owns ``out``: ``engine.session.ownership.claim_output``)."""
     from engine.model.registry import model_spec
 
     parent, out = Path(parent), Path(out)
-    parent_cfg, sp = fork_savepoint(parent, at)
+    parent_cfg, sp = fork_savepoint(parent, at, weights)
     if parent_cfg.observe is not None and is_video(Path(parent_cfg.observe)):
         raise InputError(f"cannot fork {parent}: it started from the observed video {parent_cfg.observe}, "
                          "whose frame 0 is its start image; forking such a run is not supported yet "

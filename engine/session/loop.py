@@ -62,7 +62,8 @@ from engine.model.kv_context import AttentionContext
 from engine.model.registry import ModelCache, ModelSpec, build_world_model, model_header_facts, model_kv_layout, model_spec
 from engine.settings.overlay import config_to_json
 from engine.session.positions import Rerotation
-from engine.session.preflight import (Budget, session_staging, check_memory, check_output_paths, check_spill_drive, check_spill_quota,
+from engine.planner.session_kv import session_staging
+from engine.session.preflight import (Budget, check_memory, check_output_paths, check_spill_drive, check_spill_quota,
                                       device_budget,
                                       host_budget, spill_block_bytes)
 from engine.retrieval.retriever import PREDICTORS, Retriever
@@ -132,6 +133,12 @@ def device_memory_budget(cfg: SessionConfig, device: torch.device) -> Budget | N
     if device.type != "cuda":
         return None
     return device_budget(cfg, torch.cuda.mem_get_info(device)[0])
+
+
+def _streamed(model) -> dict:
+    """The chunk's ``weight_bytes_streamed`` (blocks copied from host memory; engine.model.weight_stream)."""
+    placement = getattr(model, "weight_placement", None)
+    return {} if placement is None else {"weight_bytes_streamed": placement.take_streamed()}
 
 
 class Session:
@@ -357,8 +364,14 @@ class Session:
                         observed=None if self.observed is None else {"chunks": self.observed_chunks,
                                                                       "source": self.observed},
                         allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes,
-                        savepoints=savepoints, **self._batch)
+                        savepoints=savepoints, **self._weight_facts(), **self._batch)
         self._header_written = True
+
+    def _weight_facts(self) -> dict:
+        """The header's ``weight_plan``: the DiT's weight format, resident and streamed blocks, device bytes
+        (``engine.model.weight_place``); nothing for a model without blocks (synthetic)."""
+        placement = getattr(self.model, "weight_placement", None)
+        return {} if placement is None else {"weight_plan": placement.facts()}
 
     def _close(self, memory: SessionMemory | None, status: str, abort: bool = False,
                failing: BaseException | None = None, **extra) -> None:
@@ -555,6 +568,7 @@ class Session:
                 record = {"chunk": chunk, "frames": 0, "frames_total": 0, "wall_ms": 0.0,
                           "compute_ms": 0.0, "memory_ms": 0.0, "store_ms": 0.0, "decode_ms": 0.0, **mem, **tiers,
                           "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device),
+                          **_streamed(model),
                           **({"observed": True} if observed else {}), **inputs.facts}
                 if inputs.waited_ms:
                     record["input_wait_ms"] = inputs.waited_ms

@@ -63,7 +63,7 @@ from engine.memory.types import KV, CapacityError
 from engine.model.kv_context import AttentionContext
 from engine.model.state_tensors import cpu_copy
 from engine.session.positions import Rerotation
-from engine.session.preflight import session_staging, staging_chunks
+from engine.planner.session_kv import session_staging, staging_chunks
 from engine.session.quota import SessionQuota
 
 PlaceKeys = Callable[[int, torch.Tensor, float], torch.Tensor]   # (layer, keys before rotation, position)

@@ -53,16 +53,16 @@ from engine.config import SessionConfig
 from engine.errors import ConfigError, OutputError
 from engine.facts.kv_format import ChunkFormat
 from engine.facts.layout import KVLayout, VideoGrid
-from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS, Staging, staging_of
+from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS
 from engine.memory.quota import QuotaPlan, check_quota, format_tag, parse_spill_max
 from engine.memory.room import tier_room
 from engine.files.output_files import check_output_file, refuse_in_use
+from engine.planner.session_kv import TIERED_STORES, context_chunks, staging_chunks
 
 GiB, MiB = 1 << 30, 1 << 20
 TRAJECTORY_BYTES_PER_FRAME = 1024
 SPILL_RESERVE_BYTES = MiB   # the disk tier keeps this free for its index (engine.memory.disk.RESERVE_BYTES)
 SPILL_FIX = "check or replace the drive, or choose another --spill"
-TIERED_STORES = ("prefetch", "on-demand", "sync", "dram-only")   # the modes that build a KVStore
 
 
 # ---- output paths ------------------------------------------------------------------------------
@@ -212,29 +212,6 @@ class MemoryEstimate:
         device = self.context + self.staging
         host = self.trajectory + self.pool
         return (host, device) if on_device else (host + device, 0)
-
-
-def context_chunks(cfg: SessionConfig, layout: KVLayout) -> float:
-    """Chunks of tokens in the attention context: memory slots, local window, current chunk, and with
-    keys stored before the rotation (``--kv-keys pre-rope``) the current chunk's un-rotated keys (half a
-    chunk: keys, no values)."""
-    mem = cfg.memory
-    memory = 0 if mem.store == "window" else mem.retrieve_k + (1 if mem.sink else 0)
-    unrotated = 0.5 if mem.keys == "pre-rope" else 0
-    return memory + layout.window_frames / layout.frames_per_chunk + 1 + unrotated
-
-
-def session_staging(cfg: SessionConfig, layout: KVLayout) -> Staging:
-    """The staging slots (the k of the set and the hedges') and the device cache of a session."""
-    mem = cfg.memory
-    return staging_of(mem.retrieve_k, mem.hedge_slots, mem.device_cache, layout.bytes_per_chunk(2),
-                      prefetching=mem.store in ("prefetch", "dram-only"))
-
-
-def staging_chunks(cfg: SessionConfig, layout: KVLayout) -> int:
-    """Chunks a tiered store keeps on the device beside the context: its staging slots (``KVStore``
-    banks) and the session's device cache."""
-    return session_staging(cfg, layout).chunks if cfg.memory.store in TIERED_STORES else 0
 
 
 def pool_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> int:

@@ -85,17 +85,19 @@ def finished(cfg: SessionConfig) -> bool:
     return any(r.get("type") == "summary" and r.get("status") == "done" for r in records[-1:])
 
 
-def resume_point(out: Path, spill: Path | None = None) -> tuple[SessionConfig, SavePoint, list[str]]:
+def resume_point(out: Path, spill: Path | None = None,
+                 weights: str | None = None) -> tuple[SessionConfig, SavePoint, list[str]]:
     """Config, newest save point the MP4 can be continued from, and notes on skipped ones, for
     resuming ``out``; every piece the resumed run needs is checked here, before anything is changed.
     ``spill``: go on with the spill directory there (``engine.session.spill_move``; the config then
-    records it)."""
+    records it). ``weights``: the ``--weights`` given (it must be the save point's)."""
     out = Path(out)
     cfg = run_config(out)
     check_present(out, cfg, "resume")
     if finished(cfg):
         raise InputError(f"cannot resume {out}: the run finished (its log {cfg.log_path} ends with status done)")
     sp, notes = fitting_savepoint(out, cfg, "resume")
+    check_weight_format(out, sp, weights or cfg.weights, "resume")
     if spill is not None:
         cfg, moved = _move_spill(out, cfg, sp, Path(spill))
         notes = notes + moved
@@ -172,6 +174,15 @@ def check_key_convention(out: Path, sp: SavePoint, cfg: SessionConfig, doing: st
                          f"asks for --kv-keys {cfg.memory.keys}")
 
 
+def check_weight_format(out: Path, sp: SavePoint, weights: str, doing: str) -> None:
+    """The run goes on with the weight format its save point was made with (``--weights``): another
+    format computes other frames (a save point from before the setting existed: bf16)."""
+    saved = sp.facts.get("weights", "bf16")
+    if saved != weights:
+        raise InputError(f"cannot {doing} {out}: save point {sp.chunk} was made with --weights {saved}, this run "
+                         f"asks for --weights {weights} (the frames would differ); use --weights {saved}")
+
+
 def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None = None) -> tuple[SavePoint, list[str]]:
     """The newest intact save point (or the one at chunk ``at``) whose frames ``out`` holds whole;
     a newer one the video is too short for is skipped with a note."""
@@ -190,6 +201,7 @@ def fitting_savepoint(out: Path, cfg: SessionConfig, doing: str, at: int | None 
             notes.append(f"{path.name}: {exc.reason} (skipped)")
             continue
         check_key_convention(out, sp, cfg, doing)
+        check_weight_format(out, sp, cfg.weights, doing)
         if sp.facts.get("config_digest") not in digests:
             raise InputError(f"cannot {doing} {out}: save point {sp.chunk} was made with another config than "
                              f"{out.with_suffix('.config.json')}")

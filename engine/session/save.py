@@ -79,7 +79,8 @@ def capture(chunk: int, frames_total: int, cfg: SessionConfig, model, ctx, memor
     tensors = {**nest("model", model.state_tensors()), **nest("ctx", ctx.state_tensors()),
                **nest("memory", memory.state_tensors())}
     facts = {"chunk": chunk, "frames_total": frames_total,
-             "config_digest": config_digest(cfg), "memory": memory.state_facts(), "model": model.name}
+             "config_digest": config_digest(cfg), "memory": memory.state_facts(), "model": model.name,
+             "weights": cfg.weights}
     return SavePoint(chunk=chunk, facts=facts, tensors=tensors)
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from engine.config import (ARENA_MODEL, KEY_CONVENTIONS, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
-                           SYNTHETIC_MODEL, WRITEBACK_MODES, SessionConfig)
+                           SYNTHETIC_MODEL, WEIGHT_FORMATS, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
 from engine.files.input_files import refuse_wrong_kind
 from engine.settings.sizes import GiB, EXAMPLES, MiB, size_in
@@ -78,7 +78,7 @@ SECTION_OF = {
     **dict.fromkeys(("out", "log"), "Output"),
     **dict.fromkeys(("checkpoint", "seeded_weights", "model", "arena_seed", "arena_weights", "arena_reproject",
                      "arena_reproject_depth", "look_around", "seed", "device",
-                     "chunk_ms", "kv_scale"), "Model"),
+                     "chunk_ms", "kv_scale", "weights"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
                      "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
     **dict.fromkeys(("spill", "spill_max", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
@@ -145,6 +145,10 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("look_around", "int", "Arena model: the session first observes a look around at its start (a full turn "
          "on the spot, the world's rendered truth, marked in the corner) for this many chunks (0: none, else at least "
          "3), at most all but the last; not with --observe, whose clip is observed instead. Default: 7.", "look_around"),
+    _opt("weights", "choice", "How the DiT blocks' large linears (attention, cross-attention, FFN) are stored on the "
+         "device: bf16 (the compute dtype), int8 or fp8 (one byte a value, a scale per output channel; fp8 needs "
+         "CUDA capability 8.9+). Blocks beyond --device-mem stream from host memory. Default: bf16.", "weights",
+         WEIGHT_FORMATS),
     _opt("seed", "int", "Seed of the noise. Default: 0.", "seed"),
     _opt("device", "text", "auto, cpu, cuda or cuda:N. Default: auto.", "device"),
     _opt("save_every", "int", "Save point every N chunks (0: none). Default: about every 30 s of wall time.",
@@ -164,7 +168,8 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("host_mem", "size", "Host memory budget: 24G, 22.5GiB, 512M; a plain number is GiB (the pool is this minus the process and 2 GiB).",
          "memory.host_mem_gib"),
     _opt("pool_slots", "int", "Exact host-pool size in chunks (overrides --host-mem).", "memory.pool_slots"),
-    _opt("device_mem", "size", "Device memory budget for KV (device-only mode): 24G, 512M; a plain number is GiB.", "memory.device_mem_gib"),
+    _opt("device_mem", "size", "Device memory budget (the model's weights, the KV and working buffers): 24G, 512M; a plain number is GiB. "
+         "Blocks of weights that do not fit stream from host memory.", "memory.device_mem_gib"),
     _opt("kv_bits", "choice", "Stored KV format (16 = unquantised). Default: 4.", "memory.kv_bits",
          ("2", "4", "8", "16")),
     _opt("kv_keys", "choice", "Keys the memory stores: post-rope (rotated at their own positions, as attended) "

@@ -12,7 +12,7 @@ from engine.facts.kv_format import ChunkFormat
 from engine.memory.budget import pool_slots
 from engine.model.registry import model_kv_layout
 from engine.settings.overlay import resolve_session_config
-from engine.session.preflight import staging_chunks
+from engine.planner.session_kv import staging_chunks
 from engine.runtime.telemetry import read_log
 from tests_support import WORLDPAGER
 

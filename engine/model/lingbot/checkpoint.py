@@ -190,12 +190,15 @@ def encode_prompt(files: ReleaseFiles, prompt: str, device: torch.device | str) 
 
 
 def load_release(root: Path, m: LingbotModelConfig, prompt: str, device: torch.device,
-                 dtype: torch.dtype, text_device: str = "cpu", cache_dir: Path | None = None) -> LingbotRelease:
+                 dtype: torch.dtype, text_device: str = "cpu", cache_dir: Path | None = None,
+                 dit_device: torch.device | None = None) -> LingbotRelease:
     """The release's networks in ``dtype`` on ``device`` and the prompt's context (text first, so that
     the encoder is gone before the DiT arrives). The encoder runs on the CPU (``text_device`` "cpu", the
     default: it never takes device memory) or on ``device``; with ``cache_dir`` its output is read from,
     or written to, the session's text cache there (``engine.model.lingbot.text_cache``) once the networks
-    have loaded, so a later run with the same prompt does not load the encoder."""
+    have loaded, so a later run with the same prompt does not load the encoder. ``dit_device``: where the
+    DiT is loaded (default ``device``; host memory when its weights are placed on the device afterwards:
+    ``--weights``)."""
     files = release_files(root)
     mr = release_model(files, m)
     where = "cpu" if text_device == "cpu" else device
@@ -205,7 +208,8 @@ def load_release(root: Path, m: LingbotModelConfig, prompt: str, device: torch.d
     with torch.device("meta"):
         vae = WanVAE(mr.vae)
     assign_strict(vae, read_weights(files.vae), files.vae, dtype, torch.device(device))
-    dit = load_state(mr.dit, _dit_state(files, read_weights), files.dit_config.parent, dtype, device)
+    dit = load_state(mr.dit, _dit_state(files, read_weights), files.dit_config.parent, dtype,
+                     device if dit_device is None else dit_device)
     if path is not None and not cached:
         store(path, text)
     return LingbotRelease(mr, dit, vae.eval(), text, files.root)

@@ -26,6 +26,7 @@ import torch
 from engine.model.kv_context import AttentionContext, LayerKV
 from engine.model.lingbot.cache import CrossKV, FastCaches
 from engine.model.lingbot.dit import WanModelFast
+from engine.model.weight_stream import blocks_in_order
 
 
 class ContextSelfKV:
@@ -76,7 +77,7 @@ def attach_text(ctx: AttentionContext, dit: WanModelFast, text: torch.Tensor) ->
     """Give every layer of ``ctx`` the cross-attention K/V of ``text`` [B, n, text_dim]."""
     assert len(ctx.layers) == len(dit.blocks), f"context of {len(ctx.layers)} layers, DiT has {len(dit.blocks)}"
     embedded = dit.embed_text(text)                                  # [B, text_len, dim]
-    for block, state in zip(dit.blocks, ctx.layers, strict=True):
+    for block, state in zip(blocks_in_order(dit.blocks), ctx.layers, strict=True):
         cross = CrossKV()
         cross.k, cross.v = block.cross_attn.keys_values(embedded)    # [B, text_len, H, D]
         state.extra = LingbotLayerState(cross)

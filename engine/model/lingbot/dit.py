@@ -26,6 +26,7 @@ from engine.model.lingbot.cache import CrossKV, FastCaches, SelfKV
 from engine.facts.lingbot_config import FastDiTConfig
 from engine.model.mg2 import QKVProjection, layer_norm, sinusoidal_embedding
 from engine.model.rope import DiTRope
+from engine.model.weight_stream import blocks_in_order
 
 
 def _modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -160,7 +161,7 @@ class WanModelFast(nn.Module):
         cond = self.control_condition(control.to(dtype), grid)
         text = None if caches.cross[0].is_init else self.embed_text(context)
         start_frame = current_start // frame_seqlen
-        for block, kv, cross in zip(self.blocks, caches.self_kv, caches.cross, strict=True):
+        for block, kv, cross in zip(blocks_in_order(self.blocks), caches.self_kv, caches.cross, strict=True):
             h = block(h, e0, cond, text, grid, start_frame, self.rope, kv, cross, current_start)
         return self.unpatchify(self.head(h, e), grid)
 

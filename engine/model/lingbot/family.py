@@ -26,6 +26,7 @@ from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.lingbot.weights import empty_model, seeded_model
 from engine.model.model_cache import ModelCache
 from engine.model.seeded_weights import fill_module_
+from engine.model.weight_place import place_weights, placement_key, staging_device, to_device
 from engine.model.spec import Family, ModelSpec
 from engine.model.vae import WanVAE
 
@@ -70,11 +71,20 @@ def build(cfg, image, trajectory, device, dtype, cache: ModelCache):
     m = lingbot_config(cfg.model)
     if cfg.checkpoint is not None:
         return build_from_release(cfg, m, image, trajectory, device, dtype, cache)
-    dit, vae = cache.get(("lingbot", m, str(device), dtype), lambda: _seeded(m, device, dtype))
-    return LingbotPipeline(dit, vae, m, image, trajectory, text_stand_in(m), cfg.seed, cfg.positions,
-                           device, dtype, weights="built-in seeded weights",
-                           official_sink=cfg.memory.official_sink,
-                           live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
+
+    def load():
+        dit, vae = _seeded(m, staging_device(cfg, device), dtype)
+        placement = place_weights(dit.blocks, cfg, device, dtype, (dit, vae))
+        to_device(device, dit, vae)
+        return dit, vae, placement
+
+    dit, vae, placement = cache.get(("lingbot", m, str(device), dtype, placement_key(cfg, dtype)), load)
+    model = LingbotPipeline(dit, vae, m, image, trajectory, text_stand_in(m), cfg.seed, cfg.positions,
+                            device, dtype, weights="built-in seeded weights",
+                            official_sink=cfg.memory.official_sink,
+                            live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
+    model.weight_placement = placement
+    return model
 
 
 @functools.lru_cache(maxsize=4)

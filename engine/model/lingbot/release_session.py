@@ -19,6 +19,7 @@ from engine.facts.lingbot_models import LingbotModelConfig
 from engine.model.lingbot.pipeline import LingbotPipeline
 from engine.model.model_cache import ModelCache
 from engine.model.spec import ModelSpec
+from engine.model.weight_place import place_weights, placement_key, staging_device, to_device
 
 
 def _prompt(cfg, m: LingbotModelConfig) -> str:
@@ -43,8 +44,19 @@ def build_from_release(cfg, m: LingbotModelConfig, image, trajectory, device, dt
     prompt = _prompt(cfg, m)
     text_device = cfg.text_encoder
     cache_dir = Path(cfg.log_path).expanduser().absolute().parent      # the prompt's context beside the session
-    release: LingbotRelease = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype, text_device),
-                                        lambda: load_release(root, m, prompt, device, dtype, text_device, cache_dir))
-    return LingbotPipeline(release.dit, release.vae, release.model, image, trajectory, release.text, cfg.seed,
-                           cfg.positions, device, dtype, weights=f"checkpoint {release.root}",
-                           live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
+
+    def load():
+        release = load_release(root, m, prompt, device, dtype, text_device, cache_dir,
+                               dit_device=staging_device(cfg, device))
+        placement = place_weights(release.dit.blocks, cfg, device, dtype, (release.dit, release.vae))
+        to_device(device, release.dit)
+        return release, placement
+
+    release: LingbotRelease
+    release, placement = cache.get(("lingbot-release", str(root), m, prompt, str(device), dtype, text_device,
+                                    placement_key(cfg, dtype)), load)
+    model = LingbotPipeline(release.dit, release.vae, release.model, image, trajectory, release.text, cfg.seed,
+                            cfg.positions, device, dtype, weights=f"checkpoint {release.root}",
+                            live_step=VAE_STRIDE[0] * cfg.calibration.distance_per_frame)
+    model.weight_placement = placement
+    return model
