@@ -8,6 +8,7 @@ import asyncio
 import json
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -117,12 +118,15 @@ def test_a_port_in_use_is_one_line_and_leaves_nothing(tmp_path):
 
 def test_a_killed_played_session_resumes_along_its_recording_and_forks(tmp_path):
     play = PlayProcess(tmp_path, "kill", chunks=40)
+    assert play.url is not None, play.stderr
     script = walk_and_turn()
 
     async def play_then_kill():
         import engine.play.client as client
         task = asyncio.ensure_future(client.drive(play.url, script, 10 ** 6, timeout_s=PATIENCE_S))
-        while len(_chunks(play.log)) < 7 if play.log.exists() else True:
+        deadline = time.monotonic() + PATIENCE_S      # bounded: a play that dies fails here, never hangs
+        while not play.log.exists() or len(_chunks(play.log)) < 7:
+            assert play.proc.poll() is None and time.monotonic() < deadline, play.stderr
             await asyncio.sleep(0.1)
         play.kill()
         try:
