@@ -19,6 +19,11 @@ never looks inside.
 
 The memory region is right-aligned against the window so that the valid tokens are always one
 contiguous range; whoever fills it (the session's memory) writes into ``memory_slot`` views.
+
+With ``paging="layer"`` (``--kv-paging layer``) the layers keep their K/V on the host and the device holds
+one layer's (plus the next one's, prefetched) while the model computes it (``engine.model.kv_pager``);
+the interface is the same. ``kv_device_bytes`` and ``kv_bytes_to_device`` say what the device held and
+what was copied to it.
 """
 from __future__ import annotations
 
@@ -168,29 +173,65 @@ class AttentionContext:
 
     def __init__(self, layout: KVLayout, memory_chunks: int = 0, batch: int = 1,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                 keys_before_rotation: bool = False):
+                 keys_before_rotation: bool = False, paging: str = "chunk"):
+        assert paging in ("chunk", "layer"), f"paging {paging!r}"
         self.layout = layout
+        self.paging = paging
         self.regions = ContextLayout(
             memory_tokens=memory_chunks * layout.tokens_per_chunk,
             window_tokens=layout.window_tokens,
             chunk_tokens=layout.tokens_per_chunk,
         )
-        device = torch.device(device)
-        self.layers: list[LayerState] = [
-            LayerState(LayerKV(self.regions, batch, layout.heads, layout.head_dim, dtype, device,
-                               keys_before_rotation))
-            for _ in range(layout.layers)]
+        device = self.device = torch.device(device)
+        self.dtype = dtype
+        self.pager = None
+        if paging == "layer":
+            self.layers: list[LayerState] = self._paged_layers(batch, dtype, device, keys_before_rotation)
+        else:
+            self.layers = [LayerState(LayerKV(self.regions, batch, layout.heads, layout.head_dim, dtype, device,
+                                              keys_before_rotation))
+                           for _ in range(layout.layers)]
         self.chunks_committed = 0
         # Which chunk each valid memory slot holds, in context order (set by whoever fills the memory
         # region; a model that looks up its context frames' cameras reads it).
         self.memory_chunks: list[int] = []
 
+    def _paged_layers(self, batch: int, dtype: torch.dtype, device: torch.device,
+                      keys_before_rotation: bool) -> list[LayerState]:
+        from engine.model.kv_pager import LayerPager, PagedLayerKV
+
+        lay = self.layout
+        kvs = [PagedLayerKV(self.regions, batch, lay.heads, lay.head_dim, dtype, device, keys_before_rotation, i)
+               for i in range(lay.layers)]
+        self.pager = LayerPager(kvs, self.regions, batch, lay.heads, lay.head_dim, dtype, device)
+        for kv in kvs:
+            kv.pager = self.pager
+        return [LayerState(kv) for kv in kvs]
+
+    @property
+    def kv_device_bytes(self) -> int:
+        """Bytes of self-attention K/V buffers on the model's device (all layers, or the pages)."""
+        if self.pager is not None:
+            return self.pager.device_bytes
+        return sum(2 * s.self_kv.k.numel() * s.self_kv.k.element_size() for s in self.layers)
+
+    @property
+    def kv_bytes_to_device(self) -> int:
+        """Context K/V bytes copied host → device so far (0 with chunk paging: it stays on the device)."""
+        return 0 if self.pager is None else self.pager.bytes_to_device
+
+    def _host_ready(self) -> None:
+        if self.pager is not None:
+            self.pager.host_ready()
+
     def current_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer (k, v) views [B, chunk tokens, H, D] of the current chunk (valid until the next forward)."""
+        self._host_ready()
         return [state.self_kv.current() for state in self.layers]
 
     def stored_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer (k, v) of the current chunk as the memory stores them (``LayerKV.stored``)."""
+        self._host_ready()
         return [state.self_kv.stored() for state in self.layers]
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
@@ -211,7 +252,7 @@ class AttentionContext:
             part = sub(f"layer{index}", tensors)
             state.self_kv.load_state_tensors(part)
             if state.extra is not None:
-                state.extra.load_state_tensors(sub("extra", part), state.self_kv.k.device, state.self_kv.k.dtype)
+                state.extra.load_state_tensors(sub("extra", part), self.device, self.dtype)
 
     def commit(self) -> None:
         """After the clean pass: every layer's current chunk (and the model's own state) becomes history."""
