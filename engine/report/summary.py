@@ -69,4 +69,15 @@ def summary_rows(sessions: list[SessionRecords]) -> list[tuple[str, list[str]]]:
             ("store", [str(_get(s.config, "memory", "store")) for s in sessions]),
             ("KV bits", [str(_get(s.config, "memory", "kv_bits")) for s in sessions])]
     rows += [(name, [_fmt(_get(summary, *where), unit) for summary in summaries]) for name, where, unit in ROWS]
-    return rows
+    return rows + kv_paging_rows(sessions)
+
+
+def kv_paging_rows(sessions: list[SessionRecords]) -> list[tuple[str, list[str]]]:
+    """``--kv-paging``: the mode, the context K/V copied to the device over the run (all layers; 0 when it
+    stays there) and the most the device held (the chunk records' ``kv_*`` fields; – in older logs)."""
+    def total(s, key, fold):
+        values = [r[key] for r in s.chunks if isinstance(r.get(key), (int, float))]
+        return fold(values) if values else None
+    return [("KV paging", [str(_get(s.config, "memory", "kv_paging") or "chunk") for s in sessions]),
+            ("KV to device", [_fmt(total(s, "kv_bytes_to_device", sum), "MiB") for s in sessions]),
+            ("KV on device", [_fmt(total(s, "kv_device_bytes", max), "MiB") for s in sessions])]

@@ -291,7 +291,8 @@ class Session:
             pre_rope = self.cfg.memory.keys == "pre-rope"
             assert not pre_rope or isinstance(model, KeyPlacingModel), "config validation admits MG2 only"
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
-                                   device=self.device, keys_before_rotation=pre_rope)
+                                   device=self.device, keys_before_rotation=pre_rope,
+                                   paging=self.cfg.memory.kv_paging)
             retriever = Retriever(model.camera_poses(), model.grid,
                                   predictor=PREDICTORS[self.cfg.memory.predictor](),
                                   first_visit=self.cfg.memory.retrieve_visit == "first",
@@ -357,7 +358,7 @@ class Session:
                         observed=None if self.observed is None else {"chunks": self.observed_chunks,
                                                                       "source": self.observed},
                         allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes,
-                        savepoints=savepoints, **self._batch)
+                        savepoints=savepoints, kv_paging=self.cfg.memory.kv_paging, **self._batch)
         self._header_written = True
 
     def _close(self, memory: SessionMemory | None, status: str, abort: bool = False,
@@ -531,6 +532,7 @@ class Session:
                     self._log_decoded(stage.close())
                     return chunk, stage.frames_total
                 t0 = time.perf_counter()
+                kv_moved = ctx.kv_bytes_to_device
                 # 2–4. memory (select, take staged, stage the next chunk's set)
                 mem = memory.prepare(chunk)
                 t1 = time.perf_counter()
@@ -553,6 +555,7 @@ class Session:
                 record = {"chunk": chunk, "frames": 0, "frames_total": 0, "wall_ms": 0.0,
                           "compute_ms": 0.0, "memory_ms": 0.0, "store_ms": 0.0, "decode_ms": 0.0, **mem, **tiers,
                           "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device),
+                          "kv_bytes_to_device": ctx.kv_bytes_to_device - kv_moved, "kv_device_bytes": ctx.kv_device_bytes,
                           **({"observed": True} if observed else {}), **inputs.facts}
                 if inputs.waited_ms:
                     record["input_wait_ms"] = inputs.waited_ms

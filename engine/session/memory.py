@@ -129,6 +129,7 @@ class SessionMemory:
         self.window_chunks = layout.window_chunks
         self.staging = session_staging(cfg, layout)
         self._cache: OrderedDict[int, KV] = OrderedDict()   # device cache: chunk -> its KV, oldest use first
+        self._cache_on = ctx.layers[0].self_kv.k.device if layout.layers else device
         self.store: KVStore | ResidentStore | None = None
         self._last_counters: dict = {}
         self.rerotation = rerotation
@@ -447,8 +448,8 @@ class SessionMemory:
         if self.staging.cache_chunks <= 0:
             return
         for c, kv in loaded.items():
-            if c not in self._cache:
-                self._cache[c] = [(k.clone(), v.clone()) for k, v in kv]
+            if c not in self._cache:   # with --kv-paging layer the copies wait on the host, like the slots
+                self._cache[c] = [(k.to(self._cache_on, copy=True), v.to(self._cache_on, copy=True)) for k, v in kv]
             self._cache.move_to_end(c)
         for c in used:
             if c in self._cache:
@@ -529,10 +530,18 @@ class SessionMemory:
                 k_dst.copy_(k)
                 v_dst.copy_(v)
             self._sink_copied = True
-        self.store.put(chunk, self.ctx.stored_kv())   # keys before the rotation with pre-rope
+        self.store.put(chunk, self._on_store_device(self.ctx.stored_kv()))   # keys before the rotation with pre-rope
         if self.quota is not None:
             self._enforce_quota(chunk)
         return self.tier_record()
+
+    def _on_store_device(self, kv: KV) -> KV:
+        """The chunk's K/V where the store quantises them: with --kv-paging layer they are on the host,
+        the store (on CUDA) quantises on the device, as with chunk paging (the same bytes stored)."""
+        store_device = getattr(self.store, "device", None)
+        if store_device is None or not kv or kv[0][0].device == store_device:
+            return kv
+        return [(k.to(store_device), v.to(store_device)) for k, v in kv]
 
     def _enforce_quota(self, chunk: int) -> None:
         newest_candidate = chunk - self.window_chunks   # the next chunk's newest candidate
