@@ -308,12 +308,13 @@ class Session:
                 self._header(memory.host_baseline_bytes, self._savepoint_plan(memory))
             elif self.fork_of is not None:
                 self._header_written = True
-                self.log.record("fork", **self.fork_of.record(), started=time.time())
+                self.log.record("fork", **self.fork_of.record(), started=time.time(),
+                                kv_paging=self.cfg.memory.kv_paging)
             else:
                 self._header_written = True
                 self.log.record("resume", chunk=self.resume_from.chunk,
                                 frames_total=self.resume_from.facts["frames_total"], started=time.time(),
-                                **self._batch)
+                                kv_paging=self.cfg.memory.kv_paging, **self._batch)
             chunks, frames = self._loop(ctx, memory)
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks and not self._inputs_ended \
                 else "done"
