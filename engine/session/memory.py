@@ -80,8 +80,9 @@ def context_slot_views(ctx: AttentionContext, slot: int) -> KV:
 class ResidentStore:
     """``device-only``: chunks kept as device tensors in the model dtype, within a byte budget."""
 
-    def __init__(self, budget_bytes: int | None):
+    def __init__(self, budget_bytes: int | None, device: torch.device | None = None):
         self.budget = budget_bytes
+        self.device = device   # where the chunks stay (the context may be on the host: --kv-paging layer)
         self.kv: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self.bytes = 0
 
@@ -90,7 +91,8 @@ class ResidentStore:
         if self.budget is not None and self.bytes + size > self.budget:
             raise CapacityError(f"device memory budget of {self.budget / GIB:.1f} GiB is full at chunk "
                                 f"{chunk} ({len(self.kv)} chunks resident; device-only mode has no other tier)")
-        self.kv[chunk] = [(k.clone(), v.clone()) for k, v in kv]
+        self.kv[chunk] = [(k.to(self.device or k.device, copy=True), v.to(self.device or v.device, copy=True))
+                          for k, v in kv]
         self.bytes += size
 
     def counters(self) -> dict:
@@ -138,7 +140,7 @@ class SessionMemory:
         if self.mode == "window":
             return
         if self.mode == "device-only":
-            self.store = ResidentStore(self._device_budget(cfg, device))
+            self.store = ResidentStore(self._device_budget(cfg, device), torch.device(device))
             return
         fmt = ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits,
                                       raw_dtype=str(dtype).removeprefix("torch."))

@@ -36,9 +36,10 @@ def _run(cfg) -> tuple[list[torch.Tensor], list[dict], dict]:
     ("arena", 7, {}),
     ("micro", 6, {}),
     ("micro", 8, {"keys": "pre-rope", "sink": True}),   # keys rotated as they enter, a sink, past the horizon
+    ("micro", 5, {"store": "device-only"}),              # the resident chunks stay on the device
     ("lingbot-tiny", 5, {}),
     ("tiny", 3, {}),
-])
+], ids=["arena", "micro", "micro-pre-rope-sink", "micro-device-only", "lingbot-tiny", "tiny"])
 def test_layer_paging_equals_chunk_paging(tmp_path, model, chunks, memory):
     whole, whole_chunks, whole_header = _run(_config(tmp_path, model, "chunk", chunks, **memory))
     paged, paged_chunks, paged_header = _run(_config(tmp_path, model, "layer", chunks, **memory))
