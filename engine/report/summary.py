@@ -73,11 +73,15 @@ def summary_rows(sessions: list[SessionRecords]) -> list[tuple[str, list[str]]]:
 
 
 def kv_paging_rows(sessions: list[SessionRecords]) -> list[tuple[str, list[str]]]:
-    """``--kv-paging``: the mode, the context K/V copied to the device over the run (all layers; 0 when it
-    stays there) and the most the device held (the chunk records' ``kv_*`` fields; – in older logs)."""
+    """``--kv-paging``: one row, when a session paged per layer: the mode, the context K/V copied to the
+    device over the run (all layers) and the most the device held (the chunk records' ``kv_*`` fields)."""
+    def paging(s) -> str:
+        return str(_get(s.config, "memory", "kv_paging") or "chunk")
+
     def total(s, key, fold):
         values = [r[key] for r in s.chunks if isinstance(r.get(key), (int, float))]
         return fold(values) if values else None
-    return [("KV paging", [str(_get(s.config, "memory", "kv_paging") or "chunk") for s in sessions]),
-            ("KV to device", [_fmt(total(s, "kv_bytes_to_device", sum), "MiB") for s in sessions]),
-            ("KV on device", [_fmt(total(s, "kv_device_bytes", max), "MiB") for s in sessions])]
+    if all(paging(s) == "chunk" for s in sessions):
+        return []
+    return [("KV paging", [f"{paging(s)}: {_fmt(total(s, 'kv_bytes_to_device', sum), 'MiB')} to the device, "
+                           f"{_fmt(total(s, 'kv_device_bytes', max), 'MiB')} held" for s in sessions])]
