@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Callable
 
 import psutil
@@ -75,6 +76,25 @@ def context_slot_views(ctx: AttentionContext, slot: int) -> KV:
     """Per-layer (k, v) views of memory slot ``slot`` of an attention context (one chunk each)."""
     tokens = ctx.layout.tokens_per_chunk
     return [state.self_kv.memory_slot(slot * tokens, tokens) for state in ctx.layers]
+
+
+class LayersOnDevice(Sequence):
+    """Per-layer (k, v) on the host, each layer copied to ``device`` as it is read: the device holds
+    one layer's copy at a time (the one read last), not the whole chunk's."""
+
+    def __init__(self, kv: KV, device: torch.device):
+        self.kv, self.device = kv, device
+        self._last: tuple[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.kv)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._last is None or self._last[0] != index:
+            k, v = self.kv[index]                      # IndexError past the last layer ends iteration
+            self._last = None                          # the previous layer's copy goes first
+            self._last = (index, (k.to(self.device), v.to(self.device)))
+        return self._last[1]
 
 
 class ResidentStore:
@@ -539,11 +559,12 @@ class SessionMemory:
 
     def _on_store_device(self, kv: KV) -> KV:
         """The chunk's K/V where the store quantises them: with --kv-paging layer they are on the host,
-        the store (on CUDA) quantises on the device, as with chunk paging (the same bytes stored)."""
+        the store (on CUDA) quantises on the device, as with chunk paging (the same bytes stored), one
+        layer at a time (``LayersOnDevice``)."""
         store_device = getattr(self.store, "device", None)
         if store_device is None or not kv or kv[0][0].device == store_device:
             return kv
-        return [(k.to(store_device), v.to(store_device)) for k, v in kv]
+        return LayersOnDevice(kv, store_device)
 
     def _enforce_quota(self, chunk: int) -> None:
         newest_candidate = chunk - self.window_chunks   # the next chunk's newest candidate

@@ -141,3 +141,24 @@ def test_the_planner_formula_is_torch_free():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     # LingBot-fast, 3 retrieved chunks: 2 x (3 x 4680 + 18720 + 4680) tokens x 40 x 128 x 2 x 2 bytes
     assert out.stdout.split() == [str(2 * 37440 * 40 * 128 * 2 * 2), "False"]
+
+
+def test_a_stored_chunk_reaches_the_store_one_layer_at_a_time():
+    """With layer paging the chunk's K/V are on the host; the store reads them per layer on its device
+    (here the CPU: the same bytes as the plain list; on the meta device: one layer held at a time)."""
+    from engine.kv_format import ChunkFormat
+    from engine.memory.quant import quantize_chunk_into
+    from engine.session.memory import LayersOnDevice
+
+    kv = [tuple(t.float() for t in _chunk_kv(3, layer)) for layer in range(LAYOUT.layers)]
+    fmt = ChunkFormat.from_layout(LAYOUT, bits=4, value_group=4, raw_dtype="float32")
+    plain, lazy = (torch.zeros(fmt.slot_bytes, dtype=torch.uint8) for _ in range(2))
+    quantize_chunk_into(kv, fmt, plain)
+    quantize_chunk_into(LayersOnDevice(kv, torch.device("cpu")), fmt, lazy)
+    assert torch.equal(plain, lazy)
+    layers = LayersOnDevice(kv, torch.device("meta"))
+    seen = []
+    for index, (k, v) in enumerate(layers):
+        assert k.device.type == "meta" and k.shape == kv[index][0].shape
+        seen.append(layers._last[0])
+    assert seen == list(range(LAYOUT.layers)) and len(layers) == LAYOUT.layers
