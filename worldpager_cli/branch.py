@@ -7,6 +7,7 @@ ends as ``generate`` does (``worldpager_cli.run_common``).
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -17,7 +18,22 @@ from worldpager_cli.run_common import JSON, OVERWRITE, QUIET, RUN_FLAGS, WEIGHTS
 from worldpager_cli.run_signals import abort_on_signals
 from worldpager_cli.streams import keep_going_without_stdout
 
+from engine.config import KV_PAGING_MODES, SessionConfig
 from engine.runtime.cpu_threads import apply_cpu_threads
+
+
+def with_kv_paging(cfg: SessionConfig, kv_paging: str | None) -> SessionConfig:
+    """``--kv-paging`` on resume and fork: where the context K/V waits is the device's business (the
+    save point's tensors are the same bytes either way), so it may differ from the run's; None keeps it."""
+    if kv_paging is None:
+        return cfg
+    return dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, kv_paging=kv_paging))
+
+
+KV_PAGING = click.option("--kv-paging", type=click.Choice(KV_PAGING_MODES), default=None,
+                         help="Where the context K/V waits while a chunk is computed: chunk (on the device) or "
+                              "layer (on the host, one layer's on the device at a time; the same frames). "
+                              "Default: as the run had it.")
 
 
 def run_command(*examples: str, sections: dict | None = None):
@@ -30,7 +46,7 @@ def run_command(*examples: str, sections: dict | None = None):
     "worldpager resume walk.mp4",
     "# its spill drive is full or failing: go on with the spill directory on another drive",
     "worldpager resume walk.mp4 --spill /mnt/other/walk.spill",
-    sections={"out": "Inputs", "spill": "Disk tier"},
+    sections={"out": "Inputs", "spill": "Disk tier", "kv_paging": "Memory"},
 )
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--spill", type=click.Path(path_type=Path), metavar="DIR",
@@ -38,24 +54,27 @@ def run_command(*examples: str, sections: dict | None = None):
                    "new or empty DIR the chunks the save point needs are copied from the old one while it can "
                    "still be read (left as it was). OUT.config.json then names DIR. Default: the run's own.")
 @WEIGHTS
+@KV_PAGING
 @QUIET
 @JSON
-def resume(out, spill, weights, quiet, as_json) -> None:
+def resume(out, spill, weights, kv_paging, quiet, as_json) -> None:
     """Continue a run that was killed or stopped, from its last save point (OUT.mp4.save/)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import claim_output
 
     with claim_output(out, "resume"):   # before anything is read: the run's files are ours now
-        _resume(out, spill, quiet, as_json, weights)
+        _resume(out, spill, quiet, as_json, weights, kv_paging)
 
 
-def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool, weights: str | None = None) -> None:
+def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool, weights: str | None = None,
+            kv_paging: str | None = None) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.resume import resume_point
     from worldpager_cli.progress import make_progress
 
     cfg, sp, notes = resume_point(out, spill, weights)   # everything checked before the MP4 is cut
+    cfg = with_kv_paging(cfg, kv_paging)
     say = say_to(quiet)
     for note in notes:
         click.echo(f"worldpager: {note}", err=True)
@@ -78,7 +97,7 @@ def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool, weights: 
     "# from the save point at chunk 30, 20 chunks long",
     "worldpager fork walk.mp4 --at 30 --chunks 20 --trajectory yaw.yaml --out branch.mp4",
     sections={"at": "Inputs", "trajectory": "Inputs", "out": "Output", "chunks": "Run control",
-              "spill": "Disk tier"},
+              "spill": "Disk tier", "kv_paging": "Memory"},
 )
 @click.argument("parent", type=click.Path(path_type=Path))
 @click.option("--at", "at", type=int, help="The parent's save point (a chunk) to start from. Default: its newest.")
@@ -89,20 +108,21 @@ def _resume(out: Path, spill: Path | None, quiet: bool, as_json: bool, weights: 
                    "video after the save point (the arena and MG2: its chunk + 40), as generate's default length.")
 @click.option("--spill", type=click.Path(path_type=Path), help="The branch's own spill directory. Default: OUT.mp4.spill beside it.")
 @WEIGHTS
+@KV_PAGING
 @OVERWRITE
 @QUIET
 @JSON
-def fork(parent, at, trajectory, out, chunks, spill, weights, overwrite, quiet, as_json) -> None:
+def fork(parent, at, trajectory, out, chunks, spill, weights, kv_paging, overwrite, quiet, as_json) -> None:
     """Start a new run from a save point of PARENT.mp4 that goes another way (PARENT is read, never changed)."""
     keep_going_without_stdout()   # the product is the MP4, not what is printed
     from engine.session.ownership import check_video_path, claim_output
 
     check_video_path(out)
     with claim_output(out):   # held until the branch's run ends: one writer per output
-        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json, weights)
+        _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json, weights, kv_paging)
 
 
-def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json, weights=None) -> None:
+def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json, weights=None, kv_paging=None) -> None:
     from engine.model.registry import model_spec
     from engine.session.loop import Session
     from engine.session.fork import prepare_fork
@@ -110,6 +130,7 @@ def _fork(parent, at, trajectory, out, chunks, spill, overwrite, quiet, as_json,
 
     branch = prepare_fork(parent, at, trajectory, out, chunks=chunks, spill=spill, overwrite=overwrite,
                           weights=weights)
+    branch.cfg = with_kv_paging(branch.cfg, kv_paging)
     cfg, sp = branch.cfg, branch.savepoint
     say = say_to(quiet)
     grid = model_spec(cfg).grid

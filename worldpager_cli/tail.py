@@ -52,6 +52,8 @@ def chunk_line(record: dict, fps: int) -> str:
     if "disk_alloc_bytes" in record:   # --spill-max
         parts.append(f"spill {human_bytes(record['disk_alloc_bytes'])}/{human_bytes(record.get('spill_max_bytes', 0))}"
                      f" dropped {record.get('dropped_chunks', 0)}")
+    if "kv_bytes_to_device" in record:   # context K/V copied to the device (--kv-paging layer) / held there
+        parts.append(f"kv {human_bytes(record['kv_bytes_to_device'])} in, {human_bytes(record.get('kv_device_bytes', 0))} held")
     if "writeback_queue" in record:
         parts.append(f"wb {record['writeback_queue']}")
     if record.get("corrupt_blocks"):

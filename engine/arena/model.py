@@ -405,6 +405,7 @@ class ArenaDiT(nn.Module):
         if not cfg.warp or inputs.prev_cam is None or inputs.cam is None:
             return None
         _, v_win = copy_state.window()                                         # [B, Nw, H, hd]
+        v_win = v_win.to(inputs.cam.device)   # --kv-paging layer: the window waits on the host
         if v_win.shape[1] < cfg.tokens_per_frame:
             return None
         last = v_win[:, -cfg.tokens_per_frame:].flatten(-2)                    # [B, N, P]

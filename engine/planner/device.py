@@ -9,7 +9,7 @@ device holds (bytes; GiB = 2**30):
                resident, bf16: the DiT outside its blocks, the VAE (MG2: and CLIP), and LingBot's UMT5
                text encoder only when ``text_on_device`` (by default it runs once per prompt on the CPU).
   KV           ``chunk``: the bf16 context of every layer (window, current chunk, k retrieved, sink chunks);
-               ``layer``: one layer's context and the next one's, prefetched (``_paged_kv_bytes``).
+               ``layer``: one layer's context and the next one's, prefetched (``engine.planner.kv_paging.paged_kv_device_bytes``).
   activations  the larger of the DiT's peak, tokens x (6 x dim + 2 x ffn_dim) x 2 B (the residual, its
                normed copy, q, k, v, the attention output, and the feed-forward's hidden before and after
                its GELU), plus heads x tokens x context x 2 B of attention scores unless the attention is
@@ -39,9 +39,10 @@ from dataclasses import dataclass
 
 from engine.config import MODEL_CONFIGS
 from engine.errors import ConfigError
-from engine.facts.layout import KVLayout, ModelShape
+from engine.facts.layout import ModelShape
 from engine.planner.block_shapes import COMPUTE_BYTES, ModelWeights, model_weights
 from engine.planner.gpus import GPU, GPUS, compute_s
+from engine.planner.kv_paging import paged_kv_device_bytes
 from engine.planner.weight_plan import Residency, resident_blocks
 
 GiB = 1 << 30
@@ -50,15 +51,8 @@ CONTEXT_BYTES = GiB // 2        # CUDA context + cuBLAS workspace (assumed)
 LIVE_TENSORS = 6                # the DiT's live [tokens, dim] tensors at its peak (see the docstring)
 VAE_FRAMES, VAE_LIVE = 4, 4     # video frames one latent frame decodes to; live tensors of the decoder
 PCIE_GBS = 25.0                 # PCIe 4.0 x16, effective (assumed)
-KV_BUFFERS = 2                  # per-layer paging: this layer's context and the next one's
 AUTO_FORMATS = ("bf16", "int8")
 PAGINGS = ("chunk", "layer")
-
-
-def _paged_kv_bytes(layout: KVLayout, memory_chunks: int, buffers: int = KV_BUFFERS, value_bytes: int = 2) -> int:
-    """Device KV of per-layer paging: ``buffers`` layers x (memory + window + current tokens) x K and V."""
-    tokens = memory_chunks * layout.tokens_per_chunk + layout.window_tokens + layout.tokens_per_chunk
-    return buffers * tokens * layout.channels * 2 * value_bytes
 
 
 def context_chunks(model: ModelShape, retrieve_k: int, sink: bool) -> int:
@@ -169,7 +163,7 @@ def _candidates(inputs: DeviceInputs) -> list[tuple[str, str, bool]]:
 
 def _kv(model: ModelShape, inputs: DeviceInputs, paging: str) -> int:
     if paging == "layer":
-        return _paged_kv_bytes(model.layout, inputs.retrieve_k + (1 if inputs.sink else 0))
+        return paged_kv_device_bytes(model.layout, inputs.retrieve_k + (1 if inputs.sink else 0))
     return device_buffer_bytes(model, inputs.retrieve_k, inputs.sink)
 
 

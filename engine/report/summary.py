@@ -70,7 +70,7 @@ def summary_rows(sessions: list[SessionRecords]) -> list[tuple[str, list[str]]]:
             ("KV bits", [str(_get(s.config, "memory", "kv_bits")) for s in sessions]),
             ("weights", [weights_cell(s) for s in sessions])]
     rows += [(name, [_fmt(_get(summary, *where), unit) for summary in summaries]) for name, where, unit in ROWS]
-    return rows
+    return rows + kv_paging_rows(sessions)
 
 
 def weights_cell(session: SessionRecords) -> str:
@@ -83,3 +83,18 @@ def weights_cell(session: SessionRecords) -> str:
                    if isinstance(r.get("weight_bytes_streamed", 0), (int, float)))
     return (f"{plan.get('format', '?')}, {plan.get('resident_blocks', '?')}/{plan.get('blocks', '?')} blocks resident, "
             f"{_fmt(plan.get('device_weight_bytes'), 'MiB')} on the device, {_fmt(streamed, 'MiB')} streamed")
+
+
+def kv_paging_rows(sessions: list[SessionRecords]) -> list[tuple[str, list[str]]]:
+    """``--kv-paging``: one row, when a session paged per layer: the mode, the context K/V copied to the
+    device over the run (all layers) and the most the device held (the chunk records' ``kv_*`` fields)."""
+    def paging(s) -> str:
+        return str(_get(s.config, "memory", "kv_paging") or "chunk")
+
+    def total(s, key, fold):
+        values = [r[key] for r in s.chunks if isinstance(r.get(key), (int, float))]
+        return fold(values) if values else None
+    if all(paging(s) == "chunk" for s in sessions):
+        return []
+    return [("KV paging", [f"{paging(s)}: {_fmt(total(s, 'kv_bytes_to_device', sum), 'MiB')} to the device, "
+                           f"{_fmt(total(s, 'kv_device_bytes', max), 'MiB')} held" for s in sessions])]

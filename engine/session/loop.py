@@ -298,7 +298,8 @@ class Session:
             pre_rope = self.cfg.memory.keys == "pre-rope"
             assert not pre_rope or isinstance(model, KeyPlacingModel), "config validation admits MG2 only"
             ctx = AttentionContext(model.layout, memory_chunks=self._memory_chunks(), dtype=self.dtype,
-                                   device=self.device, keys_before_rotation=pre_rope)
+                                   device=self.device, keys_before_rotation=pre_rope,
+                                   paging=self.cfg.memory.kv_paging)
             retriever = Retriever(model.camera_poses(), model.grid,
                                   predictor=PREDICTORS[self.cfg.memory.predictor](),
                                   first_visit=self.cfg.memory.retrieve_visit == "first",
@@ -314,12 +315,13 @@ class Session:
                 self._header(memory.host_baseline_bytes, self._savepoint_plan(memory))
             elif self.fork_of is not None:
                 self._header_written = True
-                self.log.record("fork", **self.fork_of.record(), started=time.time())
+                self.log.record("fork", **self.fork_of.record(), started=time.time(),
+                                kv_paging=self.cfg.memory.kv_paging)
             else:
                 self._header_written = True
                 self.log.record("resume", chunk=self.resume_from.chunk,
                                 frames_total=self.resume_from.facts["frames_total"], started=time.time(),
-                                **self._batch)
+                                kv_paging=self.cfg.memory.kv_paging, **self._batch)
             chunks, frames = self._loop(ctx, memory)
             status = "interrupted" if self._stop.is_set() and chunks < self.cfg.chunks and not self._inputs_ended \
                 else "done"
@@ -364,7 +366,7 @@ class Session:
                         observed=None if self.observed is None else {"chunks": self.observed_chunks,
                                                                       "source": self.observed},
                         allocator=self.allocator.as_record(), host_baseline_bytes=host_baseline_bytes,
-                        savepoints=savepoints, **self._weight_facts(), **self._batch)
+                        savepoints=savepoints, kv_paging=self.cfg.memory.kv_paging, **self._weight_facts(), **self._batch)
         self._header_written = True
 
     def _weight_facts(self) -> dict:
@@ -546,6 +548,7 @@ class Session:
                     self._log_decoded(stage.close())
                     return chunk, stage.frames_total
                 t0 = time.perf_counter()
+                kv_moved = ctx.kv_bytes_to_device
                 # 2–4. memory (select, take staged, stage the next chunk's set)
                 mem = memory.prepare(chunk)
                 t1 = time.perf_counter()
@@ -569,6 +572,7 @@ class Session:
                           "compute_ms": 0.0, "memory_ms": 0.0, "store_ms": 0.0, "decode_ms": 0.0, **mem, **tiers,
                           "rss_bytes": process_rss(), "device_bytes": device_bytes(self.device),
                           **_streamed(model),
+                          "kv_bytes_to_device": ctx.kv_bytes_to_device - kv_moved, "kv_device_bytes": ctx.kv_device_bytes,
                           **({"observed": True} if observed else {}), **inputs.facts}
                 if inputs.waited_ms:
                     record["input_wait_ms"] = inputs.waited_ms

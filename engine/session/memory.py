@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Callable
 
 import psutil
@@ -77,11 +78,31 @@ def context_slot_views(ctx: AttentionContext, slot: int) -> KV:
     return [state.self_kv.memory_slot(slot * tokens, tokens) for state in ctx.layers]
 
 
+class LayersOnDevice(Sequence):
+    """Per-layer (k, v) on the host, each layer copied to ``device`` as it is read: the device holds
+    one layer's copy at a time (the one read last), not the whole chunk's."""
+
+    def __init__(self, kv: KV, device: torch.device):
+        self.kv, self.device = kv, device
+        self._last: tuple[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.kv)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._last is None or self._last[0] != index:
+            k, v = self.kv[index]                      # IndexError past the last layer ends iteration
+            self._last = None                          # the previous layer's copy goes first
+            self._last = (index, (k.to(self.device), v.to(self.device)))
+        return self._last[1]
+
+
 class ResidentStore:
     """``device-only``: chunks kept as device tensors in the model dtype, within a byte budget."""
 
-    def __init__(self, budget_bytes: int | None):
+    def __init__(self, budget_bytes: int | None, device: torch.device | None = None):
         self.budget = budget_bytes
+        self.device = device   # where the chunks stay (the context may be on the host: --kv-paging layer)
         self.kv: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self.bytes = 0
 
@@ -90,7 +111,8 @@ class ResidentStore:
         if self.budget is not None and self.bytes + size > self.budget:
             raise CapacityError(f"device memory budget of {self.budget / GIB:.1f} GiB is full at chunk "
                                 f"{chunk} ({len(self.kv)} chunks resident; device-only mode has no other tier)")
-        self.kv[chunk] = [(k.clone(), v.clone()) for k, v in kv]
+        self.kv[chunk] = [(k.to(self.device or k.device, copy=True), v.to(self.device or v.device, copy=True))
+                          for k, v in kv]
         self.bytes += size
 
     def counters(self) -> dict:
@@ -129,6 +151,7 @@ class SessionMemory:
         self.window_chunks = layout.window_chunks
         self.staging = session_staging(cfg, layout)
         self._cache: OrderedDict[int, KV] = OrderedDict()   # device cache: chunk -> its KV, oldest use first
+        self._cache_on = ctx.layers[0].self_kv.k.device if layout.layers else device
         self.store: KVStore | ResidentStore | None = None
         self._last_counters: dict = {}
         self.rerotation = rerotation
@@ -137,7 +160,7 @@ class SessionMemory:
         if self.mode == "window":
             return
         if self.mode == "device-only":
-            self.store = ResidentStore(self._device_budget(cfg, device))
+            self.store = ResidentStore(self._device_budget(cfg, device), torch.device(device))
             return
         fmt = ChunkFormat.from_layout(layout, bits=cfg.memory.kv_bits,
                                       raw_dtype=str(dtype).removeprefix("torch."))
@@ -447,8 +470,8 @@ class SessionMemory:
         if self.staging.cache_chunks <= 0:
             return
         for c, kv in loaded.items():
-            if c not in self._cache:
-                self._cache[c] = [(k.clone(), v.clone()) for k, v in kv]
+            if c not in self._cache:   # with --kv-paging layer the copies wait on the host, like the slots
+                self._cache[c] = [(k.to(self._cache_on, copy=True), v.to(self._cache_on, copy=True)) for k, v in kv]
             self._cache.move_to_end(c)
         for c in used:
             if c in self._cache:
@@ -529,10 +552,19 @@ class SessionMemory:
                 k_dst.copy_(k)
                 v_dst.copy_(v)
             self._sink_copied = True
-        self.store.put(chunk, self.ctx.stored_kv())   # keys before the rotation with pre-rope
+        self.store.put(chunk, self._on_store_device(self.ctx.stored_kv()))   # keys before the rotation with pre-rope
         if self.quota is not None:
             self._enforce_quota(chunk)
         return self.tier_record()
+
+    def _on_store_device(self, kv: KV) -> KV:
+        """The chunk's K/V where the store quantises them: with --kv-paging layer they are on the host,
+        the store (on CUDA) quantises on the device, as with chunk paging (the same bytes stored), one
+        layer at a time (``LayersOnDevice``)."""
+        store_device = getattr(self.store, "device", None)
+        if store_device is None or not kv or kv[0][0].device == store_device:
+            return kv
+        return LayersOnDevice(kv, store_device)
 
     def _enforce_quota(self, chunk: int) -> None:
         newest_candidate = chunk - self.window_chunks   # the next chunk's newest candidate

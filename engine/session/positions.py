@@ -120,4 +120,4 @@ class Rerotation:
         tokens = self.layout.tokens_per_chunk
         for layer, state in enumerate(ctx.layers):
             k, _ = state.self_kv.memory_slot(slot * tokens, tokens)
-            k.copy_(self.rotate_time(layer, k, delta))
+            k.copy_(self.rotate_time(layer, k.to(getattr(ctx, "device", k.device)), delta))   # on the model's device (--kv-paging layer: from the host)

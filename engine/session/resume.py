@@ -236,7 +236,8 @@ def _digests(cfg: SessionConfig) -> set[str]:
     """The config digests a save point of this run may carry: today's (without the spill directory's
     place) and, for one written before the place was left out, the digest with it — the place as the
     config has it and as the log's header recorded it at the start (before a ``resume --spill`` moved it)."""
-    digests = {config_digest(cfg), config_digest(cfg, with_spill=True)}
+    digests = {config_digest(cfg, with_spill=spill, with_paging=paging)
+               for spill in (False, True) for paging in (False, True)}
     try:
         with open_input(cfg.log_path, "log") as f:
             header, _ = line_problem(f.readline(MAX_LINE_BYTES + 2))

@@ -45,16 +45,20 @@ def savepoint_dir(out: Path) -> Path:
     return Path(out).with_name(Path(out).name + ".save")
 
 
-def config_digest(cfg: SessionConfig, with_spill: bool = False) -> str:
+def config_digest(cfg: SessionConfig, with_spill: bool = False, with_paging: bool = False) -> str:
     """What must not change between a run and its resumption (the output paths, where the spill
     directory is — ``resume --spill`` moves it, its contents are checked on their own — how many save
-    points are kept, whether decoding overlaps denoising and the CPU's threads, may). ``with_spill``: the digest as save
-    points written before the spill directory could move have it (its path included)."""
+    points are kept, whether decoding overlaps denoising, the CPU's threads and where the context K/V
+    waits, ``--kv-paging``, may). ``with_spill``: the digest as save points written before the spill
+    directory could move have it (its path included); ``with_paging``: as those written while the
+    paging was in it have it."""
     data = config_to_json(cfg)
     for name in ("out", "log", "keep_savepoints", "decode_overlap", "save_interval_s", "threads"):
         data.pop(name, None)
     if not with_spill:
         data["memory"].pop("spill", None)
+    if not with_paging:
+        data["memory"].pop("kv_paging", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

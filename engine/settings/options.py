@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from engine.config import (ARENA_MODEL, KEY_CONVENTIONS, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS, POSITION_MODES, STORE_MODES,
-                           SYNTHETIC_MODEL, WEIGHT_FORMATS, WRITEBACK_MODES, SessionConfig)
+from engine.config import (ARENA_MODEL, KEY_CONVENTIONS, KV_PAGING_MODES, LATE_PREFETCH_MODES, LINGBOT_MODELS, MODEL_CONFIGS,
+                           POSITION_MODES, STORE_MODES, SYNTHETIC_MODEL, WEIGHT_FORMATS, WRITEBACK_MODES, SessionConfig)
 from engine.errors import ConfigError
 from engine.files.input_files import refuse_wrong_kind
 from engine.settings.sizes import GiB, EXAMPLES, MiB, size_in
@@ -80,7 +80,7 @@ SECTION_OF = {
                      "arena_reproject_depth", "look_around", "seed", "device",
                      "chunk_ms", "kv_scale", "weights"), "Model"),
     **dict.fromkeys(("store", "host_mem", "pool_slots", "device_mem", "kv_bits", "retrieve_k", "retrieve_visit",
-                     "sink", "official_sink", "late_prefetch", "kv_keys"), "Memory"),
+                     "sink", "official_sink", "late_prefetch", "kv_keys", "kv_paging"), "Memory"),
     **dict.fromkeys(("spill", "spill_max", "drive_bw", "io_deadline", "writeback"), "Disk tier"),
     "positions": "Positions",
     **dict.fromkeys(("chunks", "seconds", "minutes", "save_every", "keep_savepoints", "decode_overlap", "threads",
@@ -175,6 +175,9 @@ SESSION_OPTIONS: tuple[Option, ...] = (
     _opt("kv_keys", "choice", "Keys the memory stores: post-rope (rotated at their own positions, as attended) "
          "or pre-rope (before the rotation; rotated when staged, at the positions chosen then: native, extended "
          "or re-placed). MG2 and LingBot models. Default: post-rope.", "memory.keys", KEY_CONVENTIONS),
+    _opt("kv_paging", "choice", "Where the context K/V lives while a chunk is computed: chunk (every layer's on "
+         "the device) or layer (on the host; the device holds one layer's plus the next one's, copied in per "
+         "layer; the same frames, bit for bit). Default: chunk.", "memory.kv_paging", KV_PAGING_MODES),
     _opt("drive_bw", "text", "Emulated drive bandwidth in GB/s: 0.25, or r=0.5,w=0.5.", "memory.drive_bw"),
     _opt("retrieve_k", "int", "Past chunks retrieved per chunk. Default: 3.", "memory.retrieve_k"),
     _opt("retrieve_visit", "choice", "Of past chunks that saw the same view, retrieve the first (the place as "

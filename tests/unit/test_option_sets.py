@@ -35,7 +35,7 @@ SAMPLES = {
     "decode_overlap": True, "positions": "extend", "chunk_ms": "10", "kv_scale": "0.5", "store": "on-demand",
     "spill": "sp", "host_mem": "6", "pool_slots": "9", "device_mem": "4", "kv_bits": "8", "kv_keys": "pre-rope", "weights": "int8",
     "drive_bw": "0.25", "spill_max": "4G", "retrieve_k": "2", "retrieve_visit": "newest", "sink": True, "official_sink": True, "io_deadline": "12",
-    "late_prefetch": "wait", "writeback": "through", "threads": "1",
+    "late_prefetch": "wait", "kv_paging": "layer", "writeback": "through", "threads": "1",
     "set": ["calibration.mouse_step=0.2", "save_interval_s=12"],
 }
 

@@ -12,6 +12,7 @@ from engine.facts.lingbot_models import LINGBOT_CONFIGS, LINGBOT_FAST
 from engine.model.facts import count_parameters
 from engine.model.lingbot.weights import empty_model
 from engine.model.mg2 import CausalDiT
+from engine.planner.kv_paging import paged_kv_device_bytes
 from engine.planner import device as dev
 from engine.planner.block_shapes import model_weights, umt5_params
 from engine.planner.gpus import EFFICIENCY, GPUS, MG2_DIT_PARAMS, compute_s
@@ -51,7 +52,7 @@ def test_a_block_in_int8_quantises_the_attention_and_feed_forward_only():
 
 def test_per_layer_kv_is_two_layers_of_memory_window_and_current():
     layout = LINGBOT.layout                     # 4680 tokens a chunk, 12 window frames = 18720 tokens
-    assert dev._paged_kv_bytes(layout, memory_chunks=4) == 2 * (4 * 4680 + 18720 + 4680) * 40 * 128 * 2 * 2
+    assert paged_kv_device_bytes(layout, memory_chunks=4) == 2 * (4 * 4680 + 18720 + 4680) * 40 * 128 * 2 * 2
 
 
 def test_mg2_keeps_its_calibrated_device_baseline():

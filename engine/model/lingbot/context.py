@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.model.kv_context import AttentionContext, LayerKV
+from engine.model.kv_context import AttentionContext
+from engine.model.kv_layer import LayerKV
 from engine.model.lingbot.cache import CrossKV, FastCaches
 from engine.model.lingbot.dit import WanModelFast
 from engine.model.weight_stream import blocks_in_order
