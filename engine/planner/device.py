@@ -9,7 +9,9 @@ device holds (bytes; GiB = 2**30):
                resident, bf16: the DiT outside its blocks, the VAE (MG2: and CLIP), and LingBot's UMT5
                text encoder only when ``text_on_device`` (by default it runs once per prompt on the CPU).
   KV           ``chunk``: the bf16 context of every layer (window, current chunk, k retrieved, sink chunks);
-               ``layer``: one layer's context and the next one's, prefetched (``engine.planner.kv_paging.paged_kv_device_bytes``).
+               ``layer``: one layer's context and the next one's, prefetched
+               (``engine.planner.kv_paging.paged_kv_device_bytes``), plus the store's k bf16 staging slots,
+               which stay on the device (retrieved chunks are dequantised there, then copied to the host context).
   activations  the larger of the DiT's peak, tokens x (6 x dim + 2 x ffn_dim) x 2 B (the residual, its
                normed copy, q, k, v, the attention output, and the feed-forward's hidden before and after
                its GELU), plus heads x tokens x context x 2 B of attention scores unless the attention is
@@ -162,8 +164,9 @@ def _candidates(inputs: DeviceInputs) -> list[tuple[str, str, bool]]:
 
 
 def _kv(model: ModelShape, inputs: DeviceInputs, paging: str) -> int:
-    if paging == "layer":
-        return paged_kv_device_bytes(model.layout, inputs.retrieve_k + (1 if inputs.sink else 0))
+    if paging == "layer":   # the two layer pages, and the store's k staging slots: retrieved chunks are still
+        staging = inputs.retrieve_k * model.kv_bytes_per_chunk(2.0)   # dequantised on the device, then copied out
+        return paged_kv_device_bytes(model.layout, inputs.retrieve_k + (1 if inputs.sink else 0)) + staging
     return device_buffer_bytes(model, inputs.retrieve_k, inputs.sink)
 
 
@@ -183,7 +186,9 @@ def _pcie(model: ModelShape, w: ModelWeights, inputs: DeviceInputs, paging: str,
     if paging == "layer":
         per_token = layout.layers * layout.channels * 2 * 2          # K and V of every layer, bf16
         memory = (inputs.retrieve_k + (1 if inputs.sink else 0)) * layout.tokens_per_chunk
-        return weights + w.passes * (memory + layout.window_tokens) * per_token + layout.tokens_per_chunk * per_token
+        staged = inputs.retrieve_k * (inputs.stored_chunk_bytes + model.kv_bytes_per_chunk(2.0))   # in, then out
+        return (weights + w.passes * (memory + layout.window_tokens) * per_token + layout.tokens_per_chunk * per_token
+                + staged)
     return weights + (inputs.retrieve_k + 1) * inputs.stored_chunk_bytes
 
 

@@ -76,7 +76,7 @@ def device_lines(d: DevicePlan, runtime_mark: str = "") -> list[str]:
     lines = ["", f"device ({how}): {d.weights_format} weights, {blocks}; KV per {d.kv_paging}",
              f"  weights      {gib(d.weight_bytes)} (blocks + slots {r.device_bytes / GiB:.2f}; the rest of the "
              f"DiT and the {d.aux_label}, bf16, {d.fixed_weight_bytes / GiB:.2f}{text})",
-             f"  KV           {gib(d.kv_bytes)} (bf16, " + ("2 layers x (memory + window + current chunk))"
+             f"  KV           {gib(d.kv_bytes)} (bf16, " + ("2 layers x (memory + window + current chunk), and k staging slots)"
                                                           if d.kv_paging == "layer" else "every layer's context)"),
              f"  activations  {gib(d.activations)}{runtime_mark}",
              f"  CUDA context {gib(d.context)}{runtime_mark}",
