@@ -3,7 +3,8 @@
 Held-out arenas (seeds from ``TRAIN_ARENAS + 2000``, never trained on), every episode kind in turn, each
 episode's chunks after the first scored against the renderer's true depth in the two passes inference
 reads the head in: **generated** (t = 1, pure noise in: the sampler's one step, what a generated chunk
-stores) and **observed** (t = 0, the true frames in: what an observed chunk stores). Context: the true
+stores) and **observed** (t = 0, the true frames in: what an observed chunk stores); the conv head
+(``depth_kind="conv"``) reads the generated pass's x0 and the observed true frames. Context: the true
 frames (an upper bound for a session, whose context is its own output). Figures pooled over pixels:
 abs-rel (|z - z*| / z* over pixels whose true depth is finite), RMSE of z in world units (both with the
 prediction's z capped at 100 units), RMSE of inverse depth, and sky agreement (inverse depth below
@@ -43,6 +44,21 @@ def _scores(pred_inv: torch.Tensor, true_z: torch.Tensor, acc: dict) -> None:
     acc["n"] += true_z.numel()
 
 
+def _predicted(model, eps, noisy: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The head's inverse depth ``[1, C, F, H, W]`` in the pass at flow time ``t`` (the conv head reads that
+    pass's x0, or the true frames at t = 0, as inference does)."""
+    cfg = model.cfg
+    args = (eps.actions, eps.cam, torch.zeros(1, dtype=torch.long), eps.ctx_ids, eps.mem_shift)
+    with torch.no_grad():
+        if cfg.depth_kind == "conv":
+            x0 = eps.frames if float(t.max()) == 0.0 else model.train_forward(eps.frames, noisy, t, *args).clamp(-1, 1)
+            return model.frame_depth(x0.flatten(1, 2), eps.cam.flatten(1, 2)).unflatten(1, (CHUNKS, -1))
+        parts: dict = {}
+        model.train_candidates(eps.frames, noisy, t, *args, parts)
+    inv = parts["inv_depth"].unflatten(0, (1, CHUNKS)).unflatten(2, (cfg.frames_per_chunk, -1))
+    return unpatchify(torch.cat([inv] * 3, -1), cfg.patch, cfg.height, cfg.width)[:, :, :, 0]
+
+
 def evaluate(weights: Path, episodes: int) -> dict:
     model = load_model(weights)
     cfg = model.cfg
@@ -60,12 +76,7 @@ def evaluate(weights: Path, episodes: int) -> dict:
             gen = torch.Generator().manual_seed(e)
             noisy = torch.randn(eps.frames.shape, generator=gen) if t_value == 1.0 else eps.frames
             t = torch.full(eps.frames.shape[:2], t_value)
-            parts: dict = {}
-            with torch.no_grad():
-                model.train_candidates(eps.frames, noisy, t, eps.actions, eps.cam, torch.zeros(1, dtype=torch.long),
-                                       eps.ctx_ids, eps.mem_shift, parts)
-            inv = parts["inv_depth"].unflatten(0, (1, CHUNKS)).unflatten(2, (cfg.frames_per_chunk, -1))
-            inv = unpatchify(torch.cat([inv] * 3, -1), cfg.patch, cfg.height, cfg.width)[:, :, :, 0]   # [1, C, F, H, W]
+            inv = _predicted(model, eps, noisy, t)
             _scores(inv[:, 1:].float(), eps.depth[:, 1:].float(), acc)
         out[mode] = {"abs_rel": acc["absrel"] / acc["n_finite"], "rmse_z": (acc["se_z"] / acc["n_finite"]) ** 0.5,
                      "rmse_inv": (acc["se_inv"] / acc["n"]) ** 0.5, "sky_agree": acc["sky_agree"] / acc["n"]}

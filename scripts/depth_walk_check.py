@@ -61,6 +61,7 @@ def session_psnr(root: Path, arena_seed: int, weights: Path, arm: str) -> list[f
     try:
         cfg = SessionConfig(model="arena", arena_seed=arena_seed, arena_weights=weights, trajectory=root / "walk.yaml",
                             chunks=CHUNKS, out=root / "o.mp4", save_every=0, arena_reproject_depth=arm != "rotation",
+                            look_around=0,   # chunk 0 is the one observed view (no look-around first)
                             memory=MemoryConfig(kv_bits=BITS, pool_slots=2, spill=root / "spill",
                                                 late_prefetch="wait")).validate()
         latents: dict = {}
