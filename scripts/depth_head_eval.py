@@ -6,7 +6,8 @@ reads the head in: **generated** (t = 1, pure noise in: the sampler's one step, 
 stores) and **observed** (t = 0, the true frames in: what an observed chunk stores); the conv head
 (``depth_kind="conv"``) reads the generated pass's x0 and the observed true frames. Context: the true
 frames (an upper bound for a session, whose context is its own output). Figures pooled over pixels:
-abs-rel (|z - z*| / z* over pixels whose true depth is finite), RMSE of z in world units (both with the
+abs-rel (|z - z*| / z* over pixels whose true depth is finite), the share of those within 25 %
+(max(z / z*, z* / z) < 1.25), RMSE of z in world units (both with the
 prediction's z capped at 100 units), RMSE of inverse depth, and sky agreement (inverse depth below
 ``SKY_INVERSE`` on both or neither). Prints a table and a last line of JSON.
 """
@@ -36,6 +37,7 @@ def _scores(pred_inv: torch.Tensor, true_z: torch.Tensor, acc: dict) -> None:
     finite = torch.isfinite(true_z)
     z = pred_inv.clamp_min(1.0 / 100.0).reciprocal()
     acc["absrel"] += float(((z - true_z).abs() / true_z)[finite].sum())
+    acc["within"] += int((torch.maximum(z / true_z, true_z / z) < 1.25)[finite].sum())
     acc["se_z"] += float(((z - true_z) ** 2)[finite].sum())
     acc["n_finite"] += int(finite.sum())
     true_inv = true_z.reciprocal()
@@ -65,7 +67,7 @@ def evaluate(weights: Path, episodes: int) -> dict:
     assert cfg.depth_head, f"{weights} has no depth head"
     out = {}
     for mode, t_value in (("generated", 1.0), ("observed", 0.0)):
-        acc = dict.fromkeys(("absrel", "se_z", "se_inv", "n_finite", "n", "sky_agree"), 0.0)
+        acc = dict.fromkeys(("absrel", "within", "se_z", "se_inv", "n_finite", "n", "sky_agree"), 0.0)
         for e in range(episodes):
             rng = np.random.default_rng([7, e])
             seed = ARENA_BASE + e
@@ -79,7 +81,8 @@ def evaluate(weights: Path, episodes: int) -> dict:
             inv = _predicted(model, eps, noisy, t)
             _scores(inv[:, 1:].float(), eps.depth[:, 1:].float(), acc)
         out[mode] = {"abs_rel": acc["absrel"] / acc["n_finite"], "rmse_z": (acc["se_z"] / acc["n_finite"]) ** 0.5,
-                     "rmse_inv": (acc["se_inv"] / acc["n"]) ** 0.5, "sky_agree": acc["sky_agree"] / acc["n"]}
+                     "rmse_inv": (acc["se_inv"] / acc["n"]) ** 0.5, "sky_agree": acc["sky_agree"] / acc["n"],
+                     "within_25pct": acc["within"] / acc["n_finite"]}
     return out
 
 
@@ -90,9 +93,10 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     res = evaluate(a.weights, a.episodes)
-    print(f"{'pass':<10} {'abs-rel':>8} {'RMSE z':>8} {'RMSE 1/z':>9} {'sky agree':>10}")
+    print(f"{'pass':<10} {'abs-rel':>8} {'< 25 %':>7} {'RMSE z':>8} {'RMSE 1/z':>9} {'sky agree':>10}")
     for mode, r in res.items():
-        print(f"{mode:<10} {r['abs_rel']:8.3f} {r['rmse_z']:8.3f} {r['rmse_inv']:9.4f} {r['sky_agree']:10.3f}")
+        print(f"{mode:<10} {r['abs_rel']:8.3f} {r['within_25pct']:7.3f} {r['rmse_z']:8.3f} {r['rmse_inv']:9.4f} "
+              f"{r['sky_agree']:10.3f}")
     print(json.dumps({"weights": str(a.weights), "episodes": a.episodes, **res}))
 
 
