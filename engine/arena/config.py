@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from engine.model.interface import KVLayout, VideoGrid
 
+DEPTH_KINDS = ("linear", "conv")
 ACTION_DIM = 6          # per latent frame: mean of w, s, a, d and mouse pitch, yaw (x10) over its video frames
 
 
@@ -51,6 +52,9 @@ class ArenaModelConfig:
     code_patch: int = 4
     depth_head: bool = False         # training: a per-pixel inverse-depth output beside the x0 (target: the
                                      # renderer's depth, ``train --depth-weight``); inference reads it with reproject_depth
+    depth_kind: str = "linear"       # the depth head's kind: "linear" (one linear map of the final features per patch;
+                                     # trained by ``train --depth-weight``) or "conv" (``engine.arena.depth_net``: a
+                                     # small conv net over the frame's pixels and camera; ``engine.arena.depth_train``)
     reproject: float = 0.15          # inference: pixels of context frames seen from within this many world units
                                      # of a frame's camera, warped to its view, replace the x0 (engine.arena.reproject;
                                      # 0: off); a session's --arena-reproject overrides it
@@ -67,6 +71,7 @@ class ArenaModelConfig:
         assert self.hypotheses >= 1
         assert self.codebook >= 0 and self.patch % self.code_patch == 0
         assert self.reproject >= 0
+        assert self.depth_kind in DEPTH_KINDS, f"depth_kind must be one of {DEPTH_KINDS}"
 
     @property
     def head_dim(self) -> int:

@@ -104,6 +104,12 @@ class Warped:
         return self._dense(self.hit_footprint, math.inf)
 
 
+def _at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[index]`` for a 1-D long ``index`` along dim 0: the same gather, 3x faster on CPU than
+    advanced indexing (measured 85 -> 25 us for 40k of 46k floats, 288 -> 93 us for pairs)."""
+    return values.index_select(0, index)
+
+
 def pixel_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch.Tensor:
     """World ray directions ``[..., H, W, 3]`` of every pixel centre of cameras ``[..., 4]``, with a
     forward component of exactly 1 (so a point at z-depth d is the eye plus d times its ray)."""
@@ -186,8 +192,8 @@ def _footprint(p: torch.Tensor, idx: torch.Tensor, spread: int):
     source = idx // n
     alive = torch.bincount(source, minlength=len(p)) > 0                                      # sources reaching
     if not alive.all():                                                  # the steps of only those: the same
-        p, idx = p[alive], (alive.cumsum(0) - 1)[source] * n + idx % n
-    sx, sy = (_neighbour_step(p, axis).view(-1, 2)[idx] for axis in (-1, -2))
+        p, idx = p[alive], _at(alive.cumsum(0) - 1, source) * n + idx % n
+    sx, sy = (_at(_neighbour_step(p, axis).view(-1, 2), idx) for axis in (-1, -2))
     half = (0.5 * (sx.abs() + sy.abs())).clamp(0.5, spread + 0.5)
     area = (sx[:, 0] * sy[:, 1] - sx[:, 1] * sy[:, 0]).abs()
     known = (sx != 0).any(-1) & (sy != 0).any(-1)
@@ -225,8 +231,8 @@ def _candidates(p: torch.Tensor, half: torch.Tensor, idx: torch.Tensor, spread: 
     source = col % m
     row = flat // (k * m) * m + source                                                        # (dy, m)
     image = idx // (h * w) * (h * w)
-    target = image[source] + tr.view(-1)[row] * w + tc.view(-1)[col]
-    centre = gc.view(-1)[col] + gr.view(-1)[row]
+    target = _at(image, source) + _at(tr.view(-1), row) * w + _at(tc.view(-1), col)
+    centre = _at(gc.view(-1), col) + _at(gr.view(-1), row)
     return target, centre, source
 
 
@@ -236,7 +242,7 @@ def _zbuffer(target: torch.Tensor, z: torch.Tensor, centre: torch.Tensor, size: 
     two in one scatter: ``centre`` (non-negative float32, whose bits order as its values) and the
     candidate's index packed into one int64 key."""
     zbuf = torch.full((size,), float("inf"), device=z.device).scatter_reduce(0, target, z, "amin")
-    nearest = zbuf[target]
+    nearest = _at(zbuf, target)
     front = (z <= nearest * (1 + Z_TOLERANCE)) | torch.isinf(nearest)
     none = torch.iinfo(torch.int64).max
     assert len(target) < 1 << 32, "candidate index must fit the key's low 32 bits"
@@ -268,7 +274,7 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
         hit, at, *values = _warp_target(sources, src_cam[bi], dst_cam[bi, fi], hfov, spread)
         parts.append((hit + g * (s * h * w), at + bi * (s * h * w), *values))
     hit, src_at, *values = (torch.cat(x) for x in zip(*parts))
-    colours = frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c)[src_at]               # [V, C]
+    colours = _at(frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c), src_at)               # [V, C]
     return Warped((b, f, s, h, w), hit, colours, *values)
 
 
@@ -282,15 +288,15 @@ def _warp_target(sources, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: fl
     pos, zt = _project(planes, finite, src_cam, dst_cam, hfov)                               # [S, H, W, ..]
     idx = _reaching(pos, spread, h, w)                                                        # [M]
     half, area = _footprint(pos, idx, spread)                                                 # [M, ..]
-    target, centre, source = _candidates(pos.view(-1, 2)[idx], half, idx, spread, h, w)      # [candidates]
-    win = _zbuffer(target, zt.view(-1)[idx][source], centre, s * h * w)                     # [S*H*W]
+    target, centre, source = _candidates(_at(pos.view(-1, 2), idx), half, idx, spread, h, w)      # [candidates]
+    win = _zbuffer(target, _at(_at(zt.view(-1), idx), source), centre, s * h * w)                     # [S*H*W]
     hit = (win >= 0).nonzero().squeeze(1)                                                     # [V] target pixels
-    won = source[win[hit]]                                    # which of idx each one shows
-    at = idx[won]                                             # the source pixel each one shows
+    won = _at(source, _at(win, hit))                                    # which of idx each one shows
+    at = _at(idx, won)                                             # the source pixel each one shows
     offset = (src_cam.float() - dst_cam.float())[:, :2]                                      # [S, (x, z)]
     offset = torch.stack([offset[:, 0], torch.zeros_like(offset[:, 0]), offset[:, 1]], -1)   # eyes: one height
-    return hit, at, *_measures(zt.view(-1)[at], rows[at], norm[at], finite.view(-1)[at], offset[at // (h * w)],
-                               area[won])
+    return hit, at, *_measures(_at(zt.view(-1), at), _at(rows, at), _at(norm, at), _at(finite.view(-1), at),
+                               _at(offset, at // (h * w)), _at(area, won))
 
 
 def _measures(zt, from_src, src_norm, finite, offset, area):
@@ -321,16 +327,16 @@ def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
         src = g // f * s + source                                                             # flat (b, s)
         quality = quality_cost(warped.hit_src_dist[lo:hi], warped.hit_dst_dist[lo:hi], warped.hit_angle[lo:hi],
                                warped.hit_footprint[lo:hi])
-        win = choose_among(pix, warped.hit_depth[lo:hi], kind.reshape(-1)[src], quality, time.reshape(-1)[src],
+        win = choose_among(pix, warped.hit_depth[lo:hi], _at(kind.reshape(-1), src), quality, _at(time.reshape(-1), src),
                            h * w)
         cells = (win >= 0).nonzero().squeeze(1)
         win = win[cells] + lo
         parts.append((
             torch.zeros(h * w, c, dtype=warped.colours.dtype, device=cells.device).index_put_(
-                (cells,), warped.colours[win]),
+                (cells,), _at(warped.colours, win)),
             torch.zeros(h * w, dtype=torch.bool, device=cells.device).index_put_(
                 (cells,), torch.ones_like(cells, dtype=torch.bool)),
-            torch.full((h * w,), math.inf, device=cells.device).index_put_((cells,), warped.hit_depth[win]),
-            torch.zeros(h * w, dtype=torch.long, device=cells.device).index_put_((cells,), source[win - lo])))
+            torch.full((h * w,), math.inf, device=cells.device).index_put_((cells,), _at(warped.hit_depth, win)),
+            torch.zeros(h * w, dtype=torch.long, device=cells.device).index_put_((cells,), _at(source, win - lo))))
     frames, hit, depth, pick = (torch.stack(x).view(b, f, h, w, *x[0].shape[1:]) for x in zip(*parts))
     return frames.permute(0, 1, 4, 2, 3), hit, depth, pick

@@ -5,8 +5,9 @@ is that world's rendered view (a start image is refused: the arena model cannot 
 picture in its world), the default path is the packaged ``arena_tour.yaml``, the weights come from
 ``cfg.arena_weights`` or the package, and ``cfg.arena_reproject`` (when given) overrides the weights'
 re-projection radius (``cfg.arena_reproject_depth``: re-projection with the depth head's depth, refused
-for weights without one). The model's shape is read from the weights file's metadata, so a
-retrained model of another size needs no code change.
+for weights without one; without ``cfg.arena_weights`` it picks the packaged depth weights, where
+packaged). The model's shape is read from the weights file's metadata, so a retrained model of another
+size needs no code change.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import torch
 
 from engine.arena.config import ArenaModelConfig
 from engine.arena.pipeline import ArenaPipeline
-from engine.arena.weights import config_of, load_model, packaged_weights_path, read_metadata
+from engine.arena.weights import (config_of, load_model, packaged_depth_weights_path, packaged_weights_path,
+                                  read_metadata)
 from engine.arena.world import Arena
 from engine.config import LOOK_AROUND_MIN_CHUNKS
 from engine.errors import ConfigError
@@ -28,7 +30,13 @@ DEFAULT_TRAJECTORY = "arena_tour.yaml"
 
 
 def _weights(cfg):
-    return cfg.arena_weights if cfg.arena_weights is not None else packaged_weights_path()
+    """``--arena-weights``; else with ``--arena-reproject-depth`` the packaged depth weights (the packaged
+    weights plus a trained depth head) where packaged; else the packaged weights."""
+    if cfg.arena_weights is not None:
+        return cfg.arena_weights
+    if cfg.arena_reproject_depth and packaged_depth_weights_path().exists():
+        return packaged_depth_weights_path()
+    return packaged_weights_path()
 
 
 def _facts(cfg) -> tuple[ArenaModelConfig, dict, int]:
@@ -55,7 +63,7 @@ def spec(cfg) -> ModelSpec:
     m, meta, params = _facts(cfg)
     if cfg.arena_reproject_depth and not m.depth_head and ArenaPipeline.depth_source is None:
         raise ConfigError(f"--arena-reproject-depth needs weights with a depth head; {_weights(cfg)} has none "
-                          "(train one: python -m engine.arena.train --depth-weight)")
+                          "(train one: python -m engine.arena.depth_train)")
     banner = (f"worldpager: arena model (our own world model, {params / 1e6:.1f} M parameters, "
               f"{meta.get('train_steps', '?')} training steps) in arena {cfg.arena_seed}: "
               f"{m.height}x{m.width} frames shown at {m.video_size[0]}x{m.video_size[1]}{_plan(cfg)}")

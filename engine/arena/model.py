@@ -25,7 +25,8 @@ each frame's camera (``engine.arena.warp``; exact for a turn, nearest sampling),
 softmax over (generated, copied, warped); ``depth_head`` adds a per-pixel inverse-depth output (trained
 against the renderer's depth; at inference with ``reproject_depth`` the pipeline stores it beside each
 chunk's pixels in the depth layer and context frames are re-projected with it from anywhere:
-``engine.arena.depth_reproject``); ``hypotheses`` > 1 gives each token several candidate
+``engine.arena.depth_reproject``; ``depth_kind``: a linear map of the final features, or a small conv net
+over the x0's pixels, ``engine.arena.depth_net``); ``hypotheses`` > 1 gives each token several candidate
 patches and a categorical over them (trained winner-takes-all: each candidate becomes one sharp mode
 instead of their average), and the likeliest is kept. At inference, given its context frames' cameras
 (``ChunkInputs.ctx_cam``), ``chunk_forward`` re-projects the pixels of context frames seen from the same
@@ -43,6 +44,7 @@ from torch import nn
 from engine.arena import codebook
 from engine.arena import depth_reproject
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
+from engine.arena.depth_net import DepthNet
 from engine.arena.patches import patchify, unpatchify
 from engine.arena.reproject import reproject
 from engine.arena.warp import warp_frames
@@ -222,10 +224,12 @@ class ArenaDiT(nn.Module):
             subs = (cfg.patch // cfg.code_patch) ** 2
             self.code_head = nn.Linear(d, subs * cfg.codebook)
             self.register_buffer("codes", torch.zeros(cfg.codebook, 3 * cfg.code_patch ** 2))
-        if cfg.depth_head:    # inverse depth (1 / world units; sky 0) of every pixel of a patch
+        if cfg.depth_head and cfg.depth_kind == "linear":   # inverse depth (1 / world units; sky 0) per patch pixel
             self.depth_out = nn.Linear(d, cfg.patch * cfg.patch)
             nn.init.zeros_(self.depth_out.weight)
             nn.init.zeros_(self.depth_out.bias)
+        elif cfg.depth_head:  # the conv head: inverse depth of a frame's pixels (engine.arena.depth_net)
+            self.depth_net = DepthNet(cfg)
         self.rope = TimeRope(cfg.rope_time_dims, cfg.rope_theta)
 
     def init_new_parts(self, missing: list[str], generator: torch.Generator | None = None) -> None:
@@ -286,7 +290,7 @@ class ArenaDiT(nn.Module):
         z = modulate(self.final_norm(h), shift, scale)
         gen = self.head(z)[..., None, :]                                        # [B, T, 1, P]
         logits = None
-        if cfg.depth_head and parts is not None:
+        if cfg.depth_head and cfg.depth_kind == "linear" and parts is not None:
             parts["inv_depth"] = self.depth_out(z)                              # [B, T, patch**2]
         if cfg.codebook:
             code_logits = self.code_head(z)                                     # [B, T, S * codes]
@@ -443,7 +447,9 @@ class ArenaDiT(nn.Module):
                                  self._window_warp(copy_state, inputs))
         x0 = self.likeliest(x0, logits)
         x0 = unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
-        inv = self.inverse_depth(h, cond) if with_depth else None
+        inv = None
+        if with_depth:   # the linear head reads the final features, the conv head the x0 before re-projection
+            inv = self.inverse_depth(h, cond) if cfg.depth_kind == "linear" else self.frame_depth(x0, inputs.cam)
         if inputs.depth:
             x0, inv = self._depth_reprojected(x0, inv, v_all[:, :n_ctx], ctx, inputs)
         else:
@@ -458,6 +464,12 @@ class ArenaDiT(nn.Module):
         inv = self.depth_out(modulate(self.final_norm(h), shift, scale))                # [B, T, p*p]
         inv = inv.unflatten(1, (cfg.frames_per_chunk, -1))
         return unpatchify(torch.cat([inv] * 3, -1), cfg.patch, cfg.height, cfg.width)[:, :, 0]
+
+    def frame_depth(self, frames: torch.Tensor, cam: torch.Tensor) -> torch.Tensor:
+        """The conv depth head's inverse depth ``[B, F, H, W]`` of frames ``[B, F, 3, H, W]`` seen from
+        ``cam [B, F, 4]`` (an observed chunk's truth, or a generated chunk's x0)."""
+        assert self.cfg.depth_head and self.cfg.depth_kind == "conv", "frame depth needs the conv depth head"
+        return self.depth_net(frames, cam.to(frames.device))
 
     def write_depth(self, ctx, inv_depth: torch.Tensor, kind: int) -> None:
         """The chunk's inverse depth ``[B, F, H, W]`` (``kind``: observed or generated) into the context's

@@ -175,13 +175,17 @@ class ArenaPipeline:
     @torch.no_grad()
     def observe(self, chunk: int, ctx) -> torch.Tensor:
         """An observed chunk: the world's rendered truth at the chunk's poses, through the clean pass only
-        (no noise drawn); with depth re-projection a full pass instead (the same K/V) for the depth head."""
+        (no noise drawn); with depth re-projection the depth head's depth of it too (the linear head: a full
+        pass instead, the same K/V; the conv head reads the frames)."""
         inputs, to = self._inputs(chunk)
         truth = self.truth(chunk)[None].to(**to)
         if not self.depth:
             return self._clean_pass(truth, inputs, to, ctx)
         inv = None
-        if self._with_depth():
+        if self._with_depth() and self.cfg.depth_kind == "conv":    # the clean pass, then the head on the truth
+            self._clean_pass(truth, inputs, to, ctx)
+            inv = self.model.frame_depth(truth, inputs.cam)
+        elif self._with_depth():
             inv = self.model.chunk_forward(truth, torch.zeros(1, **to), inputs, ctx, with_depth=True)[1]
         else:
             self._clean_pass(truth, inputs, to, ctx)

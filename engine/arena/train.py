@@ -445,6 +445,9 @@ def main(argv=None) -> None:
                        codebook=a.codebook, depth_head=True if a.depth_weight > 0 else None)
     if a.depth_weight > 0 and not cfg.depth_head:
         p.error(f"--depth-weight: the checkpoint in {a.out} has no depth head")
+    if a.depth_weight > 0 and cfg.depth_kind != "linear":
+        p.error("--depth-weight trains the linear depth head; the conv head trains with "
+                "python3 -m engine.arena.depth_train")
     result = train(a.out, r, cfg,
                    a.device, a.save_every, a.init, a.quiet,
                    budget_s=None if a.minutes is None else 60.0 * a.minutes, workers=a.workers)

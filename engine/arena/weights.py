@@ -30,6 +30,11 @@ def packaged_weights_path() -> Path:
     return Path(__file__).resolve().parent / "weights" / "arena.safetensors"
 
 
+def packaged_depth_weights_path() -> Path:
+    """The packaged weights plus a trained conv depth head (``engine.arena.depth_train``), when packaged."""
+    return Path(__file__).resolve().parent / "weights" / "arena-depth.safetensors"
+
+
 def config_of(path: Path) -> ArenaModelConfig:
     """The model config stored in a weights file's metadata."""
     meta = read_metadata(path)

@@ -13,11 +13,11 @@ with the same threads, **interleaved in rounds**: round r runs one session of ea
 even rounds and depth first in odd ones (A B, B A, ...), so a machine that gets busier or quieter weighs
 on both arms alike. Each arm's chunks after ``warmup`` of every round are pooled into its medians; the
 ratios depth / today of the median wall and compute (model) times are checked against ``TARGET`` (a
-figure, never an assertion); each round's own ratios show how much the machine moved them. The packaged
-weights have no depth head, and a head's compute hardly depends on its weights' values: the depth arm
-runs the packaged weights plus a seeded random depth head
-(``engine.arena.weights.with_seeded_depth_head``), so its pictures mean nothing and its times are about
-a trained head's (the splat's work grows with the pixels that land in a view and their footprints: with
+figure, never an assertion); each round's own ratios show how much the machine moved them. The depth arm
+runs the packaged depth weights (``arena-depth.safetensors``: the packaged weights plus a trained depth
+head) where they are packaged; else, as a head's compute hardly depends on its weights' values, the
+packaged weights plus a seeded random depth head (``engine.arena.weights.with_seeded_depth_head``), whose
+pictures mean nothing and whose times are about a trained head's (the splat's work grows with the pixels that land in a view and their footprints: with
 the renderer's true depth in its place it measured about 10 % less). The 1-minute load average before
 and after every session is recorded.
 """
@@ -35,6 +35,8 @@ TARGET = 1.5                         # chunk compute with depth and re-projectio
 DEPTH_HEAD_SEED = 0
 DEPTH_HEAD_NOTE = (f"the depth arm runs the packaged weights plus a seeded random depth head (seed "
                    f"{DEPTH_HEAD_SEED}): its compute is about a trained head's, its pictures are not")
+
+DEPTH_HEAD_TRAINED_NOTE = "the depth arm runs the packaged weights with their trained depth head (arena-depth.safetensors)"
 
 
 def medians(steady: list[dict]) -> dict:
@@ -107,13 +109,15 @@ def _ratios(today: dict, depth: dict) -> dict:
 def bench_speed_compare(flags: dict, warmup: int, rounds: int, workdir: Path | None = None) -> dict:
     """Today's arena session against the same with depth re-projection, interleaved in ``rounds`` (see
     the module docstring): per arm its pooled medians, per session its own, the ratios and the target."""
-    from engine.arena.weights import packaged_weights_path, with_seeded_depth_head
+    from engine.arena.weights import packaged_depth_weights_path, packaged_weights_path, with_seeded_depth_head
 
     pooled: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     sessions, facts = [], {}
     with tempfile.TemporaryDirectory(prefix="worldpager-speed-", dir=workdir) as tmp:
-        weights = with_seeded_depth_head(packaged_weights_path(), Path(tmp) / "depth-head.safetensors",
-                                         DEPTH_HEAD_SEED)
+        weights, note = packaged_depth_weights_path(), DEPTH_HEAD_TRAINED_NOTE
+        if not weights.exists():
+            weights, note = with_seeded_depth_head(packaged_weights_path(), Path(tmp) / "depth-head.safetensors",
+                                                   DEPTH_HEAD_SEED), DEPTH_HEAD_NOTE
         overlays = {"today": {}, "depth": {"arena_weights": str(weights), "arena_reproject_depth": True}}
         for r in range(rounds):
             for arm in (ARMS if r % 2 == 0 else ARMS[::-1]):
@@ -131,7 +135,7 @@ def bench_speed_compare(flags: dict, warmup: int, rounds: int, workdir: Path | N
     loads = [s[k] for s in sessions for k in ("load_before", "load_after") if s[k] is not None]
     return {"compare": "depth", "arms": arms, "ratio": ratio, "round_ratios": round_ratios, "target": TARGET,
             "within_target": {k: None if v is None else v <= TARGET for k, v in ratio.items()},
-            "rounds": rounds, "order": "interleaved in rounds: A B, then B A, ...", "depth_head": DEPTH_HEAD_NOTE,
+            "rounds": rounds, "order": "interleaved in rounds: A B, then B A, ...", "depth_head": note,
             "sessions": sessions, "status": "done" if all(s["status"] == "done" for s in sessions) else "failed",
             "load_1min": {"min": min(loads), "max": max(loads)} if loads else None,
             "model": facts.get("model"), "device": facts.get("device"), "threads": facts.get("threads"),

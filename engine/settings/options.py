@@ -141,7 +141,8 @@ SESSION_OPTIONS: tuple[Option, ...] = (
          "arena_reproject"),
     _opt("arena_reproject_depth", "switch", "Arena model: a generated frame takes the pixels of memory and window "
          "frames from any distance, moved into its view with the depth the model predicted for them (weights "
-         "with a depth head). Default: off.", "arena_reproject_depth"),
+         "with a depth head: without --arena-weights, the packaged arena-depth.safetensors). Default: off.",
+         "arena_reproject_depth"),
     _opt("look_around", "int", "Arena model: the session first observes a look around at its start (a full turn "
          "on the spot, the world's rendered truth, marked in the corner) for this many chunks (0: none, else at least "
          "3), at most all but the last; not with --observe, whose clip is observed instead. Default: 7.", "look_around"),

@@ -74,7 +74,8 @@ def test_weights_without_a_depth_head_are_refused_in_one_line(tmp_path):
     from tests.tests_support import WORLDPAGER
 
     done = subprocess.run([*WORLDPAGER, "generate", "--arena-reproject-depth", "--chunks", "2", "--out",
-                           str(tmp_path / "o.mp4")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                           str(tmp_path / "o.mp4"), "--arena-weights", str(packaged_weights_path())],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("worldpager: error: --arena-reproject-depth needs weights with a depth head")

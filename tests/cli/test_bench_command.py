@@ -187,18 +187,23 @@ def test_bench_speed_compare_depth_interleaves_both_arms_and_reports_the_ratio(t
     work = tmp_path / "work"
     work.mkdir()
     calls = []
-    real = ArenaDiT.inverse_depth
+    from engine.arena.weights import packaged_depth_weights_path
+
+    trained = packaged_depth_weights_path().exists()   # the packaged conv head; else a seeded linear one
+    name = "frame_depth" if trained else "inverse_depth"
+    real = getattr(ArenaDiT, name)
 
     def counted(self, *args):   # the depth arm runs the depth head (today's does not)
         calls.append(1)
         return real(self, *args)
 
-    monkeypatch.setattr(ArenaDiT, "inverse_depth", counted)
+    monkeypatch.setattr(ArenaDiT, name, counted)
     result = run("speed", "--compare", "depth", "--chunks", 3, "--warmup", 1, "--rounds", 2, "--workdir", work)
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("bench speed --compare depth: arena on cpu")
-    assert any("seeded random depth head" in line for line in lines)
+    note = "trained depth head (arena-depth.safetensors)" if trained else "seeded random depth head"
+    assert any(note in line for line in lines)
     assert any(line.split()[:3] == ["step", "today", "ms"] for line in lines)
     doc = last_json(result.stdout)
     assert doc["bench"] == "speed" and doc["compare"] == "depth" and doc["status"] == "done"
