@@ -482,9 +482,8 @@ class ArenaDiT(nn.Module):
                            inputs: ChunkInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x0`` with the context frames (pixels ``v_ctx``, depth and kind from the depth layer) moved into
         its views with their depth (``engine.arena.depth_reproject``); ``inv`` where a pixel was moved:
-        its depth in the target. Then the observed frames within the rotation-only radius are warped in
-        over it as ``engine.arena.reproject`` does (a splat's footprint can bleed a near edge of another
-        source over an observed pixel seen from the very same place; the rotation warp cannot)."""
+        its depth in the target. Then the frames within the rotation-only radius are warped in over it as
+        ``engine.arena.reproject`` does, observed ones last (``depth_reproject.same_place``)."""
         cfg = self.cfg
         if inputs.ctx_cam is None or v_ctx.shape[1] == 0:
             return x0, inv
@@ -499,10 +498,9 @@ class ArenaDiT(nn.Module):
                                                            inputs.ctx_cam, inputs.cam, cfg.hfov)
         if inv is not None:
             inv = torch.where(hit, z.reciprocal().to(inv.dtype), inv)
-        if inputs.reproject > 0:   # observed frames from (nearly) the same place: exact for a turn, no splat
-            far = torch.full_like(inputs.ctx_cam, 1e9)
-            cams = torch.where((kind == depth_reproject.OBSERVED)[..., None], inputs.ctx_cam, far)
-            out = reproject(out, frames, cams, inputs.cam, inputs.reproject, cfg.hfov)[0]
+        if inputs.reproject > 0:   # frames from (nearly) the same place: exact for a turn, no splat
+            out = depth_reproject.same_place(out, frames, kind, inputs.ctx_cam, inputs.cam, inputs.reproject,
+                                             cfg.hfov)
         return out, inv
 
     def _reprojected(self, x0: torch.Tensor, v_ctx: torch.Tensor, inputs: ChunkInputs) -> torch.Tensor:

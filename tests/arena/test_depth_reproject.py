@@ -123,6 +123,21 @@ def test_an_observed_view_beats_the_sessions_own_frame_of_the_same_surface():
     assert hit.all() and torch.equal(out[0, 0], observed)
 
 
+def test_a_return_to_a_generated_place_shows_its_first_visit_and_an_observation_still_wins():
+    cam, away = (0.0, 0.0, 20.0, 0.0), (0.4, 0.3, 20.0, 0.0)
+    first_visit = torch.rand(3, CFG.height, CFG.width, generator=torch.Generator().manual_seed(0))
+    observed_far = _view(away)
+    splat = torch.full((1, 1, 3, CFG.height, CFG.width), 0.5)           # what the depth splat made of it
+    frames = torch.stack([observed_far, first_visit])[None]
+    kind = torch.tensor([[OBSERVED, GENERATED]])
+    out = depth_reproject.same_place(splat, frames, kind, _cams(away, cam), _cams(cam), CFG.reproject, CFG.hfov)
+    assert torch.equal(out[0, 0], first_visit)        # the observed frame 0.5 units off is not within reach
+    observed_here = _view(cam)
+    frames = torch.stack([observed_here, first_visit])[None]
+    out = depth_reproject.same_place(splat, frames, kind, _cams(cam, cam), _cams(cam), CFG.reproject, CFG.hfov)
+    assert torch.equal(out[0, 0], observed_here)     # from the same place, the observation wins
+
+
 # ---- sessions -----------------------------------------------------------------------------------
 
 # Chunk 0 (observed) at the start; then half a unit forward and hold: in chunks 2-4 every frame is 0.49
