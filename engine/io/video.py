@@ -64,6 +64,9 @@ X264_PRESETS = (
 )
 
 
+KEPT_ENDS = 64   # recent write ends kept for an in-place cut back (the log is at most a chunk or two behind)
+
+
 class VideoWriter:
     """Append RGB frames to a fragmented H.264 MP4, each :meth:`write` a self-contained segment.
 
@@ -109,6 +112,9 @@ class VideoWriter:
             except OSError:
                 pass   # the header's error is the one to report
             raise
+        # file size where each recent write ended, by frames written then: a cut back to one of them
+        # truncates in place, which needs no free space (a full drive is when a cut back is needed)
+        self._ends: dict[int, int] = {0: self._size}
 
     @classmethod
     def reopen(cls, path: Union[str, os.PathLike], keep_frames: int, width: int, height: int, fps: int,
@@ -138,7 +144,13 @@ class VideoWriter:
             temporary.unlink(missing_ok=True)   # left by a killed earlier call
         except OSError as exc:
             raise OutputError(f"cannot write video {path}: {temporary}: {_reason(exc)}") from None
-        writer = cls(temporary, width, height, fps, crf, preset)
+        try:
+            writer = cls(temporary, width, height, fps, crf, preset)
+        except BaseException as exc:   # its header did not fit (a full drive): leave no temporary behind
+            cleanup = Cleanup(exc)
+            cleanup.run(temporary.unlink, missing_ok=True)
+            cleanup.finish()
+            raise
         try:
             _check_same_header(path, writer._header)
             for group in read_groups(path, keep_frames):
@@ -160,9 +172,24 @@ class VideoWriter:
         does not hold is taken back out of the video, so the two agree)."""
         self.close()
         if frames < self._frames_written:
-            s = self._settings
-            VideoWriter.reopen(self.path, frames, self.width, self.height, s.fps, s.crf, s.preset).close()
+            end = self._ends.get(frames)
+            if end is not None:   # where a recent write ended: the same bytes, cut in place
+                self._truncate(end)
+            else:
+                s = self._settings
+                VideoWriter.reopen(self.path, frames, self.width, self.height, s.fps, s.crf, s.preset).close()
             self._frames_written = frames
+
+    def _truncate(self, size: int) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise OutputError(f"cannot write video {self.path}: {_reason(exc)}") from None
 
     @property
     def frames_written(self) -> int:
@@ -194,6 +221,9 @@ class VideoWriter:
         self._append_bytes(data)
         self._fragments_written += count
         self._frames_written += len(samples)
+        self._ends[self._frames_written] = self._size
+        if len(self._ends) > KEPT_ENDS:
+            del self._ends[min(self._ends)]
 
     def _append_bytes(self, data: bytes) -> None:
         """Append ``data`` whole, or not at all: a write that fails (a full drive) is cut back to the

@@ -176,3 +176,23 @@ def test_count_frames_garbage_file(tmp_path):
     junk.write_bytes(b"not a video" * 10)
     with pytest.raises(InputError, match="cannot decode video"):
         count_frames(junk)
+
+
+def test_a_cut_back_to_a_recent_write_truncates_in_place_to_the_same_bytes(tmp_path, monkeypatch):
+    """A cut back (the log failed after a chunk's frames were muxed) needs no free space: it truncates the
+    file where that write ended, to the bytes a run that stopped there wrote; no temporary file is made."""
+    frames = np.random.default_rng(0).integers(0, 255, (21, 16, 32, 3), dtype=np.uint8)
+    with VideoWriter(tmp_path / "short.mp4", 32, 16, 16) as w:
+        w.write(frames[:9])
+    long = VideoWriter(tmp_path / "long.mp4", 32, 16, 16)
+    long.write(frames[:9])
+    long.write(frames[9:])
+
+    def no_reopen(*args, **kwargs):
+        raise AssertionError("a cut back to a recent write must not rewrite the file")
+    monkeypatch.setattr(VideoWriter, "reopen", no_reopen)
+    long.cut_back(9)
+    assert (tmp_path / "long.mp4").read_bytes() == (tmp_path / "short.mp4").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.mp4", "short.mp4"]
+    with av.open(str(tmp_path / "long.mp4")) as c:
+        assert sum(1 for _ in c.decode(video=0)) == 9
