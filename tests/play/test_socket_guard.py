@@ -90,6 +90,7 @@ def test_a_deeply_nested_message_is_a_counted_drop_and_the_driver_keeps_driving(
     asyncio.run(_drive_through(server, ["[" * 3000, "{\"type\": " * 1000]))
     assert server.dropped == 2
     assert [seq for _, _, seq in server.source.inputs] == [1, 2]
+    _until(lambda: len(server.source.steering) >= 2, "the server to see the socket close")   # on its own thread
     assert server.source.steering == [True, False]          # one driver, who left only when the socket closed
     assert "Traceback" not in capsys.readouterr().err
 
