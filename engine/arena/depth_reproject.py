@@ -29,6 +29,7 @@ from engine.arena.patches import patchify, unpatchify
 from engine.arena.reproject import reproject
 from engine.arena.source_rank import GENERATED, OBSERVED
 
+SAMPLE = "bilinear"  # how a moved source pixel is read (engine.arena.depth_warp.warp's ``sample``)
 SKY_INVERSE = 1e-2   # inverse depth below this (farther than 100 world units, past any arena wall): sky
 __all__ = ["OBSERVED", "GENERATED", "pack", "unpack", "z_depth", "reproject_with_depth", "same_place"]
 
@@ -68,7 +69,7 @@ def reproject_with_depth(x0: torch.Tensor, frames: torch.Tensor, inv_depth: torc
     depth ``[B, S, H, W]``, ``kind`` and latent-frame ``time [B, S]``, cameras ``ctx_cam [B, S, 4]``) sees
     from the cameras ``cam [B, F, 4]`` replaced by the winning source's pixel. Returns it, the replaced
     pixels ``[B, F, H, W]`` and their z-depth in the target (``inf`` elsewhere)."""
-    warped = warp(frames.float(), z_depth(inv_depth), ctx_cam.float(), cam.float(), hfov)
+    warped = warp(frames.float(), z_depth(inv_depth), ctx_cam.float(), cam.float(), hfov, sample=SAMPLE)
     moved, hit, depth, _ = composite(warped, kind, time)
     out = torch.where(hit[:, :, None], moved.to(x0.dtype), x0)
     return out, hit, depth

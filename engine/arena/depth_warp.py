@@ -14,12 +14,21 @@ is unprojected with its depth to a world point (sky: a direction, moved by the r
 projected into the target camera, and written to the target pixels its footprint covers: the nearest
 pixel always, and up to ``spread`` pixels further where the source pixel, magnified (the target stands
 nearer or sees the surface less obliquely), covers them (the footprint is the spacing of its projected
-neighbours, the smaller one on each side so that a depth edge does not smear). Sampling stays nearest:
-a target pixel is a copy of one source pixel, never a blend. Where several source pixels land on one
+neighbours, the smaller one on each side so that a depth edge does not smear). Where several source pixels land on one
 target pixel the nearest surface wins (the z-buffer: a near wall occludes a far one), and among pixels
 of that surface (within ``Z_TOLERANCE``) the one whose projection is nearest the pixel's centre. Points
 behind the target camera (or nearer than ``NEAR``) and outside its view are dropped; target pixels no
 source pixel reaches (disocclusions, the view beyond the source's) are holes: not valid.
+
+**Sampling** (``sample``): ``nearest`` copies the winning source pixel; ``bilinear`` reads the winner's
+source at the point the target pixel's centre falls on (the gap between the centre and the winner's
+projection, mapped back through its neighbour steps: within one source pixel), from the four taps around
+it that lie on the winner's surface (source depth within ``TAP_TOLERANCE``; sky with sky), so a wall seen
+nearer than its source saw it is interpolated, not blocky, and a near edge never bleeds into a far wall.
+Which pixels are reached, and every measure, are the same either way; only the colours differ. Measured
+with true depth (six held-out arenas, five moves of 0.5–1 unit and turns): 25.27 dB on the reached
+pixels nearest, 26.72 bilinear; in a walking session with the depth head (``scripts/depth_walk_check.py``,
+frames moved from the observed view) 23.26 -> 24.17 dB.
 
 ``warp`` gives one warped image per (target, source) pair with its validity, depth in the target and
 what ``engine.arena.source_rank`` ranks sources by; ``composite`` picks one source per pixel.
@@ -46,6 +55,8 @@ from engine.arena.warp import _basis
 
 NEAR = 0.05             # world units: target-space points nearer than this are dropped (behind the camera)
 Z_TOLERANCE = 0.02      # relative: splats within this of a pixel's nearest depth are the same surface
+SUB_SNAP = 1e-3        # source pixels: a sampling point nearer its pixel's centre is the centre (a copy)
+TAP_TOLERANCE = 0.3     # relative: a bilinear tap of the same surface as the winning source pixel
 
 
 @dataclass(frozen=True)
@@ -197,7 +208,7 @@ def _footprint(p: torch.Tensor, idx: torch.Tensor, spread: int):
     half = (0.5 * (sx.abs() + sy.abs())).clamp(0.5, spread + 0.5)
     area = (sx[:, 0] * sy[:, 1] - sx[:, 1] * sy[:, 0]).abs()
     known = (sx != 0).any(-1) & (sy != 0).any(-1)
-    return half, torch.where(known, area, torch.ones_like(area))
+    return half, torch.where(known, area, torch.ones_like(area)), sx, sy
 
 
 def _reaching(p: torch.Tensor, spread: int, h: int, w: int) -> torch.Tensor:
@@ -253,7 +264,7 @@ def _zbuffer(target: torch.Tensor, z: torch.Tensor, centre: torch.Tensor, size: 
 
 
 def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor,
-         hfov: float, spread: int = 1) -> Warped:
+         hfov: float, spread: int = 1, sample: str = "nearest") -> Warped:
     """Sources ``frames [B, S, 3, H, W]`` with z-depth ``depth [B, S, H, W]`` seen from ``src_cam
     [B, S, 4]``, forward-splatted into every target camera ``dst_cam [B, F, 4]`` (module docstring);
     ``spread`` bounds how many pixels a magnified source pixel reaches past its nearest (0: nearest only).
@@ -271,10 +282,13 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
     for g in range(b * f):
         bi, fi = divmod(g, f)
         sources = (tuple(planes[:, bi]), from_src[bi].view(-1, 3), norm[bi].view(-1), finite[bi])
-        hit, at, *values = _warp_target(sources, src_cam[bi], dst_cam[bi, fi], hfov, spread)
-        parts.append((hit + g * (s * h * w), at + bi * (s * h * w), *values))
-    hit, src_at, *values = (torch.cat(x) for x in zip(*parts))
-    colours = _at(frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c), src_at)               # [V, C]
+        hit, at, sub, *values = _warp_target(sources, src_cam[bi], dst_cam[bi, fi], hfov, spread)
+        parts.append((hit + g * (s * h * w), at + bi * (s * h * w), sub, *values))
+    hit, src_at, sub, *values = (torch.cat(x) for x in zip(*parts))
+    if sample == "bilinear":
+        colours = _bilinear(frames, depth, src_at, sub)
+    else:
+        colours = _at(frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c), src_at)           # [V, C]
     return Warped((b, f, s, h, w), hit, colours, *values)
 
 
@@ -287,7 +301,7 @@ def _warp_target(sources, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: fl
     s, h, w = finite.shape
     pos, zt = _project(planes, finite, src_cam, dst_cam, hfov)                               # [S, H, W, ..]
     idx = _reaching(pos, spread, h, w)                                                        # [M]
-    half, area = _footprint(pos, idx, spread)                                                 # [M, ..]
+    half, area, sx, sy = _footprint(pos, idx, spread)                                         # [M, ..]
     target, centre, source = _candidates(_at(pos.view(-1, 2), idx), half, idx, spread, h, w)      # [candidates]
     win = _zbuffer(target, _at(_at(zt.view(-1), idx), source), centre, s * h * w)                     # [S*H*W]
     hit = (win >= 0).nonzero().squeeze(1)                                                     # [V] target pixels
@@ -295,8 +309,53 @@ def _warp_target(sources, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: fl
     at = _at(idx, won)                                             # the source pixel each one shows
     offset = (src_cam.float() - dst_cam.float())[:, :2]                                      # [S, (x, z)]
     offset = torch.stack([offset[:, 0], torch.zeros_like(offset[:, 0]), offset[:, 1]], -1)   # eyes: one height
-    return hit, at, *_measures(_at(zt.view(-1), at), _at(rows, at), _at(norm, at), _at(finite.view(-1), at),
-                               _at(offset, at // (h * w)), _at(area, won))
+    sub = _source_offset(hit % (h * w), _at(pos.view(-1, 2), at), _at(sx, won), _at(sy, won), w)
+    return hit, at, sub, *_measures(_at(zt.view(-1), at), _at(rows, at), _at(norm, at), _at(finite.view(-1), at),
+                                    _at(offset, at // (h * w)), _at(area, won))
+
+
+def _source_offset(pixel: torch.Tensor, p: torch.Tensor, sx: torch.Tensor, sy: torch.Tensor, w: int) -> torch.Tensor:
+    """Where in its source a target pixel's centre falls, relative to the winning source pixel ``[V, 2]``
+    (columns, rows; within one pixel): the target-space gap between the pixel (flat ``pixel``) and the
+    winner's projection ``p``, mapped back through the winner's neighbour steps ``sx``, ``sy`` (target
+    steps per source column and row). Zero where the steps give no inverse (no neighbours), and within ``SUB_SNAP`` of the centre."""
+    gap = torch.stack([pixel % w, pixel // w], -1).to(p.dtype) - p                           # [V, 2]
+    det = sx[:, 0] * sy[:, 1] - sx[:, 1] * sy[:, 0]
+    ok = det.abs() > 1e-6
+    safe = torch.where(ok, det, torch.ones_like(det))
+    a = (gap[:, 0] * sy[:, 1] - gap[:, 1] * sy[:, 0]) / safe
+    b = (sx[:, 0] * gap[:, 1] - sx[:, 1] * gap[:, 0]) / safe
+    sub = torch.stack([a, b], -1).clamp(-1, 1)
+    sub = torch.where(sub.abs() < SUB_SNAP, torch.zeros_like(sub), sub)        # float32's projection error
+    return torch.where(ok[:, None], sub, torch.zeros_like(sub))
+
+
+def _bilinear(frames: torch.Tensor, depth: torch.Tensor, at: torch.Tensor, sub: torch.Tensor) -> torch.Tensor:
+    """Colours ``[V, C]`` of the source pixels ``at`` (flat over ``[B, S, H, W]``) sampled bilinearly at
+    ``sub`` pixels from their centres, from the taps of the same surface only (source depth within
+    ``Z_TOLERANCE`` of the winner's, sky with sky): a blend never mixes a near edge into a far wall."""
+    b, s, c, h, w = frames.shape
+    pix = frames.permute(0, 1, 3, 4, 2).reshape(-1, c)
+    z = depth.reshape(-1).float()
+    image, row, col = at // (h * w), at % (h * w) // w, at % w
+    z0 = _at(z, at)
+    lo = sub.floor()
+    frac = sub - lo
+    total = torch.zeros(len(at), c, dtype=pix.dtype, device=pix.device)
+    weight = torch.zeros(len(at), dtype=pix.dtype, device=pix.device)
+    for dc, dr in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        cc = col + lo[:, 0].long() + dc
+        rr = row + lo[:, 1].long() + dr
+        wt = (frac[:, 0] if dc else 1 - frac[:, 0]) * (frac[:, 1] if dr else 1 - frac[:, 1])
+        inside = (cc >= 0) & (cc < w) & (rr >= 0) & (rr < h)
+        tap = image * (h * w) + rr.clamp(0, h - 1) * w + cc.clamp(0, w - 1)
+        zt = _at(z, tap)
+        same = torch.where(torch.isinf(z0), torch.isinf(zt), (zt - z0).abs() <= TAP_TOLERANCE * z0)
+        wt = torch.where(inside & same, wt, torch.zeros_like(wt)).to(pix.dtype)
+        total += wt[:, None] * _at(pix, tap)
+        weight += wt
+    own = _at(pix, at)
+    return torch.where(weight[:, None] > 1e-6, total / weight.clamp_min(1e-6)[:, None], own)
 
 
 def _measures(zt, from_src, src_norm, finite, offset, area):

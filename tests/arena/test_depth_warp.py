@@ -137,6 +137,48 @@ def test_a_true_frame_turned_and_moved_matches_the_truth(turn, pitch):
     assert _psnr(out.frames[0, 0, 0], truth, valid) >= PSNR_FLOOR
 
 
+# ---- bilinear sampling ---------------------------------------------------------------------------------
+
+MOVES = [((0.0, 0.0, 0.0, 0.0), (0.0, -0.5, 0.0, 0.0)), ((0.0, 0.0, 0.0, 0.0), (0.0, -1.0, 10.0, 0.0)),
+         ((0.0, 0.0, 30.0, 0.0), (0.3, -0.3, 20.0, 0.0)), ((0.0, 0.0, 0.0, 0.0), (0.0, 0.5, 0.0, 0.0)),
+         ((0.2, 0.0, 90.0, 0.0), (0.2, 0.7, 80.0, -3.0))]
+
+
+def test_bilinear_sampling_is_nearer_the_truth_and_reaches_the_same_pixels():
+    """Over moves forward, back, sideways and turns in two arenas: the same pixels reached with the same
+    measures, and colours nearer the true view (measured +1.45 dB over six arenas; here at least +0.5)."""
+    gains = []
+    for arena in (ARENA, Arena.generate(1500004)):
+        for src, dst in MOVES:
+            frame, z = _view(arena, src)
+            truth, _ = _view(arena, dst)
+            near, bil = (warp(frame[None, None], z[None, None], _cams(src), _cams(dst), CFG.hfov, sample=m)
+                         for m in ("nearest", "bilinear"))
+            assert torch.equal(near.hit, bil.hit) and torch.equal(near.hit_depth, bil.hit_depth)
+            valid = near.valid[0, 0, 0]
+            gains.append(_psnr(bil.frames[0, 0, 0], truth, valid) - _psnr(near.frames[0, 0, 0], truth, valid))
+    assert sum(gains) / len(gains) >= 0.5, gains
+
+
+def test_bilinear_sampling_at_the_same_pose_keeps_the_frame():
+    pose = (0.4, -0.3, 25.0, 4.0)
+    out, frame, _ = _warp_one(pose, pose, sample="bilinear")
+    assert out.valid.all()
+    assert torch.equal(out.frames[0, 0, 0], frame)
+
+
+def test_bilinear_sampling_never_blends_a_near_edge_into_a_far_wall():
+    """Seen from nearer, the strip scene magnified: every reached pixel is the black plane's or the white
+    strip's colour, never a grey between them (taps of the other surface are left out)."""
+    frame, z = _strip_scene()
+    out = warp(frame[None, None], z[None, None], _cams((0.0, 0.0, 0.0, 0.0)), _cams((0.2, -0.7, 0.0, 0.0)),
+               CFG.hfov, sample="bilinear")
+    pixels, valid = out.frames[0, 0, 0], out.valid[0, 0, 0]
+    values = pixels[0][valid]
+    assert ((values - 1.0).abs() < 1e-5).logical_or((values + 1.0).abs() < 1e-5).all()
+    assert (values > 0).any() and (values < 0).any()
+
+
 # ---- occlusion, holes, behind the camera ----------------------------------------------------------------
 
 def _strip_scene():
