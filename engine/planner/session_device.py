@@ -4,9 +4,9 @@ Owns ``session_device_inputs``: the ``engine.planner.device.DeviceInputs`` of a 
 format and text-encoder placement; its weight format and KV paging only where the session sets them
 (otherwise the plan chooses); the device budget (``--device-mem``, else the named GPU's memory); the
 GPU (``--gpu``) and PCIe rate (``--pcie-gbs``); the store's staging chunks (``engine.planner.session_kv``);
-a given device baseline (``--device-baseline-gib``) standing for the weights' bf16 bytes plus the runtime. And ``given_settings``: which of the weight format
-and the KV paging a config sets (a preset, the user's config file, a flag), found by resolving it
-once more over a different default. No torch.
+a given device baseline (``--device-baseline-gib``) standing for the weights' bf16 bytes plus the runtime.
+And ``given_settings``: which of the weight format and the KV paging a config sets (a preset, the user's
+config file, a flag), found by resolving it once more over a different default. No torch.
 """
 from __future__ import annotations
 

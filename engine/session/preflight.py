@@ -36,9 +36,9 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
 
   On a CPU everything is host memory; on CUDA the context and the staging slots are device memory,
   checked against ``--device-mem`` (else the device's free memory) — with ``--kv-paging layer`` only
-  the two layer pages are, every layer's context and the staging slots count as host memory. The host budget is ``--host-mem``
-  less this process's resident memory now and the 2 GiB margin (the pool-sizing rule,
-  ``engine.memory.budget``), else the memory available now. Not counted: the model's weights and
+  the two layer pages are, every layer's context and the staging slots count as host memory. The host
+  budget is ``--host-mem`` less this process's resident memory now and the 2 GiB margin (the pool-sizing
+  rule, ``engine.memory.budget``), else the memory available now. Not counted: the model's weights and
   per-chunk working buffers — the margin is for those, and the pool's own check at start-up still
   applies once the model is loaded.
 """
