@@ -22,6 +22,10 @@ Contract.
                         Disk reads of a superseded set that no reader has started yet are dropped and
                         give their pool slot back (``reads_dropped``).
   ``load_now(ids)``     the same, synchronously (on-demand and sync baseline modes).
+  ``stage_on``          where the staging banks live: the store's device (default), or on a CUDA store
+                        "cpu" (``--kv-paging layer``): pinned host banks, each chunk dequantised on the
+                        device a layer at a time and copied back by the stage thread (``CudaCopier``), so
+                        the device holds no staged chunk; ``counters()`` says where (``staging_device_bytes``).
   ``counters()``        bytes and seconds per tier, pool slots/bytes, write-back depth, hits/misses,
                         failed reads and, among them, ``corrupt_blocks`` (disk blocks failing their crc32).
   ``lost``              chunks before a resume point that its spill index no longer holds (a damaged
