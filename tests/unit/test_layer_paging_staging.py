@@ -209,3 +209,24 @@ def test_the_arena_model_streams_by_the_plans_rule():
     assert placed.budget == block_budget(total, weight_place.kv_device_bytes(cfg, torch.float32), placed.other_bytes,
                                          0, runtime_reserve(total))
     assert placed.residency.streamed > 0
+
+
+def test_a_cuda_session_sizes_its_pool_around_the_host_staging_under_layer_paging(monkeypatch):
+    """The pool of a CUDA session leaves room for the staging banks and cache it keeps in host memory with
+    layer paging (with chunk paging they are on the device): the pool-sizing rule itself, device named."""
+    from types import SimpleNamespace
+
+    import engine.memory.host_pool as host_pool
+    from engine.session.memory import SessionMemory
+
+    monkeypatch.setattr(host_pool, "process_baseline_bytes", lambda: GiB)   # not the test process's RSS
+    fmt = ChunkFormat.from_layout(LAYOUT, bits=4)
+    slots = {}
+    for paging in ("chunk", "layer"):
+        cfg = resolve_session_config(None, {"model": "tiny", "out": "/nonexistent/x.mp4", "chunks": 10 ** 6,
+                                            "memory": {"kv_paging": paging, "host_mem_gib": 8}})
+        me = SimpleNamespace(layout=LAYOUT, host_baseline_bytes=None)
+        slots[paging] = SessionMemory._pool_slots(me, cfg, fmt.slot_bytes, torch.device("cuda"), torch.bfloat16)
+    staging = session_kv.all_staging_chunks(cfg, LAYOUT) * LAYOUT.bytes_per_chunk(2)
+    assert staging > 0 and slots["layer"] < slots["chunk"]
+    assert slots["chunk"] - slots["layer"] in (staging // fmt.slot_bytes, staging // fmt.slot_bytes + 1)
