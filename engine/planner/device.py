@@ -195,7 +195,7 @@ def _candidates(inputs: DeviceInputs) -> list[tuple[str, str, bool]]:
 
 
 def staging_bytes(model: ModelShape, inputs: DeviceInputs) -> int:
-    """The store's bf16 staging: on the device with chunk paging, in host memory with layer paging."""
+    """The store's bf16 staging, which layer paging keeps in host memory (the host side's count)."""
     chunks = inputs.retrieve_k if inputs.staging_chunks is None else inputs.staging_chunks
     return chunks * model.kv_bytes_per_chunk(2.0)
 
@@ -214,8 +214,8 @@ def _runtime(model: ModelShape, w: ModelWeights, inputs: DeviceInputs) -> tuple[
     memory = (inputs.retrieve_k + (1 if inputs.sink else 0)) * layout.tokens_per_chunk
     context = memory + layout.window_tokens + layout.tokens_per_chunk
     reserve = runtime_reserve(inputs.budget)
-    return activation_bytes(model, w, context, inputs.flash), min(CONTEXT_BYTES, reserve), reserve - min(
-        CONTEXT_BYTES, reserve)
+    cuda = min(CONTEXT_BYTES, reserve)
+    return activation_bytes(model, w, context, inputs.flash), cuda, reserve - cuda
 
 
 def _pcie(model: ModelShape, w: ModelWeights, inputs: DeviceInputs, paging: str, streamed: int) -> int:
