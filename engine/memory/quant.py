@@ -66,12 +66,19 @@ def dequantize_chunk_into(block: torch.Tensor, fmt: ChunkFormat,
     """
     assert len(out) == fmt.layers, f"{len(out)} output layers, format has {fmt.layers}"
     for layer, (k, v) in enumerate(out):
-        views = layer_views(fmt, block, layer)
-        k2, v2 = _rows(k, fmt, writable=True), _rows(v, fmt, writable=True)
-        if not fmt.quantized:
-            k2.copy_(views["k"])
-            v2.copy_(views["v"])
-            continue
-        ops.dequantize_keys(views["k_codes"], views["k_scale"], views["k_zero"], fmt.bits, k2)
-        ops.dequantize_values(views["v_codes"], views["v_scale"], views["v_zero"], fmt.bits,
-                              fmt.value_group, v2)
+        dequantize_layer_into(block, fmt, layer, k, v)
+
+
+def dequantize_layer_into(block: torch.Tensor, fmt: ChunkFormat, layer: int, k: torch.Tensor,
+                          v: torch.Tensor) -> None:
+    """Layer ``layer`` of a block into ``k`` and ``v`` ``[1, T, H, D]`` (the same values as
+    ``dequantize_chunk_into`` writes for that layer)."""
+    views = layer_views(fmt, block, layer)
+    k2, v2 = _rows(k, fmt, writable=True), _rows(v, fmt, writable=True)
+    if not fmt.quantized:
+        k2.copy_(views["k"])
+        v2.copy_(views["v"])
+        return
+    ops.dequantize_keys(views["k_codes"], views["k_scale"], views["k_zero"], fmt.bits, k2)
+    ops.dequantize_values(views["v_codes"], views["v_scale"], views["v_zero"], fmt.bits,
+                          fmt.value_group, v2)

@@ -22,6 +22,10 @@ Contract.
                         Disk reads of a superseded set that no reader has started yet are dropped and
                         give their pool slot back (``reads_dropped``).
   ``load_now(ids)``     the same, synchronously (on-demand and sync baseline modes).
+  ``stage_on``          where the staging banks live: the store's device (default), or on a CUDA store
+                        "cpu" (``--kv-paging layer``): pinned host banks, each chunk dequantised on the
+                        device a layer at a time and copied back by the stage thread (``CudaCopier``), so
+                        the device holds no staged chunk; ``counters()`` says where (``staging_device_bytes``).
   ``counters()``        bytes and seconds per tier, pool slots/bytes, write-back depth, hits/misses,
                         failed reads and, among them, ``corrupt_blocks`` (disk blocks failing their crc32).
   ``lost``              chunks before a resume point that its spill index no longer holds (a damaged
@@ -109,13 +113,17 @@ class KVStore:
                  put_timeout_s: float = 120.0, disk_options: dict | None = None,
                  sync_writeback: bool = False, write_through: bool = False,
                  resume_before: ChunkId | None = None,
-                 base_layers: list[tuple[object, ChunkId]] = ()):
+                 base_layers: list[tuple[object, ChunkId]] = (), stage_on=None):
         assert (host_bytes is None) != (n_slots is None), "give exactly one of host_bytes, n_slots"
         self.layout, self.fmt, self.k_slots, self.n_banks = layout, fmt, k_slots, n_banks
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.stage_on = self.device if stage_on is None else torch.device(stage_on)   # where the banks live
+        if self.stage_on.type == "cuda":
+            self.stage_on = self.device
+        assert self.stage_on.type in ("cpu", self.device.type), f"staging banks on {self.stage_on}"
         self.put_timeout_s = put_timeout_s
         self.sync_writeback = sync_writeback   # baseline: put waits for the write-back it triggers
         self.write_through = write_through     # every stored chunk goes to the drive at once
@@ -164,7 +172,7 @@ class KVStore:
         self._errors: deque[TransferResult] = deque(maxlen=256)
         self._c = dict.fromkeys(("puts", "put_s", "put_wait_s", "host_write_bytes",
                                  "host_read_bytes", "disk_read_bytes", "disk_read_s",
-                                 "disk_write_bytes", "disk_write_s", "device_stage_bytes",
+                                 "disk_write_bytes", "disk_write_s", "device_stage_bytes", "host_stage_bytes",
                                  "stage_s", "hits", "misses", "failed_reads", "corrupt_blocks", "late",
                                  "reads_dropped", "errors"), 0)
         self._disk_error: BaseException | None = None
@@ -188,7 +196,9 @@ class KVStore:
         lay = self.layout
         shape = (self.n_banks, self.k_slots, lay.layers, 2, 1, lay.tokens_per_chunk,
                  lay.heads, lay.head_dim)   # [bank, slot, layer, k|v, B, T, H, D]
-        return torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if self.stage_on.type == "cpu" and self.device.type == "cuda":   # host banks: pinned, copied to asynchronously
+            return torch.zeros(shape, dtype=self.dtype, pin_memory=True)
+        return torch.zeros(shape, dtype=self.dtype, device=self.stage_on)
 
     def _views(self, bank: int, j: int) -> KV:
         slot = self._banks[bank, j]
@@ -515,7 +525,8 @@ class KVStore:
                 else:
                     self._c["host_read_bytes"] += result.nbytes
                     self._c["stage_s"] += result.seconds
-                    self._c["device_stage_bytes"] += self._stage_bytes
+                    self._c["device_stage_bytes" if self.stage_on == self.device else "host_stage_bytes"] += \
+                        self._stage_bytes
                     if self._live(st):
                         st.ready[spec.chunk] = j
                     else:
@@ -581,7 +592,8 @@ class KVStore:
             c.update(self.manager.stats())
             c.update({k: v for k, v in vars(self.manager.counters).items() if k != "extra"})
             used = c["pool_used_slots"] * self.pool.slot_bytes
-            c.update(pool_bytes=self.pool.nbytes, pool_used_bytes=used,
+            c.update(pool_bytes=self.pool.nbytes, pool_used_bytes=used, staging_bank_bytes=self._banks.nbytes,
+                     staging_device_bytes=self._banks.nbytes if self.stage_on == self.device else 0,
                      pool_free_bytes=self.pool.nbytes - used,
                      writeback_queue_depth=self.manager.writeback_pending(),
                      disk_blocks=self.disk.blocks if self.disk else 0,

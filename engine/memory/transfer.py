@@ -17,8 +17,9 @@ Primitives:
   ``HostCopier``     CPU: quantise straight into a pool slot; dequantise a slot into staging views.
   ``CudaCopier``     GPU: quantise on the device into a scratch block, copy it to the pinned slot on a
                      D2H stream ordered by events (returns the completion event to poll); stage = H2D
-                     copy of a slot on its own stream, dequantise there, synchronise the event on the
-                     worker thread (never on the caller's).
+                     copy of a slot on its own stream, dequantise there (into pinned host views: one
+                     layer at a time through a one-layer device scratch, copied back on that stream),
+                     synchronise the event on the worker thread (never on the caller's).
 """
 from __future__ import annotations
 
@@ -259,6 +260,7 @@ class CudaCopier:
         self._put_scratch = torch.empty(slot_bytes, dtype=torch.uint8, device=device)   # [slot]
         self._stage_scratch = torch.empty(slot_bytes, dtype=torch.uint8, device=device)  # [slot]
         self._put_free: torch.cuda.Event | None = None   # the last D2H copy out of _put_scratch
+        self._layer_scratch: torch.Tensor | None = None  # one layer's K and V, staged for host banks
 
     def store(self, kv, fmt, slot: torch.Tensor) -> torch.cuda.Event:
         """Quantise on the caller's stream, copy to the pinned slot on the D2H stream; poll the event."""
@@ -283,12 +285,37 @@ class CudaCopier:
         return marker
 
     def stage(self, slot: torch.Tensor, fmt, out, after: torch.cuda.Event | None = None) -> None:
-        """On a worker thread: H2D + dequantise on the H2D stream; wait for it here, not in the loop."""
+        """On a worker thread: H2D + dequantise on the H2D stream; wait for it here, not in the loop.
+
+        Views ``out`` in (pinned) host memory (``--kv-paging layer``'s staging banks): each layer is
+        dequantised by the same device kernel into a one-layer device scratch and copied back on the same
+        stream (so the next layer overwrites the scratch only after), the same values as on the device."""
         with torch.cuda.device(self.device), torch.cuda.stream(self.h2d):
             if after is not None:
                 self.h2d.wait_event(after)   # the caller's copies out of this bank come first
             self._stage_scratch.copy_(slot, non_blocking=True)
-            quant.dequantize_chunk_into(self._stage_scratch, fmt, out)
+            if out[0][0].device.type == "cuda":
+                quant.dequantize_chunk_into(self._stage_scratch, fmt, out)
+            else:
+                self._stage_to_host(fmt, out)
             done = torch.cuda.Event()
             done.record(self.h2d)
         done.synchronize()
+
+    def _stage_to_host(self, fmt, out) -> None:
+        k0 = out[0][0]
+        if self._layer_scratch is None or self._layer_scratch.dtype != k0.dtype:
+            self._layer_scratch = torch.empty((2, *k0.shape), dtype=k0.dtype, device=self.device)
+        dequantize_through(self._stage_scratch, fmt, out, self._layer_scratch)
+
+
+def dequantize_through(block: torch.Tensor, fmt, out, scratch: torch.Tensor) -> None:
+    """Dequantise ``block`` into the per-layer views ``out`` (elsewhere, e.g. pinned host memory) one
+    layer at a time through ``scratch`` ``[k|v, 1, T, H, D]`` on the block's device: each layer computed
+    there by the same kernel as a whole-chunk dequantisation, then copied out (asynchronously on a
+    GPU; the next layer's kernel is ordered after the copy on the same stream)."""
+    k_dev, v_dev = scratch[0], scratch[1]
+    for layer, (k, v) in enumerate(out):
+        quant.dequantize_layer_into(block, fmt, layer, k_dev, v_dev)
+        k.copy_(k_dev, non_blocking=True)
+        v.copy_(v_dev, non_blocking=True)

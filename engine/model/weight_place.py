@@ -5,12 +5,15 @@ Owns the session's rule for the weights' device budget and applies the planner's
 
 * **format**: ``engine.model.weight_quant.quantise_blocks`` stores the blocks' large linears in
   ``cfg.weights`` (fp8 only on a CUDA device of capability >= 8.9: ``check_fp8``);
-* **budget** (``weight_budget``): ``--device-mem`` less what the session's KV takes on the device (the
-  attention context and the staging slots, as ``engine.planner.session_kv`` counts them for pre-flight too
-  at the model's dtype), less a runtime reserve for per-chunk working buffers (``RUNTIME_SHARE`` of
-  ``--device-mem``, at most ``RUNTIME_MAX``), less the model's weights outside the blocks (embeddings,
-  heads, and the VAE and image encoder that share the device). Without ``--device-mem`` every block is
-  resident. The same rule holds on the CPU, whose "device" budget is then enforced all the same.
+* **budget** (``weight_budget``): the plan's rule, ``engine.planner.device.block_budget``, with the same
+  inputs: ``--device-mem`` less what the session's KV takes on the device (the attention context and the
+  device staging, as ``engine.planner.session_kv`` counts them for pre-flight too, at the model's dtype;
+  with ``--kv-paging layer`` two layer pages and no staging), less the model's weights outside the blocks
+  (embeddings, heads, and the VAE and image encoder that share the device), less the plan's activation
+  estimate of the model (``activations_of``; none for a model the planner has no shapes of, the arena's)
+  and its reserve (``runtime_reserve``). So a session keeps the blocks resident that its plan says.
+  Without ``--device-mem`` every block is resident. The same rule holds on the CPU, whose "device"
+  budget is then enforced all the same.
 * **residency**: ``resident_blocks`` over the blocks' packed bytes; the rest stream
   (``engine.model.weight_stream``). A budget that cannot even hold the two slots is a one-line
   ``ConfigError`` (the planner's, naming both sizes and the fix).
@@ -28,10 +31,8 @@ from engine.config import SessionConfig
 from engine.errors import ConfigError
 from engine.model.weight_quant import check_fp8, quantise_blocks
 from engine.model.weight_stream import BlockStreamer, attach_streamer, block_bytes
+from engine.planner.device import block_budget, least_budget, runtime_reserve
 from engine.planner.weight_plan import STREAM_BUFFERS, GiB, Residency, resident_blocks
-
-RUNTIME_SHARE = 1 / 8          # of --device-mem, kept for per-chunk working buffers
-RUNTIME_MAX = 2 * GiB
 
 
 @dataclass
@@ -65,15 +66,25 @@ class WeightPlacement:
 
 
 def kv_device_bytes(cfg: SessionConfig, dtype: torch.dtype) -> int:
-    """The KV the session keeps on the device (context and staging slots; preflight's estimate)."""
-    import math
-
+    """The KV the session keeps on the device (context and device staging; preflight's estimate)."""
     from engine.model.registry import model_kv_layout
-    from engine.planner.session_kv import context_chunks, staging_chunks
+    from engine.planner import session_kv
 
-    layout = model_kv_layout(cfg)
-    chunk = layout.bytes_per_chunk(dtype.itemsize)
-    return math.ceil(context_chunks(cfg, layout) * chunk) + staging_chunks(cfg, layout) * chunk
+    return session_kv.kv_device_bytes(cfg, model_kv_layout(cfg), dtype.itemsize)
+
+
+def activations_of(cfg: SessionConfig) -> int:
+    """The plan's activation estimate of the session's model (``engine.planner.device.activation_bytes``);
+    0 for a model the planner has no shapes of (the arena model)."""
+    from engine.config import LINGBOT_MODELS, MODEL_CONFIGS
+    from engine.planner.block_shapes import model_weights
+    from engine.planner.device import activation_bytes
+    from engine.planner.model import planned_model
+
+    if cfg.model not in LINGBOT_MODELS and cfg.model not in MODEL_CONFIGS:
+        return 0
+    shape = planned_model(cfg)
+    return activation_bytes(shape, model_weights(shape.name))
 
 
 def weight_budget(cfg: SessionConfig, dtype: torch.dtype, other_bytes: int) -> int | None:
@@ -82,8 +93,7 @@ def weight_budget(cfg: SessionConfig, dtype: torch.dtype, other_bytes: int) -> i
     if gib is None:
         return None
     total = int(gib * GiB)
-    reserve = min(RUNTIME_MAX, int(total * RUNTIME_SHARE))
-    return total - kv_device_bytes(cfg, dtype) - reserve - other_bytes
+    return block_budget(total, kv_device_bytes(cfg, dtype), other_bytes, activations_of(cfg), runtime_reserve(total))
 
 
 def _size(n: int) -> str:
@@ -94,13 +104,13 @@ def _too_small(cfg: SessionConfig, dtype: torch.dtype, budget: int, sizes: list[
     """One line: what --device-mem leaves the blocks, what streaming needs at least, the fix."""
     total = int(cfg.memory.device_mem_gib * GiB)
     slots = STREAM_BUFFERS * max(sizes)
-    least = (slots + kv_device_bytes(cfg, dtype) + other) / (1 - RUNTIME_SHARE)
-    fix = f"raise --device-mem to at least {_size(int(least) + 1)}"
+    least = least_budget(slots + kv_device_bytes(cfg, dtype) + other + activations_of(cfg))
+    fix = f"raise --device-mem to at least {_size(least + 1)}"
     if cfg.weights == "bf16":
         fix += " or use --weights int8"
     return (f"--device-mem {_size(total)} leaves {_size(max(budget, 0))} for the model's blocks (after the KV, "
-            f"{_size(other)} of other weights and the working reserve); streaming them needs {STREAM_BUFFERS} "
-            f"slots of the largest block, {_size(slots)}: {fix}")
+            f"{_size(other)} of other weights, the activations and the working reserve); streaming them needs "
+            f"{STREAM_BUFFERS} slots of the largest block, {_size(slots)}: {fix}")
 
 
 def placement_key(cfg: SessionConfig, dtype: torch.dtype) -> tuple:

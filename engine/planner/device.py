@@ -8,10 +8,13 @@ device holds (bytes; GiB = 2**30):
                leading blocks that stay, the rest stream through 2 slots of the largest block. Always
                resident, bf16: the DiT outside its blocks, the VAE (MG2: and CLIP), and LingBot's UMT5
                text encoder only when ``text_on_device`` (by default it runs once per prompt on the CPU).
-  KV           ``chunk``: the bf16 context of every layer (window, current chunk, k retrieved, sink chunks);
+  KV           ``chunk``: the bf16 context of every layer (window, current chunk, k retrieved, sink chunks;
+               the store's staging slots beside it are not counted: MG2's fitted reserve covers them);
                ``layer``: one layer's context and the next one's, prefetched
-               (``engine.planner.kv_paging.paged_kv_device_bytes``), plus the store's k bf16 staging slots,
-               which stay on the device (retrieved chunks are dequantised there, then copied to the host context).
+               (``engine.planner.kv_paging.paged_kv_device_bytes``), nothing else: the store's bf16 staging
+               (``staging_chunks``: the k slots of the set, the hedges', the device cache;
+               ``engine.planner.session_kv``) is in host memory (retrieved chunks are dequantised into
+               pinned host banks, one layer at a time through the device, then copied into the host context).
   activations  the larger of the DiT's peak, tokens x (6 x dim + 2 x ffn_dim) x 2 B (the residual, its
                normed copy, q, k, v, the attention output, and the feed-forward's hidden before and after
                its GELU), plus heads x tokens x context x 2 B of attention scores unless the attention is
@@ -20,10 +23,15 @@ device holds (bytes; GiB = 2**30):
   context      the CUDA context and cuBLAS workspace: 0.5 GiB (assumed).
   reserve      the allocator's reserve and what the items above miss: MG2's fitted device runtime
                (7.6 GiB on a 24 GiB RTX 4090, ``engine.planner.model``) less MG2's activations and context,
-               the same figure for every model (assumed), so that MG2's plan is the calibrated one.
+               the same figure for every model (assumed), so that MG2's plan is the calibrated one. Context
+               and reserve together take at most ``RESERVE_SHARE`` of the budget (``runtime_reserve``: every
+               listed card keeps the calibrated figure; a small budget, a small model's, keeps that share).
+
+The blocks' budget (``block_budget``) is the budget less all of the above but the blocks: the one rule
+that the session's weight pager (``engine.model.weight_place``) applies too, with the same inputs.
 
 Host side (``host_bytes``, counted with the process baseline when the pool is sized): a pinned copy of the
-streamed blocks, and with per-layer KV the bf16 context of every layer.
+streamed blocks, and with per-layer KV the bf16 context of every layer and the staging.
 
 PCIe per chunk: streamed block bytes x passes (each pass walks every block) + KV: per layer, passes x
 the context beyond the current chunk + the current chunk written back once; per chunk, the k retrieved
@@ -84,6 +92,28 @@ def _mg2_reserve() -> int:
 
 
 RESERVE_BYTES = _mg2_reserve()
+RESERVE_SHARE = 0.45            # of the budget, at most, for the context and the reserve (16 GiB: all of them)
+
+
+def runtime_reserve(budget: int | None) -> int:
+    """The CUDA context and the allocator's reserve beside the activations (module docstring)."""
+    full = CONTEXT_BYTES + RESERVE_BYTES
+    return full if budget is None else min(full, int(budget * RESERVE_SHARE))
+
+
+def least_budget(need: int) -> int:
+    """The least budget whose ``runtime_reserve`` leaves ``need`` bytes for everything else."""
+    full = CONTEXT_BYTES + RESERVE_BYTES
+    if (need + full) * RESERVE_SHARE >= full:
+        return need + full
+    return -(-need * 100 // round((1 - RESERVE_SHARE) * 100))
+
+
+def block_budget(budget: int, kv_bytes: int, fixed_weight_bytes: int, activations: int, reserve: int) -> int:
+    """What the DiT's blocks may use of a device ``budget``: the rest once the KV on the device, the
+    weights that never stream, the activations and the reserve (context included) are set aside. The
+    plan's rule and the session's weight pager's (``engine.model.weight_place.weight_budget``)."""
+    return budget - kv_bytes - fixed_weight_bytes - activations - reserve
 
 
 @dataclass(frozen=True)
@@ -98,6 +128,7 @@ class DeviceInputs:
     gpu: GPU | None = None
     pcie_gbs: float = PCIE_GBS
     runtime_bytes: int | None = None    # activations + context + reserve, given (--device-baseline-gib)
+    staging_chunks: int | None = None   # the store's staging (slots, hedges', device cache); None: k slots
     flash: bool = True                  # the attention never stores its scores (a GPU's flash kernels; assumed)
 
 
@@ -163,11 +194,16 @@ def _candidates(inputs: DeviceInputs) -> list[tuple[str, str, bool]]:
     return out + [(f, p, True) for f in stream for p in pagings]
 
 
+def staging_bytes(model: ModelShape, inputs: DeviceInputs) -> int:
+    """The store's bf16 staging, which layer paging keeps in host memory (the host side's count)."""
+    chunks = inputs.retrieve_k if inputs.staging_chunks is None else inputs.staging_chunks
+    return chunks * model.kv_bytes_per_chunk(2.0)
+
+
 def _kv(model: ModelShape, inputs: DeviceInputs, paging: str) -> int:
-    if paging == "layer":   # the two layer pages, and the store's k staging slots: retrieved chunks are still
-        staging = inputs.retrieve_k * model.kv_bytes_per_chunk(2.0)   # dequantised on the device, then copied out
-        return paged_kv_device_bytes(model.layout, inputs.retrieve_k + (1 if inputs.sink else 0)) + staging
-    return device_buffer_bytes(model, inputs.retrieve_k, inputs.sink)
+    if paging == "layer":   # the two layer pages only: the staging is in host memory
+        return paged_kv_device_bytes(model.layout, inputs.retrieve_k + (1 if inputs.sink else 0))
+    return device_buffer_bytes(model, inputs.retrieve_k, inputs.sink)   # the staging: in MG2's fitted reserve
 
 
 def _runtime(model: ModelShape, w: ModelWeights, inputs: DeviceInputs) -> tuple[int, int, int]:
@@ -177,7 +213,9 @@ def _runtime(model: ModelShape, w: ModelWeights, inputs: DeviceInputs) -> tuple[
     layout = model.layout
     memory = (inputs.retrieve_k + (1 if inputs.sink else 0)) * layout.tokens_per_chunk
     context = memory + layout.window_tokens + layout.tokens_per_chunk
-    return activation_bytes(model, w, context, inputs.flash), CONTEXT_BYTES, RESERVE_BYTES
+    reserve = runtime_reserve(inputs.budget)
+    cuda = min(CONTEXT_BYTES, reserve)
+    return activation_bytes(model, w, context, inputs.flash), cuda, reserve - cuda
 
 
 def _pcie(model: ModelShape, w: ModelWeights, inputs: DeviceInputs, paging: str, streamed: int) -> int:
@@ -212,20 +250,21 @@ def _plan_one(model: ModelShape, w: ModelWeights, inputs: DeviceInputs, fmt: str
     fixed, text = _fixed_weights(w, inputs)
     kv = _kv(model, inputs, paging)
     act, ctx, reserve = _runtime(model, w, inputs)
-    rest = fixed + kv + act + ctx + reserve
     if inputs.budget is None:
         residency = Residency(len(blocks), len(blocks), sum(blocks), 0)
-    elif rest > inputs.budget:
-        return None                     # not even the parts that never stream fit
     else:
+        room = block_budget(inputs.budget, kv, fixed, act, ctx + reserve)
+        if room < 0:
+            return None                 # not even the parts that never stream fit
         try:
-            residency = resident_blocks(blocks, inputs.budget - rest)
+            residency = resident_blocks(blocks, room)
         except ConfigError:
             return None
     if residency.streamed and not stream:
         return None
     streamed = sum(blocks[residency.resident:])
-    host = streamed + (device_buffer_bytes(model, inputs.retrieve_k, inputs.sink) if paging == "layer" else 0)
+    host = streamed + (device_buffer_bytes(model, inputs.retrieve_k, inputs.sink) + staging_bytes(model, inputs)
+                       if paging == "layer" else 0)
     card = inputs.gpu
     compute = None if card is None else compute_s(w.dit_params, model.layout.tokens_per_chunk, w.passes, card)
     chosen = inputs.weights is None or inputs.kv_paging is None
@@ -249,11 +288,12 @@ def least_device_bytes(model: ModelShape, w: ModelWeights, inputs: DeviceInputs)
     for fmt, paging, stream in _candidates(inputs):
         blocks = w.block_bytes(fmt)
         act, ctx, reserve = _runtime(model, w, inputs)
-        rest = _fixed_weights(w, inputs)[0] + _kv(model, inputs, paging) + act + ctx + reserve
+        rest = _fixed_weights(w, inputs)[0] + _kv(model, inputs, paging) + act
         weights = min(sum(blocks), 2 * max(blocks, default=0)) if stream else sum(blocks)
+        need = rest + weights + ctx + reserve if inputs.runtime_bytes is not None else least_budget(rest + weights)
         how = f"{fmt} weights{', every block streamed' if stream and weights < sum(blocks) else ''}, KV per {paging}"
-        if best is None or rest + weights < best[0]:
-            best = (rest + weights, how)
+        if best is None or need < best[0]:
+            best = (need, how)
     return best
 
 

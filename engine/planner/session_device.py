@@ -3,10 +3,10 @@
 Owns ``session_device_inputs``: the ``engine.planner.device.DeviceInputs`` of a session — its k, sink, KV
 format and text-encoder placement; its weight format and KV paging only where the session sets them
 (otherwise the plan chooses); the device budget (``--device-mem``, else the named GPU's memory); the
-GPU (``--gpu``) and PCIe rate (``--pcie-gbs``); a given device baseline (``--device-baseline-gib``)
-standing for the weights' bf16 bytes plus the runtime. And ``given_settings``: which of the weight format
-and the KV paging a config sets (a preset, the user's config file, a flag), found by resolving it
-once more over a different default. No torch.
+GPU (``--gpu``) and PCIe rate (``--pcie-gbs``); the store's staging chunks (``engine.planner.session_kv``);
+a given device baseline (``--device-baseline-gib``) standing for the weights' bf16 bytes plus the runtime.
+And ``given_settings``: which of the weight format and the KV paging a config sets (a preset, the user's
+config file, a flag), found by resolving it once more over a different default. No torch.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from engine.config import SessionConfig
 from engine.settings.overlay import merged_overlays, resolve_session_config
 from engine.planner.device import PCIE_GBS, DeviceInputs
 from engine.planner.gpus import GPU
+from engine.planner.session_kv import all_staging_chunks
 from engine.planner.model import FORMAT_BITS, bytes_per_chunk, device_weight_bytes, format_name
 from engine.facts.layout import ModelShape
 
@@ -47,4 +48,5 @@ def session_device_inputs(cfg: SessionConfig, model: ModelShape, card: GPU | Non
                         kv_paging=mem.kv_paging if paging_given else None,
                         budget=None if budget is None else int(budget * GiB), stored_chunk_bytes=stored,
                         text_on_device=cfg.text_encoder == "device", gpu=card,
-                        pcie_gbs=pcie_gbs, runtime_bytes=runtime)
+                        pcie_gbs=pcie_gbs, runtime_bytes=runtime,
+                        staging_chunks=all_staging_chunks(cfg, model.layout))

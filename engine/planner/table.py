@@ -76,13 +76,13 @@ def device_lines(d: DevicePlan, runtime_mark: str = "") -> list[str]:
     lines = ["", f"device ({how}): {d.weights_format} weights, {blocks}; KV per {d.kv_paging}",
              f"  weights      {gib(d.weight_bytes)} (blocks + slots {r.device_bytes / GiB:.2f}; the rest of the "
              f"DiT and the {d.aux_label}, bf16, {d.fixed_weight_bytes / GiB:.2f}{text})",
-             f"  KV           {gib(d.kv_bytes)} (bf16, " + ("2 layers x (memory + window + current chunk), and k staging slots)"
+             f"  KV           {gib(d.kv_bytes)} (bf16, " + ("2 layers x (memory + window + current chunk); the staging in host memory)"
                                                           if d.kv_paging == "layer" else "every layer's context)"),
              f"  activations  {gib(d.activations)}{runtime_mark}",
              f"  CUDA context {gib(d.context)}{runtime_mark}",
              f"  reserve      {gib(d.reserve)}{runtime_mark} (allocator; MG2's fitted runtime less its estimates)",
              f"  total        {budget}",
-             f"  host pinned  {gib(d.host_bytes)} (streamed blocks" + (", every layer's KV context)"
+             f"  host pinned  {gib(d.host_bytes)} (streamed blocks" + (", every layer's KV context, the KV staging)"
                                                                      if d.kv_paging == "layer" else ")"),
              f"  PCIe         {d.pcie_bytes_per_chunk / 1e9:.1f} GB a chunk: {d.pcie_s:.2f} s at {d.pcie_gbs:g} GB/s"
              + (assumed if "pcie_gbs" in d.assumed else "")]

@@ -64,7 +64,7 @@ from engine.memory.types import KV, CapacityError
 from engine.model.kv_context import AttentionContext
 from engine.model.state_tensors import cpu_copy
 from engine.session.positions import Rerotation
-from engine.planner.session_kv import session_staging, staging_chunks
+from engine.planner.session_kv import all_staging_chunks, host_staging_chunks, session_staging
 from engine.session.quota import SessionQuota
 
 PlaceKeys = Callable[[int, torch.Tensor, float], torch.Tensor]   # (layer, keys before rotation, position)
@@ -95,6 +95,14 @@ class LayersOnDevice(Sequence):
             self._last = None                          # the previous layer's copy goes first
             self._last = (index, (k.to(self.device), v.to(self.device)))
         return self._last[1]
+
+
+def staging_home(device: torch.device, kv_paging: str) -> torch.device:
+    """Where a tiered store's staging banks and the device cache keep retrieved chunks (dequantised, the
+    model dtype): on ``device`` with chunk paging; with ``--kv-paging layer`` in host memory (pinned banks
+    on CUDA), beside the host context their slot fill copies them into, so that the device holds no
+    retrieved chunk outside its two layer pages."""
+    return torch.device("cpu") if kv_paging == "layer" else torch.device(device)
 
 
 class ResidentStore:
@@ -151,7 +159,8 @@ class SessionMemory:
         self.window_chunks = layout.window_chunks
         self.staging = session_staging(cfg, layout)
         self._cache: OrderedDict[int, KV] = OrderedDict()   # device cache: chunk -> its KV, oldest use first
-        self._cache_on = ctx.layers[0].self_kv.k.device if layout.layers else device
+        self._cache_on = staging_home(device, cfg.memory.kv_paging)
+        self._rotate_on = torch.device(device)   # pre-rope keys are rotated on the model's device
         self.store: KVStore | ResidentStore | None = None
         self._last_counters: dict = {}
         self.rerotation = rerotation
@@ -173,7 +182,7 @@ class SessionMemory:
                              k_slots=self.staging.stage_slots, dtype=dtype,
                              sync_writeback=cfg.memory.writeback == "sync",
                              write_through=cfg.memory.writeback == "through", resume_before=resume_before,
-                             base_layers=self.base_layers,
+                             base_layers=self.base_layers, stage_on=self._cache_on,
                              disk_options=None if self.quota is None else
                              {"max_bytes": self.quota.plan.block_file_bytes})
 
@@ -361,8 +370,9 @@ class SessionMemory:
     def _pool_slots(self, cfg: SessionConfig, slot_bytes: int, device: torch.device, dtype: torch.dtype) -> int:
         """Slots for the host budget (budget − process RSS − 2 GiB), never more than the session can use.
 
-        On a CPU the store's staging slots, allocated after the pool, are host memory too: they count
-        with the process, so that the session stays inside ``--host-mem``."""
+        On a CPU, and on CUDA with ``--kv-paging layer`` (``staging_home``), the store's staging slots and
+        the device cache, allocated after the pool, are host memory too: they count with the process, so
+        that the session stays inside ``--host-mem``."""
         from engine.memory.host_pool import pool_slots, process_baseline_bytes
 
         baseline = self.host_baseline_bytes = process_baseline_bytes()   # recorded in the log header
@@ -374,8 +384,8 @@ class SessionMemory:
             host_bytes = psutil.virtual_memory().available
         else:
             host_bytes = int(host * GIB)
-        staging = 0 if device.type == "cuda" else \
-            staging_chunks(cfg, self.layout) * self.layout.bytes_per_chunk(dtype.itemsize)
+        host_chunks = host_staging_chunks if device.type == "cuda" else all_staging_chunks   # banks and cache
+        staging = host_chunks(cfg, self.layout) * self.layout.bytes_per_chunk(dtype.itemsize)
         try:
             budget = pool_slots(host_bytes, baseline + staging, slot_bytes)
         except ConfigError:
@@ -470,7 +480,7 @@ class SessionMemory:
         if self.staging.cache_chunks <= 0:
             return
         for c, kv in loaded.items():
-            if c not in self._cache:   # with --kv-paging layer the copies wait on the host, like the slots
+            if c not in self._cache:   # with --kv-paging layer the copies wait on the host (``staging_home``)
                 self._cache[c] = [(k.to(self._cache_on, copy=True), v.to(self._cache_on, copy=True)) for k, v in kv]
             self._cache.move_to_end(c)
         for c in used:
@@ -529,7 +539,7 @@ class SessionMemory:
     def _fill(self, slot: int, kv, at: float) -> None:
         """One stored chunk's K/V into ``slot``: keys as stored, or (pre-rope) rotated to position ``at``."""
         for layer, ((k_dst, v_dst), (k, v)) in enumerate(zip(context_slot_views(self.ctx, slot), kv, strict=True)):
-            k_dst.copy_(k if self.place_keys is None else self.place_keys(layer, k, at))
+            k_dst.copy_(k if self.place_keys is None else self.place_keys(layer, k.to(self._rotate_on), at))
             v_dst.copy_(v)
 
     def ctx_valid(self) -> None:

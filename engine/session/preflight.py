@@ -29,21 +29,22 @@ Owns three refusals, each a one-line ``WorldPagerError`` naming the bad value an
     values, the retrieval keys). This is what ``--chunks``/``--seconds``/``--minutes`` cost.
   - attention context: ``layout.bytes_per_chunk`` at the model dtype per chunk of tokens it holds:
     ``retrieve_k`` (+ 1 with the sink) memory slots, the local window and the current chunk.
-  - staging slots (store modes with a tiered store): ``max(retrieve_k, 1)`` more chunks.
+  - staging slots (store modes with a tiered store): ``max(retrieve_k, 1)`` more chunks, the hedges'
+    and the device cache (``engine.planner.session_kv``).
   - host pool: ``--pool-slots`` x the stored slot size, or its minimum of ``MIN_SLOTS`` slots when the
     pool is sized from the budget (it then takes what the budget leaves, by construction).
 
   On a CPU everything is host memory; on CUDA the context and the staging slots are device memory,
-  checked against ``--device-mem`` (else the device's free memory). The host budget is ``--host-mem``
-  less this process's resident memory now and the 2 GiB margin (the pool-sizing rule,
-  ``engine.memory.budget``), else the memory available now. Not counted: the model's weights and
+  checked against ``--device-mem`` (else the device's free memory) — with ``--kv-paging layer`` only
+  the two layer pages are, every layer's context and the staging slots count as host memory. The host
+  budget is ``--host-mem`` less this process's resident memory now and the 2 GiB margin (the pool-sizing
+  rule, ``engine.memory.budget``), else the memory available now. Not counted: the model's weights and
   per-chunk working buffers — the margin is for those, and the pool's own check at start-up still
   applies once the model is loaded.
 """
 from __future__ import annotations
 
 import errno
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,8 @@ from engine.memory.budget import DEFAULT_MARGIN, MIN_SLOTS
 from engine.memory.quota import QuotaPlan, check_quota, format_tag, parse_spill_max
 from engine.memory.room import tier_room
 from engine.files.output_files import check_output_file, refuse_in_use
-from engine.planner.session_kv import TIERED_STORES, context_chunks, staging_chunks
+from engine.planner.session_kv import (TIERED_STORES, all_staging_chunks, context_chunks, context_device_bytes,
+                                       context_host_bytes, host_staging_chunks, staging_chunks)
 
 GiB, MiB = 1 << 30, 1 << 20
 TRAJECTORY_BYTES_PER_FRAME = 1024
@@ -196,7 +198,8 @@ def _probe_writable(spill: Path, existing: Path) -> None:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes the settings allocate (see the module docstring); context and staging on the device."""
+    """Bytes the settings allocate (see the module docstring); context and staging on the device, and
+    beside a device in host memory (``--kv-paging layer``: every layer's context, the staging)."""
 
     trajectory: int
     context: int
@@ -205,13 +208,22 @@ class MemoryEstimate:
     frames: int
     chunk_bytes: int          # one chunk of KV at the model dtype
     context_chunks: float     # chunks of tokens the attention context holds
-    staging_chunks: int
+    staging_chunks: int       # wherever they live
+    host_context: int = 0
+    host_staging: int = 0
 
     def total(self, on_device: bool) -> tuple[int, int]:
         """(host bytes, device bytes)."""
         device = self.context + self.staging
-        host = self.trajectory + self.pool
+        host = self.trajectory + self.pool + self.host_context + self.host_staging
         return (host, device) if on_device else (host + device, 0)
+
+    def retrieval(self, where: str, on_device: bool) -> int:
+        """The context's and the staging's bytes in ``where`` (host or device)."""
+        device = self.context + self.staging
+        if where == "device":
+            return device
+        return self.host_context + self.host_staging + (0 if on_device else device)
 
 
 def pool_bytes(cfg: SessionConfig, layout: KVLayout, dtype_name: str) -> int:
@@ -227,10 +239,13 @@ def estimate_memory(cfg: SessionConfig, grid: VideoGrid, layout: KVLayout, dtype
                     dtype_name: str) -> MemoryEstimate:
     frames = grid.frames_total(cfg.chunks)
     chunk = layout.bytes_per_chunk(dtype_bytes)
-    ctx, staging = context_chunks(cfg, layout), staging_chunks(cfg, layout)
-    return MemoryEstimate(trajectory=frames * TRAJECTORY_BYTES_PER_FRAME, context=math.ceil(ctx * chunk),
-                          staging=staging * chunk, pool=pool_bytes(cfg, layout, dtype_name), frames=frames,
-                          chunk_bytes=chunk, context_chunks=ctx, staging_chunks=staging)
+    return MemoryEstimate(trajectory=frames * TRAJECTORY_BYTES_PER_FRAME,
+                          context=context_device_bytes(cfg, layout, dtype_bytes),
+                          staging=staging_chunks(cfg, layout) * chunk, pool=pool_bytes(cfg, layout, dtype_name),
+                          frames=frames, chunk_bytes=chunk, context_chunks=context_chunks(cfg, layout),
+                          staging_chunks=all_staging_chunks(cfg, layout),
+                          host_context=context_host_bytes(cfg, layout, dtype_bytes),
+                          host_staging=host_staging_chunks(cfg, layout) * chunk)
 
 
 @dataclass(frozen=True)
@@ -284,11 +299,9 @@ def _too_big(cfg: SessionConfig, est: MemoryEstimate, budget: Budget, need: int,
     if budget.bytes <= 0:
         return (f"{budget.source} leaves no {budget.where} memory for the session, which needs "
                 f"{_size(need)}; raise {raise_to}")
-    terms = [(est.context + est.staging, _retrieval_term(cfg, est))]
+    terms = [(est.retrieval(budget.where, on_device), _retrieval_term(cfg, est))]
     if budget.where == "host":
         terms += [(est.trajectory, _length_term(cfg, est)), (est.pool, _pool_term(cfg))]
-        if on_device:
-            terms = terms[1:]
     cost, (what, detail, fix) = max(terms, key=lambda t: t[0])
     if raise_to:
         fix += f" or raise {raise_to}"

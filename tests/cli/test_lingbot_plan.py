@@ -51,10 +51,10 @@ def test_the_preset_names_a_gpu_its_weights_fit():
 
 
 def test_a_device_no_choice_fits_is_one_line():
-    result = CliRunner().invoke(cli, ["plan", "--model", "lingbot-fast", "--device", "cuda", "--device-mem", "8",
+    result = CliRunner().invoke(cli, ["plan", "--model", "lingbot-fast", "--device", "cuda", "--device-mem", "6",
                                       "--minutes", "1"])
-    line = one_line_error(result, "lingbot-fast does not fit the 8.0 GiB device budget")
-    assert "the least it needs is" in line and "RTX 4090 24 GB" in line
+    line = one_line_error(result, "lingbot-fast does not fit the 6.0 GiB device budget")
+    assert "the least it needs is" in line and "RTX 4080 16 GB" in line
 
 
 @pytest.mark.parametrize("args, needle", [

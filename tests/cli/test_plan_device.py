@@ -70,8 +70,8 @@ def test_settings_the_session_gives_are_kept():
 
 def test_a_budget_too_small_for_mg2_names_the_smallest_card():
     line = one_line_error(CliRunner().invoke(cli, ["plan", "--model", "mg2-universal", "--device", "cuda",
-                                                   "--device-mem", "6", "--minutes", "1"]), "mg2-universal")
-    assert "does not fit the 6.0 GiB device budget" in line and "RTX 4080 16 GB" in line
+                                                   "--device-mem", "4", "--minutes", "1"]), "mg2-universal")
+    assert "does not fit the 4.0 GiB device budget" in line and "RTX 4080 16 GB" in line
 
 
 def test_the_4090_preset_loads_and_plans_within_24_gib():
@@ -94,5 +94,5 @@ def test_the_text_encoder_counts_on_the_device_only_when_put_there():
 
 def test_a_model_without_weights_too_big_for_its_budget_is_one_line():
     line = one_line_error(CliRunner().invoke(cli, ["plan", "--model", "synthetic", "--device", "cuda", "--device-mem",
-                                                   "1", "--minutes", "1"]), "synthetic does not fit the 1.0 GiB")
+                                                   "0.2", "--minutes", "1"]), "synthetic does not fit the 0.2 GiB")
     assert "the least it needs is" in line

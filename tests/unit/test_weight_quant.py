@@ -105,7 +105,7 @@ def test_the_report_shows_the_weights(tmp_path):
 
     cfg = resolve_session_config(None, {"model": "arena", "look_around": 0, "chunks": 2, "weights": "int8",
                                         "out": tmp_path / "a.mp4", "save_every": 0,
-                                        "memory": {"store": "window", "device_mem_gib": 7.5 / 1024}})
+                                        "memory": {"store": "window", "device_mem_gib": 12 / 1024}})
     assert Session(cfg).run().status == "done"
     rows = dict(summary_rows([read_session(cfg.log_path)]))
     cell = rows["weights"][0]
