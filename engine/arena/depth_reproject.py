@@ -83,7 +83,4 @@ def same_place(out: torch.Tensor, frames: torch.Tensor, kind: torch.Tensor, ctx_
     it, a return splats other sources with other holes and matches its first visit at 24 dB, against 39
     with the rotation-only memory), then the observed ones over it (an observation beats the session's own
     frame of the same place)."""
-    out = reproject(out, frames, ctx_cam, cam, radius, hfov)[0]
-    far = torch.full_like(ctx_cam, 1e9)
-    observed = torch.where((kind == OBSERVED)[..., None], ctx_cam, far)
-    return reproject(out, frames, observed, cam, radius, hfov)[0]
+    return reproject(out, frames, ctx_cam, cam, radius, hfov, preferred=kind == OBSERVED)[0]

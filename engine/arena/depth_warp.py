@@ -55,6 +55,7 @@ from engine.arena.warp import _basis
 
 NEAR = 0.05             # world units: target-space points nearer than this are dropped (behind the camera)
 Z_TOLERANCE = 0.02      # relative: splats within this of a pixel's nearest depth are the same surface
+SAMPLES = ("nearest", "bilinear")
 SUB_SNAP = 1e-3        # source pixels: a sampling point nearer its pixel's centre is the centre (a copy)
 TAP_TOLERANCE = 0.3     # relative: a bilinear tap of the same surface as the winning source pixel
 
@@ -67,12 +68,29 @@ class Warped:
 
     shape: tuple[int, int, int, int, int]   # (B, F, S, H, W)
     hit: torch.Tensor           # [V] flat indices over [B, F, S, H, W] of the valid target pixels, ascending
-    colours: torch.Tensor       # [V, C] (the sources' dtype)
+    src_at: torch.Tensor        # [V] flat index over [B, S, H, W] of the source pixel each one shows
+    sub: torch.Tensor           # [V, 2] where in that source pixel the target pixel's centre falls (bilinear)
+    sources: tuple              # (frames [B, S, C, H, W], z-depth [B, S, H, W], sample): read on demand
     hit_depth: torch.Tensor     # [V] z-depth in the target camera (inf: sky)
     hit_src_dist: torch.Tensor  # [V] source camera -> point, world units (inf: sky)
     hit_dst_dist: torch.Tensor  # [V] target camera -> point
     hit_angle: torch.Tensor     # [V] radians between the source's and the target's rays (0: sky)
     hit_footprint: torch.Tensor  # [V] target pixels one source pixel covers (area)
+
+    def colours_of(self, index: torch.Tensor) -> torch.Tensor:
+        """``[N, C]`` colours (the sources' dtype) of the valid target pixels ``index`` (into ``hit``), read
+        as ``sample`` says: only those are read (``composite`` reads one per target pixel, not one per pair)."""
+        frames, depth, sample = self.sources
+        at = _at(self.src_at, index)
+        if sample == "bilinear":
+            return _bilinear(frames, depth, at, _at(self.sub, index))
+        b, s, c, h, w = frames.shape
+        return _at(frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c), at)
+
+    @cached_property
+    def colours(self) -> torch.Tensor:
+        """``[V, C]``: every valid target pixel's colour."""
+        return self.colours_of(torch.arange(len(self.hit), device=self.hit.device))
 
     def _dense(self, values: torch.Tensor, fill: float) -> torch.Tensor:
         out = torch.full((math.prod(self.shape), *values.shape[1:]), fill, dtype=values.dtype,
@@ -268,8 +286,11 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
     """Sources ``frames [B, S, 3, H, W]`` with z-depth ``depth [B, S, H, W]`` seen from ``src_cam
     [B, S, 4]``, forward-splatted into every target camera ``dst_cam [B, F, 4]`` (module docstring);
     ``spread`` bounds how many pixels a magnified source pixel reaches past its nearest (0: nearest only).
-    One target at a time: its temporaries stay small (no fresh pages for each)."""
-    b, s, c, h, w = frames.shape
+    One target at a time: its temporaries stay small (no fresh pages for each). ``sample``: how colours are
+    read (module docstring); they are read when asked for (``Warped.colours_of``)."""
+    if sample not in SAMPLES:
+        raise ValueError(f"sample must be one of {SAMPLES}, got {sample!r}")
+    b, s, _, h, w = frames.shape
     f = dst_cam.shape[1]
     rays = pixel_rays(src_cam, h, w, hfov)                                                    # [B, S, H, W, 3]
     d = depth.float()[..., None]
@@ -285,11 +306,7 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
         hit, at, sub, *values = _warp_target(sources, src_cam[bi], dst_cam[bi, fi], hfov, spread)
         parts.append((hit + g * (s * h * w), at + bi * (s * h * w), sub, *values))
     hit, src_at, sub, *values = (torch.cat(x) for x in zip(*parts))
-    if sample == "bilinear":
-        colours = _bilinear(frames, depth, src_at, sub)
-    else:
-        colours = _at(frames.permute(0, 1, 3, 4, 2).reshape(b * s * h * w, c), src_at)           # [V, C]
-    return Warped((b, f, s, h, w), hit, colours, *values)
+    return Warped((b, f, s, h, w), hit, src_at, sub, (frames, depth, sample), *values)
 
 
 def _warp_target(sources, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float, spread: int):
@@ -377,7 +394,7 @@ def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
     their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes). One target at a
     time, as ``warp``."""
     b, f, s, h, w = warped.shape
-    c = warped.colours.shape[1]
+    c = warped.sources[0].shape[2]
     bounds = torch.searchsorted(warped.hit, torch.arange(b * f + 1, device=warped.hit.device) * (s * h * w))
     parts = []
     for g, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
@@ -391,8 +408,8 @@ def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
         cells = (win >= 0).nonzero().squeeze(1)
         win = win[cells] + lo
         parts.append((
-            torch.zeros(h * w, c, dtype=warped.colours.dtype, device=cells.device).index_put_(
-                (cells,), _at(warped.colours, win)),
+            torch.zeros(h * w, c, dtype=warped.sources[0].dtype, device=cells.device).index_put_(
+                (cells,), warped.colours_of(win)),
             torch.zeros(h * w, dtype=torch.bool, device=cells.device).index_put_(
                 (cells,), torch.ones_like(cells, dtype=torch.bool)),
             torch.full((h * w,), math.inf, device=cells.device).index_put_((cells,), _at(warped.hit_depth, win)),

@@ -41,10 +41,12 @@ def source_cost(ctx_cam: torch.Tensor, cam: torch.Tensor, radius: float) -> torc
 
 
 def reproject(x0: torch.Tensor, ctx_frames: torch.Tensor, ctx_cam: torch.Tensor, cam: torch.Tensor,
-              radius: float, hfov: float) -> tuple[torch.Tensor, torch.Tensor]:
+              radius: float, hfov: float, preferred: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``x0 [B, F, 3, H, W]`` with every pixel a context frame ``ctx_frames [B, S, 3, H, W]`` (cameras
     ``ctx_cam [B, S, 4]``) sees from within ``radius`` of its frame's camera (``cam [B, F, 4]``) replaced
-    by the cheapest such frame's warped pixel; returns it and the replaced pixels ``[B, F, H, W]``."""
+    by the cheapest such frame's warped pixel; returns it and the replaced pixels ``[B, F, H, W]``.
+    ``preferred [B, S]`` (bool): frames that win a pixel whenever one of them sees it (the cheapest of
+    them), whatever the others cost: the same as a second call over them alone, without warping twice."""
     b, f = cam.shape[:2]
     cost = source_cost(ctx_cam, cam, radius)                            # [B, S, F]
     out = x0.clone()
@@ -59,6 +61,11 @@ def reproject(x0: torch.Tensor, ctx_frames: torch.Tensor, ctx_cam: torch.Tensor,
             warped, valid = warped[:, 0], valid[:, 0]                    # [n, 3, H, W], [n, H, W]
             pixel_cost = cost[row, sources, frame][:, None, None].masked_fill(~valid, float("inf"))
             best, pick = pixel_cost.min(0)                               # [H, W]
+            if preferred is not None:
+                first = pixel_cost.masked_fill(~preferred[row, sources][:, None, None], float("inf"))
+                first_best, first_pick = first.min(0)
+                wins = torch.isfinite(first_best)
+                best, pick = torch.where(wins, first_best, best), torch.where(wins, first_pick, pick)
             seen = torch.isfinite(best)
             chosen = warped.gather(0, pick[None, None].expand(1, 3, *pick.shape))[0]   # [3, H, W]
             out[row, frame] = torch.where(seen[None], chosen.to(out.dtype), out[row, frame])

@@ -109,6 +109,22 @@ def _returns(tmp_path, radius) -> list[float]:
     return [psnr(latents[c][i][None], truth[None]).item() for c in back for i in range(fpc)]
 
 
+def test_preferred_sources_win_as_a_second_pass_over_them_alone_would():
+    """``preferred``: the cheapest preferred source wherever one sees the pixel, else the cheapest of all,
+    exactly what a second call over the preferred sources alone gives, and not what one call gives."""
+    cams = [(0.0, 0.0, 0.0, 0.0), (0.05, 0.0, 25.0, 0.0), (0.02, 0.03, -20.0, 5.0), (0.0, 0.05, 40.0, 0.0)]
+    frames = torch.stack([_view(*c) + 0.1 * i for i, c in enumerate(cams)])[None]
+    targets = _cams((0.01, 0.0, 10.0, 0.0), (0.0, 0.01, 30.0, -3.0))
+    preferred = torch.tensor([[False, True, False, True]])
+    x0 = torch.zeros(1, 2, 3, CFG.height, CFG.width)
+    one, hit = reproject(x0, frames, _cams(*cams), targets, 0.15, CFG.hfov, preferred=preferred)
+    first, first_hit = reproject(x0, frames, _cams(*cams), targets, 0.15, CFG.hfov)
+    far = torch.where(preferred[..., None], _cams(*cams), torch.full((1, 4, 4), 1e9))
+    two, second_hit = reproject(first, frames, far, targets, 0.15, CFG.hfov)
+    assert torch.equal(one, two) and torch.equal(hit, first_hit | second_hit)
+    assert not torch.equal(one, first)
+
+
 def test_a_return_to_the_first_view_brings_back_its_pixels_from_the_memory(tmp_path):
     with_it, without = _returns(tmp_path / "on", 0.15), _returns(tmp_path / "off", 0.0)
     assert min(with_it) > 30                                         # the observed pixels, through int4
