@@ -25,6 +25,8 @@ from engine.arena.config import ArenaModelConfig
 
 IN_CHANNELS = 5          # RGB, up, flat
 DILATIONS = (1, 2, 4, 8, 16)
+WIDTH = 16               # the head of every frame (generated ones read from the x0)
+OBSERVED_WIDTH = 32      # the head of observed frames only (``ArenaModelConfig.observed_depth``): few, sharp frames
 LOG_MIN, LOG_MAX = -12.0, 3.0   # the output is log inverse depth: from "sky" (6e-6) to 0.05 units away
 
 
@@ -39,7 +41,7 @@ def camera_channels(cam: torch.Tensor, cfg: ArenaModelConfig) -> torch.Tensor:
 
 
 class DepthNet(nn.Module):
-    def __init__(self, cfg: ArenaModelConfig, width: int = 16):
+    def __init__(self, cfg: ArenaModelConfig, width: int = WIDTH):
         super().__init__()
         self.cfg = cfg
         self.stem = nn.Conv2d(IN_CHANNELS, width, 3, padding=1)

@@ -176,7 +176,7 @@ class ArenaPipeline:
     def observe(self, chunk: int, ctx) -> torch.Tensor:
         """An observed chunk: the world's rendered truth at the chunk's poses, through the clean pass only
         (no noise drawn); with depth re-projection the depth head's depth of it too (the linear head: a full
-        pass instead, the same K/V; the conv head reads the frames)."""
+        pass instead, the same K/V; the conv head reads the frames, the observed head where the model has one)."""
         inputs, to = self._inputs(chunk)
         truth = self.truth(chunk)[None].to(**to)
         if not self.depth:
@@ -184,7 +184,7 @@ class ArenaPipeline:
         inv = None
         if self._with_depth() and self.cfg.depth_kind == "conv":    # the clean pass, then the head on the truth
             self._clean_pass(truth, inputs, to, ctx)
-            inv = self.model.frame_depth(truth, inputs.cam)
+            inv = self.model.observed_frame_depth(truth, inputs.cam)
         elif self._with_depth():
             inv = self.model.chunk_forward(truth, torch.zeros(1, **to), inputs, ctx, with_depth=True)[1]
         else:
