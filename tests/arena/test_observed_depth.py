@@ -73,6 +73,13 @@ def test_weights_with_the_observed_head_round_trip_and_load_strictly_both_ways(t
     with pytest.raises(CheckpointError, match=r"unexpected key 'observed_depth_net\.") as exc:
         load_model(_file(tmp_path, "keys.safetensors", {**old, **head}, old_cfg))
     assert "\n" not in str(exc.value)
+    # the flag over the linear head's config: the config itself is refused
+    linear = {**dataclasses.asdict(old_cfg), "depth_kind": "linear", "observed_depth": True}
+    path = tmp_path / "linear.safetensors"
+    save_file({"x": torch.zeros(1)}, str(path), metadata={"config": json.dumps(linear)})
+    with pytest.raises(CheckpointError, match="observed_depth needs the conv depth head") as exc:
+        load_model(path)
+    assert "\n" not in str(exc.value)
 
 
 def test_the_observed_head_starts_as_the_conv_head_widened():
