@@ -26,7 +26,7 @@ from engine.arena.config import ArenaModelConfig
 IN_CHANNELS = 5          # RGB, up, flat
 DILATIONS = (1, 2, 4, 8, 16)
 WIDTH = 16               # the head of every frame (generated ones read from the x0)
-OBSERVED_WIDTH = 32      # the head of observed frames only (``ArenaModelConfig.observed_depth``): few, sharp frames
+OBSERVED_WIDTH = 32      # the observed-frame head's default width (``ArenaModelConfig.observed_depth``): few, sharp frames
 LOG_MIN, LOG_MAX = -12.0, 3.0   # the output is log inverse depth: from "sky" (6e-6) to 0.05 units away
 
 

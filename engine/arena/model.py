@@ -44,7 +44,7 @@ from torch import nn
 from engine.arena import codebook
 from engine.arena import depth_reproject
 from engine.arena.config import ACTION_DIM, ArenaModelConfig
-from engine.arena.depth_net import OBSERVED_WIDTH, DepthNet
+from engine.arena.depth_net import DepthNet
 from engine.arena.patches import patchify, unpatchify
 from engine.arena.reproject import reproject
 from engine.arena.warp import warp_frames
@@ -231,7 +231,7 @@ class ArenaDiT(nn.Module):
         elif cfg.depth_head:  # the conv head: inverse depth of a frame's pixels (engine.arena.depth_net)
             self.depth_net = DepthNet(cfg)
         if cfg.observed_depth:  # a wider conv head for observed frames only (engine.arena.observed_depth_train)
-            self.observed_depth_net = DepthNet(cfg, OBSERVED_WIDTH)
+            self.observed_depth_net = DepthNet(cfg, cfg.observed_depth)
         self.rope = TimeRope(cfg.rope_time_dims, cfg.rope_theta)
 
     def init_new_parts(self, missing: list[str], generator: torch.Generator | None = None) -> None:
@@ -475,7 +475,7 @@ class ArenaDiT(nn.Module):
 
     def observed_frame_depth(self, frames: torch.Tensor, cam: torch.Tensor) -> torch.Tensor:
         """Inverse depth ``[B, F, H, W]`` of observed (true) frames: the observed head's where the model has
-        one (``observed_depth``), else the conv depth head's (``frame_depth``)."""
+        one (``observed_depth`` > 0), else the conv depth head's (``frame_depth``)."""
         if self.cfg.observed_depth:
             return self.observed_depth_net(frames, cam.to(frames.device))
         return self.frame_depth(frames, cam)

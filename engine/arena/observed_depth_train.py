@@ -2,7 +2,7 @@
 held-out check and its export.
 
 ``python3 -m engine.arena.observed_depth_train --out DIR [--steps N] [--base W]`` trains a wider conv depth
-head (``engine.arena.depth_net.OBSERVED_WIDTH``) for observed chunks only; every other weight of ``W``
+head (``--width``, default ``engine.arena.depth_net.OBSERVED_WIDTH``) for observed chunks only; every other weight of ``W``
 (default: the packaged weights with the conv depth head) stays frozen. Observed frames are the world's true
 frames, sharp, so the batches are sharp true frames only: ``poses`` free random poses in random training
 arenas (seeds below ``TRAIN_ARENAS``; pitch as ``engine.arena.depth_train``), no degradation, no model
@@ -53,6 +53,7 @@ class ObservedDepthRecipe:
     warmup: int = 30
     seed: int = 0
     pitch_range: float = 30.0   # degrees: half of the poses look level, the rest up to this far up or down
+    width: int = OBSERVED_WIDTH  # the observed head's channels (``ArenaModelConfig.observed_depth``)
 
 
 def widened(small: DepthNet, width: int, seed: int) -> DepthNet:
@@ -72,18 +73,19 @@ def widened(small: DepthNet, width: int, seed: int) -> DepthNet:
     return wide
 
 
-def base_model(base: Path, seed: int = 0) -> ArenaDiT:
-    """The frozen model of ``base``'s weights (a conv depth head) with the observed head widened from it."""
+def base_model(base: Path, seed: int = 0, width: int = OBSERVED_WIDTH) -> ArenaDiT:
+    """The frozen model of ``base``'s weights (a conv depth head) with a ``width``-wide observed head widened
+    from its conv head."""
     cfg0 = config_of(base)
     if not (cfg0.depth_head and cfg0.depth_kind == "conv"):
         raise ValueError(f"{base}: the observed head starts from a conv depth head; this file has none")
-    cfg = dataclasses.replace(cfg0, observed_depth=True, reproject_depth=False)
+    cfg = dataclasses.replace(cfg0, observed_depth=width, reproject_depth=False)
     torch.manual_seed(0)
     model = ArenaDiT(cfg)
     own = {k: v for k, v in load_state_dict(base, cfg0).items() if not k.startswith("observed_depth_net.")}
     result = model.load_state_dict(own, strict=False)
     assert all(k.startswith("observed_depth_net.") for k in result.missing_keys), result.missing_keys
-    model.observed_depth_net = widened(model.depth_net, OBSERVED_WIDTH, seed)
+    model.observed_depth_net = widened(model.depth_net, width, seed)
     for name, p in model.named_parameters():
         p.requires_grad_(name.startswith("observed_depth_net."))
     return model.eval()
@@ -135,7 +137,7 @@ def train(out: Path, r: ObservedDepthRecipe, base: Path | None = None, save_ever
     base = Path(base) if base is not None else packaged_depth_weights_path()
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    model = base_model(base, r.seed)
+    model = base_model(base, r.seed, r.width)
     net = model.observed_depth_net
     params = list(net.parameters())
     opt = torch.optim.AdamW(params, lr=r.lr, weight_decay=1e-4)
@@ -181,9 +183,15 @@ def evaluate(out: Path, base: Path | None = None, frames: int = 96) -> list[dict
     model = base_model(base)
     rows = [{"head": "base", **held_out(model.depth_net, frames)}]
     for path in sorted(out.glob("head-*.pt"), key=lambda p: int(p.stem.split("-")[1])):
-        model.observed_depth_net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["net"])
-        rows.append({"head": path.name, **held_out(model.observed_depth_net, frames)})
+        rows.append({"head": path.name, **held_out(_head(path, model.cfg), frames)})
     return rows
+
+
+def _head(path: Path, cfg) -> DepthNet:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    net = DepthNet(cfg, state["recipe"].get("width", OBSERVED_WIDTH))
+    net.load_state_dict(state["net"])
+    return net
 
 
 def export(head: Path, out: Path, base: Path | None = None) -> Path:
@@ -191,11 +199,12 @@ def export(head: Path, out: Path, base: Path | None = None) -> Path:
     safetensors file (metadata: the config with ``observed_depth``, and the head's training figures)."""
     base = Path(base) if base is not None else packaged_depth_weights_path()
     state = torch.load(head, map_location="cpu", weights_only=True)
-    model = base_model(base)
+    width = state["recipe"].get("width", OBSERVED_WIDTH)
+    model = base_model(base, width=width)
     model.observed_depth_net.load_state_dict(state["net"])
     tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
     meta = {**read_metadata(base), "config": json.dumps(dataclasses.asdict(model.cfg)),
-            "observed_depth_head": f"conv width {OBSERVED_WIDTH}, head-only on sharp true frames: {state['step']} "
+            "observed_depth_head": f"conv width {width}, head-only on sharp true frames: {state['step']} "
                                    f"steps, {state['wall_s']:.0f} s (engine.arena.observed_depth_train, "
                                    f"recipe {json.dumps(state['recipe'])})"}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -211,6 +220,7 @@ def main(argv=None) -> None:
     ap.add_argument("--poses", type=int, default=ObservedDepthRecipe.poses)
     ap.add_argument("--lr", type=float, default=ObservedDepthRecipe.lr)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--width", type=int, default=OBSERVED_WIDTH, help="the observed head's channels")
     ap.add_argument("--save-every", type=int, default=50)
     ap.add_argument("--no-train", action="store_true", help="only --eval / --export")
     ap.add_argument("--eval", action="store_true", help="print the held-out abs-rel of the base and saved heads")
@@ -218,7 +228,7 @@ def main(argv=None) -> None:
     ap.add_argument("--head", type=Path, default=None, help="the head to export (default: the checkpoint's)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
-    r = ObservedDepthRecipe(steps=a.steps, poses=a.poses, lr=a.lr, seed=a.seed)
+    r = ObservedDepthRecipe(steps=a.steps, poses=a.poses, lr=a.lr, seed=a.seed, width=a.width)
     if not a.no_train:
         train(a.out, r, a.base, a.save_every, a.quiet)
     if a.eval:

@@ -30,7 +30,7 @@ from engine.arena.weights import config_of, load_model, load_state_dict, package
 from engine.arena.world import Arena
 from engine.errors import CheckpointError
 
-CFG = ArenaModelConfig(depth_head=True, depth_kind="conv", observed_depth=True)
+CFG = ArenaModelConfig(depth_head=True, depth_kind="conv", observed_depth=OBSERVED_WIDTH)
 HELD_OUT = 1_510_001
 needs_depth_weights = pytest.mark.skipif(not packaged_depth_weights_path().exists(), reason="no packaged depth weights")
 
@@ -42,9 +42,12 @@ def test_the_observed_head_is_a_wider_conv_head_under_its_own_keys():
     assert "observed_depth_net.out.weight" in keys and len(keys) == len(list(model.depth_net.state_dict()))
     frames, cam = torch.zeros(1, 3, 3, CFG.height, CFG.width), torch.zeros(1, 3, 4)
     assert model.observed_frame_depth(frames, cam).shape == (1, 3, CFG.height, CFG.width)
-    assert not hasattr(ArenaDiT(dataclasses.replace(CFG, observed_depth=False)), "observed_depth_net")
+    assert not hasattr(ArenaDiT(dataclasses.replace(CFG, observed_depth=0)), "observed_depth_net")
     with pytest.raises(AssertionError, match="observed_depth needs the conv depth head"):
-        ArenaModelConfig(depth_head=True, observed_depth=True)
+        ArenaModelConfig(depth_head=True, observed_depth=OBSERVED_WIDTH)
+    for bad in (True, -1, 32.0):                 # a JSON true or a float is no width
+        with pytest.raises(AssertionError, match="observed_depth must be a width"):
+            dataclasses.replace(CFG, observed_depth=bad)
 
 
 def _file(tmp_path, name, tensors, cfg) -> object:
@@ -57,11 +60,11 @@ def _file(tmp_path, name, tensors, cfg) -> object:
 @needs_depth_weights
 def test_weights_with_the_observed_head_round_trip_and_load_strictly_both_ways(tmp_path):
     old_cfg = config_of(packaged_depth_weights_path())
-    assert old_cfg.observed_depth is False
+    assert old_cfg.observed_depth == 0
     old = load_state_dict(packaged_depth_weights_path(), old_cfg)
     torch.manual_seed(3)
     head = {f"observed_depth_net.{k}": v.detach() for k, v in DepthNet(old_cfg, OBSERVED_WIDTH).state_dict().items()}
-    cfg = dataclasses.replace(old_cfg, observed_depth=True)
+    cfg = dataclasses.replace(old_cfg, observed_depth=OBSERVED_WIDTH)
     model = load_model(_file(tmp_path, "both.safetensors", {**old, **head}, cfg))
     assert model.cfg.observed_depth
     for k, v in head.items():
@@ -74,7 +77,7 @@ def test_weights_with_the_observed_head_round_trip_and_load_strictly_both_ways(t
         load_model(_file(tmp_path, "keys.safetensors", {**old, **head}, old_cfg))
     assert "\n" not in str(exc.value)
     # the flag over the linear head's config: the config itself is refused
-    linear = {**dataclasses.asdict(old_cfg), "depth_kind": "linear", "observed_depth": True}
+    linear = {**dataclasses.asdict(old_cfg), "depth_kind": "linear", "observed_depth": OBSERVED_WIDTH}
     path = tmp_path / "linear.safetensors"
     save_file({"x": torch.zeros(1)}, str(path), metadata={"config": json.dumps(linear)})
     with pytest.raises(CheckpointError, match="observed_depth needs the conv depth head") as exc:
@@ -117,7 +120,7 @@ def _session(model, tmp_path, chunks: int = 3):
 
 
 def _with_observed_head(model: ArenaDiT, net: DepthNet) -> ArenaDiT:
-    out = ArenaDiT(dataclasses.replace(model.cfg, observed_depth=True))
+    out = ArenaDiT(dataclasses.replace(model.cfg, observed_depth=net.stem.out_channels))
     out.load_state_dict({**model.state_dict(), **{f"observed_depth_net.{k}": v for k, v in net.state_dict().items()}})
     return out.eval()
 
@@ -161,6 +164,7 @@ def test_observed_chunks_take_the_observed_heads_depth_and_generated_chunks_the_
 @needs_depth_weights
 def test_the_trainer_resumes_to_the_weights_of_an_unbroken_run_on_sharp_true_frames(tmp_path):
     r = ObservedDepthRecipe(steps=3, poses=2, warmup=1)
+    assert r.width == OBSERVED_WIDTH
     whole = torch.load(train(tmp_path / "whole", r, save_every=1, quiet=True), weights_only=True)
     train(tmp_path / "split", dataclasses.replace(r, steps=2), save_every=1, quiet=True)
     split = torch.load(train(tmp_path / "split", r, save_every=1, quiet=True), weights_only=True)
@@ -185,6 +189,6 @@ def test_the_trainer_resumes_to_the_weights_of_an_unbroken_run_on_sharp_true_fra
     # the export: the base weights plus the observed head, loadable, the conv head as it was
     out = export(tmp_path / "whole" / CHECKPOINT, tmp_path / "w.safetensors")
     loaded = load_model(out)
-    assert loaded.cfg.observed_depth and "width" in read_metadata(out)["observed_depth_head"]
+    assert loaded.cfg.observed_depth == OBSERVED_WIDTH and "width 32" in read_metadata(out)["observed_depth_head"]
     assert torch.allclose(loaded.observed_depth_net.out.weight, whole["net"]["out.weight"].half().float())
     assert torch.equal(loaded.depth_net.out.weight, load_model(packaged_depth_weights_path()).depth_net.out.weight)
