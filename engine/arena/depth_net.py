@@ -11,7 +11,8 @@ inverse z-depth is proportional to ``-up``) — and ``flat`` — the ray's horiz
 Layers: a 3x3 stem, a 3x3 conv, vertical convs dilated 1, 2, 4, 8, 16 rows (a receptive field taller than
 the frame: a column's floor boundary reaches every row of it), a 3x3 conv mixing neighbouring columns, and
 a 1x1 output of log inverse depth (inverse depth in 1 / world units; the sky, at 0, is learnt as far
-below ``engine.arena.depth_reproject.SKY_INVERSE``). About 9k parameters.
+below ``engine.arena.depth_reproject.SKY_INVERSE``). About 9k parameters at ``WIDTH``; the observed-frame
+head (``ArenaModelConfig.observed_depth``, ``engine.arena.observed_depth_train``) is the same net wider.
 """
 from __future__ import annotations
 

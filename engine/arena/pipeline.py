@@ -20,8 +20,9 @@ Owns what a session of the arena model needs around the network:
 * **Depth.** With depth re-projection (``reproject_depth``, the model's or the session's
   ``arena_reproject_depth``; it needs the depth head) the layout has the depth layer, every chunk leaves
   its inverse depth there (a generated chunk: the depth head on the sampler's last pass, re-projected
-  pixels keeping the depth they were moved with; an observed chunk: the depth head on a full pass over the
-  observed frames at t = 0, which writes the same K/V as the clean pass), and a generated chunk re-projects
+  pixels keeping the depth they were moved with; an observed chunk: the conv head on its true frames after
+  the clean pass — the observed head where the model has one (``observed_depth``) — or the linear head on a
+  full pass over them at t = 0, which writes the same K/V as the clean pass), and a generated chunk re-projects
   every context frame with it (``engine.arena.depth_reproject``; context frames ranked by their latent
   frame). Never the renderer's depth: ``depth_source`` is a hook for tests only.
 * **Positions.** Latent-frame time positions; ``native`` stops at the horizon (``rope_table_frames``),
