@@ -55,6 +55,9 @@ class ArenaModelConfig:
     depth_kind: str = "linear"       # the depth head's kind: "linear" (one linear map of the final features per patch;
                                      # trained by ``train --depth-weight``) or "conv" (``engine.arena.depth_net``: a
                                      # small conv net over the frame's pixels and camera; ``engine.arena.depth_train``)
+    observed_depth: int = 0          # > 0: a second conv depth head this many channels wide for observed (true,
+                                     # sharp) frames only (``engine.arena.observed_depth_train``); 0: none, observed
+                                     # frames are read by the conv head as generated ones are
     reproject: float = 0.15          # inference: pixels of context frames seen from within this many world units
                                      # of a frame's camera, warped to its view, replace the x0 (engine.arena.reproject;
                                      # 0: off); a session's --arena-reproject overrides it
@@ -72,6 +75,9 @@ class ArenaModelConfig:
         assert self.codebook >= 0 and self.patch % self.code_patch == 0
         assert self.reproject >= 0
         assert self.depth_kind in DEPTH_KINDS, f"depth_kind must be one of {DEPTH_KINDS}"
+        assert type(self.observed_depth) is int and self.observed_depth >= 0, "observed_depth must be a width >= 0"
+        assert not self.observed_depth or (self.depth_head and self.depth_kind == "conv"), \
+            "observed_depth needs the conv depth head"
 
     @property
     def head_dim(self) -> int:

@@ -11,7 +11,8 @@ inverse z-depth is proportional to ``-up``) — and ``flat`` — the ray's horiz
 Layers: a 3x3 stem, a 3x3 conv, vertical convs dilated 1, 2, 4, 8, 16 rows (a receptive field taller than
 the frame: a column's floor boundary reaches every row of it), a 3x3 conv mixing neighbouring columns, and
 a 1x1 output of log inverse depth (inverse depth in 1 / world units; the sky, at 0, is learnt as far
-below ``engine.arena.depth_reproject.SKY_INVERSE``). About 9k parameters.
+below ``engine.arena.depth_reproject.SKY_INVERSE``). About 9k parameters at ``WIDTH``; the observed-frame
+head (``ArenaModelConfig.observed_depth``, ``engine.arena.observed_depth_train``) is the same net wider.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from engine.arena.config import ArenaModelConfig
 
 IN_CHANNELS = 5          # RGB, up, flat
 DILATIONS = (1, 2, 4, 8, 16)
+WIDTH = 16               # the head of every frame (generated ones read from the x0)
+OBSERVED_WIDTH = 32      # the observed-frame head's default width (``ArenaModelConfig.observed_depth``): few, sharp frames
 LOG_MIN, LOG_MAX = -12.0, 3.0   # the output is log inverse depth: from "sky" (6e-6) to 0.05 units away
 
 
@@ -39,7 +42,7 @@ def camera_channels(cam: torch.Tensor, cfg: ArenaModelConfig) -> torch.Tensor:
 
 
 class DepthNet(nn.Module):
-    def __init__(self, cfg: ArenaModelConfig, width: int = 16):
+    def __init__(self, cfg: ArenaModelConfig, width: int = WIDTH):
         super().__init__()
         self.cfg = cfg
         self.stem = nn.Conv2d(IN_CHANNELS, width, 3, padding=1)

@@ -230,6 +230,8 @@ class ArenaDiT(nn.Module):
             nn.init.zeros_(self.depth_out.bias)
         elif cfg.depth_head:  # the conv head: inverse depth of a frame's pixels (engine.arena.depth_net)
             self.depth_net = DepthNet(cfg)
+        if cfg.observed_depth:  # a wider conv head for observed frames only (engine.arena.observed_depth_train)
+            self.observed_depth_net = DepthNet(cfg, cfg.observed_depth)
         self.rope = TimeRope(cfg.rope_time_dims, cfg.rope_theta)
 
     def init_new_parts(self, missing: list[str], generator: torch.Generator | None = None) -> None:
@@ -470,6 +472,13 @@ class ArenaDiT(nn.Module):
         ``cam [B, F, 4]`` (an observed chunk's truth, or a generated chunk's x0)."""
         assert self.cfg.depth_head and self.cfg.depth_kind == "conv", "frame depth needs the conv depth head"
         return self.depth_net(frames, cam.to(frames.device))
+
+    def observed_frame_depth(self, frames: torch.Tensor, cam: torch.Tensor) -> torch.Tensor:
+        """Inverse depth ``[B, F, H, W]`` of observed (true) frames: the observed head's where the model has
+        one (``observed_depth`` > 0), else the conv depth head's (``frame_depth``)."""
+        if self.cfg.observed_depth:
+            return self.observed_depth_net(frames, cam.to(frames.device))
+        return self.frame_depth(frames, cam)
 
     def write_depth(self, ctx, inv_depth: torch.Tensor, kind: int) -> None:
         """The chunk's inverse depth ``[B, F, H, W]`` (``kind``: observed or generated) into the context's

@@ -20,8 +20,9 @@ Owns what a session of the arena model needs around the network:
 * **Depth.** With depth re-projection (``reproject_depth``, the model's or the session's
   ``arena_reproject_depth``; it needs the depth head) the layout has the depth layer, every chunk leaves
   its inverse depth there (a generated chunk: the depth head on the sampler's last pass, re-projected
-  pixels keeping the depth they were moved with; an observed chunk: the depth head on a full pass over the
-  observed frames at t = 0, which writes the same K/V as the clean pass), and a generated chunk re-projects
+  pixels keeping the depth they were moved with; an observed chunk: the conv head on its true frames after
+  the clean pass — the observed head where the model has one (``observed_depth``) — or the linear head on a
+  full pass over them at t = 0, which writes the same K/V as the clean pass), and a generated chunk re-projects
   every context frame with it (``engine.arena.depth_reproject``; context frames ranked by their latent
   frame). Never the renderer's depth: ``depth_source`` is a hook for tests only.
 * **Positions.** Latent-frame time positions; ``native`` stops at the horizon (``rope_table_frames``),
@@ -176,7 +177,7 @@ class ArenaPipeline:
     def observe(self, chunk: int, ctx) -> torch.Tensor:
         """An observed chunk: the world's rendered truth at the chunk's poses, through the clean pass only
         (no noise drawn); with depth re-projection the depth head's depth of it too (the linear head: a full
-        pass instead, the same K/V; the conv head reads the frames)."""
+        pass instead, the same K/V; the conv head reads the frames, the observed head where the model has one)."""
         inputs, to = self._inputs(chunk)
         truth = self.truth(chunk)[None].to(**to)
         if not self.depth:
@@ -184,7 +185,7 @@ class ArenaPipeline:
         inv = None
         if self._with_depth() and self.cfg.depth_kind == "conv":    # the clean pass, then the head on the truth
             self._clean_pass(truth, inputs, to, ctx)
-            inv = self.model.frame_depth(truth, inputs.cam)
+            inv = self.model.observed_frame_depth(truth, inputs.cam)
         elif self._with_depth():
             inv = self.model.chunk_forward(truth, torch.zeros(1, **to), inputs, ctx, with_depth=True)[1]
         else:

@@ -182,6 +182,7 @@ def test_bench_speed_reports_the_steps_medians_and_leaves_nothing_behind(tmp_pat
 
 
 def test_bench_speed_compare_depth_interleaves_both_arms_and_reports_the_ratio(tmp_path, monkeypatch):
+    from engine.arena.depth_net import DepthNet
     from engine.arena.model import ArenaDiT
 
     work = tmp_path / "work"
@@ -189,15 +190,15 @@ def test_bench_speed_compare_depth_interleaves_both_arms_and_reports_the_ratio(t
     calls = []
     from engine.arena.weights import packaged_depth_weights_path
 
-    trained = packaged_depth_weights_path().exists()   # the packaged conv head; else a seeded linear one
-    name = "frame_depth" if trained else "inverse_depth"
-    real = getattr(ArenaDiT, name)
+    trained = packaged_depth_weights_path().exists()   # the packaged conv heads; else a seeded linear one
+    owner, name = (DepthNet, "forward") if trained else (ArenaDiT, "inverse_depth")
+    real = getattr(owner, name)
 
-    def counted(self, *args):   # the depth arm runs the depth head (today's does not)
+    def counted(self, *args):   # the depth arm runs a depth head (today's does not)
         calls.append(1)
         return real(self, *args)
 
-    monkeypatch.setattr(ArenaDiT, name, counted)
+    monkeypatch.setattr(owner, name, counted)
     result = run("speed", "--compare", "depth", "--chunks", 3, "--warmup", 1, "--rounds", 2, "--workdir", work)
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
