@@ -183,13 +183,18 @@ def train(out: Path, r: DepthRecipe, base: Path | None = None, save_every: int =
                "wall_s": round(time.perf_counter() - t0, 1)}
         if b["generated"].any():
             row["generated"] = round(float(err[b["generated"]].mean()), 5)
-        with open(out / LOG, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
-        if not quiet and step % 10 == 0:
-            print(json.dumps(row), flush=True)
+        log_step(out / LOG, row, quiet)
         if step % save_every == 0 or step == r.steps:
             _save(ckpt, model, opt, step, time.perf_counter() - t0, r, base)
     return ckpt
+
+
+def log_step(log: Path, row: dict, quiet: bool) -> None:
+    """Append a step's row to the training log; print every tenth step unless ``quiet``."""
+    with open(log, "a") as fh:
+        fh.write(json.dumps(row) + "\n")
+    if not quiet and row["step"] % 10 == 0:
+        print(json.dumps(row), flush=True)
 
 
 def _save(ckpt: Path, model: ArenaDiT, opt, step: int, wall: float, r: DepthRecipe, base: Path) -> None:

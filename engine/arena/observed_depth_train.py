@@ -33,7 +33,7 @@ from safetensors.torch import save_file
 from engine.arena.data import TRAIN_ARENAS
 from engine.arena.depth_net import OBSERVED_WIDTH, DepthNet
 from engine.arena.depth_reproject import z_depth
-from engine.arena.depth_train import random_pose, relative_error
+from engine.arena.depth_train import log_step, random_pose, relative_error
 from engine.arena.model import ArenaDiT
 from engine.arena.render import depth, render
 from engine.arena.train import _truncate_log
@@ -160,10 +160,7 @@ def train(out: Path, r: ObservedDepthRecipe, base: Path | None = None, save_ever
         opt.step()
         step += 1
         row = {"step": step, "loss": round(float(loss.detach()), 5), "wall_s": round(time.perf_counter() - t0, 1)}
-        with open(out / LOG, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
-        if not quiet and step % 10 == 0:
-            print(json.dumps(row), flush=True)
+        log_step(out / LOG, row, quiet)
         if step % save_every == 0 or step == r.steps:
             _save(out, net, opt, step, time.perf_counter() - t0, r, base)
     return ckpt
