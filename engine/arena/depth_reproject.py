@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from engine.arena import fog
 from engine.arena.config import ArenaModelConfig
 from engine.arena.depth_warp import composite, warp
 from engine.arena.patches import patchify, unpatchify
@@ -30,6 +31,7 @@ from engine.arena.reproject import reproject
 from engine.arena.source_rank import GENERATED, OBSERVED
 
 SAMPLE = "bilinear"  # how a moved source pixel is read (engine.arena.depth_warp.warp's ``sample``)
+FOG = True         # moved pixels change their fog from the source's distance to the target's (engine.arena.fog)
 SKY_INVERSE = 1e-2   # inverse depth below this (farther than 100 world units, past any arena wall): sky
 __all__ = ["OBSERVED", "GENERATED", "pack", "unpack", "z_depth", "reproject_with_depth", "same_place"]
 
@@ -69,8 +71,16 @@ def reproject_with_depth(x0: torch.Tensor, frames: torch.Tensor, inv_depth: torc
     depth ``[B, S, H, W]``, ``kind`` and latent-frame ``time [B, S]``, cameras ``ctx_cam [B, S, 4]``) sees
     from the cameras ``cam [B, F, 4]`` replaced by the winning source's pixel. Returns it, the replaced
     pixels ``[B, F, H, W]`` and their z-depth in the target (``inf`` elsewhere)."""
-    warped = warp(frames.float(), z_depth(inv_depth), ctx_cam.float(), cam.float(), hfov, sample=SAMPLE)
+    z = z_depth(inv_depth)
+    horizon = fog.horizon(frames, inv_depth <= SKY_INVERSE, kind == OBSERVED, ctx_cam, hfov) if FOG else None
+    sources = frames.float()
+    if horizon is not None:                                 # each pixel's own distance travels with its colour
+        reach = fog.distance(z, ctx_cam, hfov)
+        sources = torch.cat([sources, reach.where(torch.isfinite(reach), torch.zeros_like(reach))[:, :, None]], 2)
+    warped = warp(sources, z, ctx_cam.float(), cam.float(), hfov, sample=SAMPLE)
     moved, hit, depth, _ = composite(warped, kind, time)
+    if horizon is not None:
+        moved = fog.transfer(moved[:, :, :3], moved[:, :, 3], depth, cam, horizon, hfov)
     out = torch.where(hit[:, :, None], moved.to(x0.dtype), x0)
     return out, hit, depth
 

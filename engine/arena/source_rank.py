@@ -3,12 +3,18 @@
 Owns the order of sources in ``engine.arena.depth_warp.composite``. Per target pixel, among the sources
 whose warped pixel is valid there:
 
-1. **The front surface.** Only the sources that see the nearest surface at that pixel (warped depth
-   within ``DEPTH_TOLERANCE`` of the nearest) compete; a source whose point lies clearly behind
-   another's is occluded in the target view (it saw, from its own place, what the target cannot see).
-2. **What the source is.** An observed frame (``OBSERVED``: given to the session, the truth) beats a
-   generated one (``GENERATED``: the session's own output) of the same surface, whatever the quality
-   of either view: a session's own haze must never beat an observed view of the same place.
+1. **What the source is.** Where an observed frame (``OBSERVED``: given to the session, the truth)
+   reaches the pixel, only observed frames compete; generated ones (``GENERATED``: the session's own
+   output) only where no observed frame reaches it. A session's own haze must never beat an observed view
+   of the same place — neither by being sharper-looking nor by its depth: the depth of a generated frame
+   is read from a blur (abs-rel 0.59 against 0.03 for observed frames) and a hazy wall read nearer than it
+   is would otherwise hide, as a front surface, the observed view of the wall behind it (measured on the
+   walking benchmark's 30-s ``onward`` walk: generated sources took 47 % of the pixels at 20.5 dB while
+   observed ones gave 24.7 dB; with this rule 4 % and the frames 22.0 -> 23.4 dB). What an observed frame
+   hides behind a surface no observed frame saw is the one case it gets wrong.
+2. **The front surface.** Among those, only the sources that see the nearest surface at that pixel
+   (warped depth within ``DEPTH_TOLERANCE`` of the nearest) compete; a source whose point lies clearly
+   behind another's is occluded in the target view (it saw, from its own place, what the target cannot see).
 3. **How well it sees the point.** ``quality_cost``: octaves of distance mismatch (a source that stood
    much farther from the point saw it at lower resolution and through more fog than the target does),
    the angle between the source's and the target's viewing rays (a surface seen from another side
@@ -67,6 +73,9 @@ def choose(depth: torch.Tensor, valid: torch.Tensor, kind: torch.Tensor, quality
     ``valid`` and ``quality`` are ``[..., S, H, W]`` with the sources at ``dim``; ``kind`` and ``time``
     broadcast against them (e.g. ``[B, 1, S, 1, 1]``). Returns ``pick`` and ``hit`` ``[..., H, W]``."""
     rel, absolute = DEPTH_TOLERANCE
+    kinds = kind.expand_as(quality).long()
+    best_kind = kinds.masked_fill(~valid, GENERATED + 1).min(dim, keepdim=True).values
+    valid = valid & (kinds == best_kind)                            # observed frames first, where any reaches
     seen = depth.masked_fill(~valid, float("inf"))
     nearest = seen.min(dim, keepdim=True).values
     front = valid & (seen <= nearest * (1 + rel) + absolute)
@@ -84,8 +93,12 @@ def choose_among(cell: torch.Tensor, depth: torch.Tensor, kind: torch.Tensor, qu
     within a pixel the entries are listed in the sources' order. Per target pixel ``[cells]``, the index
     of the winning entry (the first of equal keys), -1 where none."""
     rel, absolute = DEPTH_TOLERANCE
-    nearest = torch.full((cells,), math.inf, device=depth.device).scatter_reduce(0, cell, depth, "amin")[cell]
-    front = (depth <= nearest * (1 + rel) + absolute) | torch.isinf(nearest)
+    kind = kind.long()
+    best_kind = torch.full((cells,), GENERATED + 1, device=depth.device).scatter_reduce(0, cell, kind, "amin")[cell]
+    rival = kind == best_kind                                       # observed entries first, where any reaches
+    seen = depth.masked_fill(~rival, math.inf)
+    nearest = torch.full((cells,), math.inf, device=depth.device).scatter_reduce(0, cell, seen, "amin")[cell]
+    front = rival & ((depth <= nearest * (1 + rel) + absolute) | torch.isinf(nearest))
     none = torch.iinfo(torch.int64).max
     key = rank_key(kind, quality, time).masked_fill(~front, none)
     best = torch.full((cells,), none, device=depth.device).scatter_reduce(0, cell, key, "amin")

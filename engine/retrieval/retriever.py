@@ -25,7 +25,9 @@ Prefetch for a walk (``predict_staging``): the set of the extrapolated pose firs
 the sets of the input changes a player makes most (``engine.retrieval.predict.hedge_poses``: stop, turn
 either way, walk ahead), merged rank by rank — every hypothesis's best pick before any one's second —
 up to the staging slots. ``preferred`` (the chunks at hand: in a slot, staged, in the device cache) goes
-to the policy, which may keep them over near-equal views (``FovOverlapPolicy.stick``).
+to the policy, which may keep them over near-equal views (``FovOverlapPolicy.stick``); so do the observed
+chunks (the first ``observed_chunks``), which it ranks first with ``observed_bonus``
+(``FovOverlapPolicy.observed_bonus``: a session that re-projects with depth).
 """
 from __future__ import annotations
 
@@ -47,18 +49,22 @@ def _bin(values: np.ndarray, size: float) -> np.ndarray:
     return np.floor(np.round(values / size / SNAP) * SNAP).astype(int)
 
 
+OBSERVED_FIRST = 1.0   # observed_bonus of a session whose frames take observed pixels from anywhere (depth)
 PREDICTORS = {"constant-velocity": ConstantVelocityPredictor, "reuse-current": ReuseCurrentPredictor}
 
 
 class Retriever:
     def __init__(self, poses: np.ndarray, grid: VideoGrid, policy: RetrievalPolicy | None = None,
                  predictor: PosePredictor | None = None, cell_size: float = 0.5, angle_bin: float = 10.0,
-                 first_visit: bool = False, hedge: bool = False, stick: float = 0.0):
+                 first_visit: bool = False, hedge: bool = False, stick: float = 0.0,
+                 observed_chunks: int = 0, observed_bonus: float = 0.0):
         self.poses = np.asarray(poses)                       # [T, 7] xyz + quaternion per video frame
         self.grid = ChunkGrid.of_video(grid)
         self.first_visit = first_visit
         self.hedge = hedge
-        self.policy = policy or FovOverlapPolicy(prefer_first=first_visit, stick=stick)
+        self.policy = policy or FovOverlapPolicy(prefer_first=first_visit, stick=stick,
+                                                 observed_bonus=observed_bonus)
+        self.observed = range(observed_chunks)               # chunks [0, n) hold observed frames
         self.predictor = predictor or ConstantVelocityPredictor()
         self.cell_size, self.angle_bin = cell_size, angle_bin
         self._keys: dict[int, ChunkPose] = {}
@@ -115,7 +121,7 @@ class Retriever:
         if k <= 0 or not candidates:
             return []
         return self.policy.select(query, {c: self.key(c) for c in self.representatives(candidates)}, k,
-                                  preferred=preferred)
+                                  preferred=preferred, observed=self.observed)
 
     def select(self, chunk: int, candidates: list[int], k: int, preferred=()) -> list[int]:
         """The set for ``chunk`` from its real pose."""

@@ -106,9 +106,10 @@ class ChunkPose:
 class RetrievalPolicy(Protocol):
     def select(self, query: ChunkPose, candidates: Mapping[int, ChunkPose], k: int,
                exclude: Collection[int] = (), newest_allowed: int | None = None,
-               preferred: Collection[int] = ()) -> list[int]:
+               preferred: Collection[int] = (), observed: Collection[int] = ()) -> list[int]:
         """At most ``k`` ids of ``candidates``, best first; none in ``exclude`` or newer than
-        ``newest_allowed``; deterministic."""
+        ``newest_allowed``; deterministic. ``preferred``: the chunks at hand; ``observed``: the chunks
+        that hold observed frames (the world's truth), which a policy may rank first."""
         ...
 
 
@@ -139,6 +140,13 @@ class FovOverlapPolicy:
       * ``stick`` 0 — the bonus of a candidate at hand (``preferred``), in coverage (0.1 = 10 % of the
         query's points): a view at hand is kept unless another adds that much more. The session sets it
         (``memory.stick``).
+      * ``observed_bonus`` 0 — the bonus of an observed chunk (``observed``: frames given to the session,
+        the world's truth), in coverage: 1 takes every observed chunk that adds ``min_gain`` before any
+        generated one. A session that re-projects with depth sets it (``memory.observed_first``): there an
+        observed frame's pixels are moved into the view from anywhere and outrank a generated frame's, so
+        the memory is best spent on observed views of what is in sight (measured on the walking benchmark's
+        30-s ``onward`` walk: memory frames observed 5.3 -> 7.2 of 9, pixels drawn from observed sources
+        65 % -> 94 %, the frames 22.9 -> 23.6 dB).
       * ``min_gain`` 0.05 — stop picking when no candidate adds at least 5 % new coverage, so a set can
         be shorter than ``k`` (e.g. an exact revisit covers everything with one chunk).
       * ``seed`` 0 — the sample points are drawn once per policy, so selection is reproducible.
@@ -156,6 +164,7 @@ class FovOverlapPolicy:
     prefer_first: bool = False
     min_gain: float = 0.05
     stick: float = 0.0
+    observed_bonus: float = 0.0
     seed: int = 0
     block: int = 512
     _local_points: np.ndarray = field(init=False, repr=False, compare=False)
@@ -164,7 +173,7 @@ class FovOverlapPolicy:
         assert 0 < self.hfov_deg < 180 and 0 < self.vfov_deg < 180
         assert 0 < self.near < self.far and self.points_per_frame >= 1 and self.block >= 1
         assert self.max_distance >= 0 and self.recency_weight >= 0 and 0 <= self.min_gain <= 1
-        assert self.stick >= 0
+        assert self.stick >= 0 and self.observed_bonus >= 0
         object.__setattr__(self, "_local_points", self._sample_local_points())
 
     @property
@@ -183,7 +192,7 @@ class FovOverlapPolicy:
 
     def select(self, query: ChunkPose, candidates: Mapping[int, ChunkPose], k: int,
                exclude: Collection[int] = (), newest_allowed: int | None = None,
-               preferred: Collection[int] = ()) -> list[int]:
+               preferred: Collection[int] = (), observed: Collection[int] = ()) -> list[int]:
         ids = _eligible_ids(candidates, exclude, newest_allowed)
         if k <= 0 or not len(ids):
             return []
@@ -195,7 +204,8 @@ class FovOverlapPolicy:
         cover = self.coverage(self.query_points(query), keys)           # [C, N]
         newest = newest_allowed if newest_allowed is not None else int(ids[-1])
         at_hand = np.isin(ids, np.fromiter(preferred, dtype=np.int64)) if self.stick and preferred else None
-        return self._greedy(ids, cover, k, newest, at_hand)
+        truth = np.isin(ids, np.fromiter(observed, dtype=np.int64)) if self.observed_bonus and observed else None
+        return self._greedy(ids, cover, k, newest, at_hand, truth)
 
     def query_points(self, query: ChunkPose) -> np.ndarray:
         """[m * P, 3] world points: the fixed local points placed in each of the query's frustums."""
@@ -232,14 +242,16 @@ class FovOverlapPolicy:
         return inside.any(axis=2).T                                      # [c, N]
 
     def _greedy(self, ids: np.ndarray, cover: np.ndarray, k: int, newest: int,
-                at_hand: np.ndarray | None = None) -> list[int]:
+                at_hand: np.ndarray | None = None, observed: np.ndarray | None = None) -> list[int]:
         """Greedy cover: each round takes the candidate adding the most uncovered points (+ recency,
-        + ``stick`` for a candidate at hand)."""
+        + ``stick`` for a candidate at hand, + ``observed_bonus`` for an observed one)."""
         n_points = cover.shape[1]
         age = ids / max(newest, 1)
         bonus = self.recency_weight * ((1 - age) if self.prefer_first else age)
         if at_hand is not None:
             bonus = bonus + self.stick * at_hand
+        if observed is not None:
+            bonus = bonus + self.observed_bonus * observed
         uncovered = np.ones(n_points, dtype=bool)
         free = np.ones(len(ids), dtype=bool)
         picked: list[int] = []

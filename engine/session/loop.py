@@ -66,7 +66,7 @@ from engine.planner.session_kv import session_staging
 from engine.session.preflight import (Budget, check_memory, check_output_paths, check_spill_drive, check_spill_quota,
                                       device_budget,
                                       host_budget, spill_block_bytes)
-from engine.retrieval.retriever import PREDICTORS, Retriever
+from engine.retrieval.retriever import OBSERVED_FIRST, PREDICTORS, Retriever
 from engine.session.savepoint import SavePoint
 from engine.session.outputs import NewOutputs
 from engine.session.fork import Fork, base_layers
@@ -304,7 +304,7 @@ class Session:
                                   predictor=PREDICTORS[self.cfg.memory.predictor](),
                                   first_visit=self.cfg.memory.retrieve_visit == "first",
                                   hedge=session_staging(self.cfg, model.layout).hedge_slots > 0,
-                                  stick=self.cfg.memory.stick)
+                                  stick=self.cfg.memory.stick, **self._observed_first())
             reopened = self.resume_from is not None and self.fork_of is None   # its own spill directory
             memory = SessionMemory(self.cfg, model.layout, ctx, retriever, self.device, self.dtype,
                                    rerotation=Rerotation.for_session(self.cfg, model),
@@ -399,6 +399,13 @@ class Session:
         cleanup.run(self.log.close, status, store=self.cfg.memory.store, positions=self.cfg.positions,
                     **summary, **extra)
         cleanup.finish()
+
+    def _observed_first(self) -> dict:
+        """The retriever's observed chunks and their bonus: a session re-projecting with depth (the arena
+        model, whose chunk 0 is always the world's true view) retrieves observed chunks first."""
+        if not self.cfg.arena_reproject_depth:
+            return {"observed_chunks": self.observed_chunks, "observed_bonus": 0.0}
+        return {"observed_chunks": max(self.observed_chunks, 1), "observed_bonus": OBSERVED_FIRST}
 
     def _memory_chunks(self) -> int:
         mem = self.cfg.memory

@@ -247,3 +247,24 @@ def test_head_only_training_with_a_depth_weight_moves_the_depth_head_alone(tmp_p
     after = torch.load(tmp_path / "run" / "last.pt", weights_only=True)["model"]
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert moved == {"depth_out.weight", "depth_out.bias"}, moved
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_a_depth_session_retrieves_observed_chunks_first(tmp_path, on, monkeypatch):
+    """With depth an observed frame's pixels are moved in from anywhere and outrank generated ones, so its
+    memory is spent on observed views first (``FovOverlapPolicy.observed_bonus``); without depth as before."""
+    import engine.session.loop as loop
+    from engine.retrieval.retriever import OBSERVED_FIRST
+
+    made = []
+
+    class Recording(loop.Retriever):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(loop, "Retriever", Recording)
+    _session(tmp_path, on, chunks=2)
+    (retriever,) = made
+    assert retriever.observed == range(1 if on else 0)          # chunk 0: the start view, observed
+    assert retriever.policy.observed_bonus == (OBSERVED_FIRST if on else 0.0)

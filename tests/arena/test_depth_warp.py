@@ -272,17 +272,34 @@ def test_the_earlier_of_two_equal_sources_wins():
     assert hit.all() and (pick == 1).all() and torch.equal(out[0, 0], -frame)
 
 
-def test_a_source_whose_point_is_behind_another_loses_whatever_it_is():
+def test_of_one_kind_a_source_whose_point_is_behind_another_loses():
     depth_ = torch.tensor([[5.0, 5.0], [2.0, 2.0]]).view(2, 1, 2)           # [S, H=1, W=2]
     valid = torch.ones(2, 1, 2, dtype=torch.bool)
     quality = torch.zeros(2, 1, 2)
-    kind = torch.tensor([OBSERVED, GENERATED]).view(2, 1, 1)
     time = torch.tensor([0, 1]).view(2, 1, 1)
-    pick, hit = choose(depth_, valid, kind, quality, time, dim=0)
-    assert (pick == 1).all() and hit.all()                                 # the observed one saw past it
+    for same in (OBSERVED, GENERATED):
+        kind = torch.tensor([same, same]).view(2, 1, 1)
+        pick, hit = choose(depth_, valid, kind, quality, time, dim=0)
+        assert (pick == 1).all() and hit.all()                             # the earlier one saw past it
+    kind = torch.tensor([OBSERVED, GENERATED]).view(2, 1, 1)
     close = torch.tensor([[2.05, 2.05], [2.0, 2.0]]).view(2, 1, 2)          # the same surface within tolerance
     pick, _ = choose(close, valid, kind, quality, time, dim=0)
     assert (pick == 0).all()
+
+
+def test_a_generated_source_never_hides_an_observed_one():
+    """A generated frame's depth is read from a blur: its wall claimed nearer than the observed frame's
+    must not win the pixel as a front surface; where no observed frame reaches, the generated one does."""
+    depth_ = torch.tensor([[5.0, 5.0], [2.0, 2.0]]).view(2, 1, 2)
+    valid = torch.tensor([[True, False], [True, True]]).view(2, 1, 2)
+    kind = torch.tensor([OBSERVED, GENERATED]).view(2, 1, 1)
+    time = torch.tensor([0, 1]).view(2, 1, 1)
+    pick, hit = choose(depth_, valid, kind, torch.zeros(2, 1, 2), time, dim=0)
+    assert pick.flatten().tolist() == [0, 1] and hit.all()
+    cell = torch.tensor([0, 0, 1])
+    win = choose_among(cell, torch.tensor([5.0, 2.0, 2.0]), torch.tensor([OBSERVED, GENERATED, GENERATED]),
+                       torch.zeros(3), torch.tensor([0, 1, 1]), 2)
+    assert win.tolist() == [0, 2]
 
 
 # ---- exactly as the plain reference -----------------------------------------------------------------------

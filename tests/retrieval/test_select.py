@@ -157,3 +157,17 @@ def test_thousands_of_candidates_run_vectorised():
     cands = scattered(5000, seed=4)
     picks = POLICY.select(QUERY, cands, 3, exclude={0}, newest_allowed=4998)
     assert 1 <= len(picks) <= 3
+
+
+def test_observed_chunks_come_first_with_the_bonus():
+    # 3 stands where the query stands (a generated chunk of the place); 0 and 1 are observed views of
+    # the same directions from 2 units back (the look-around): they cover less, so without the bonus the
+    # generated chunk comes first; with it the observed ones do, and the generated one only after them.
+    cands = {0: key(z=2.0, yaw=-20), 1: key(z=2.0, yaw=20), 3: key()}
+    assert POLICY.select(QUERY, cands, 3, observed=(0, 1))[0] == 3
+    first = FovOverlapPolicy(observed_bonus=1.0)
+    picked = first.select(QUERY, cands, 3, observed=(0, 1))
+    assert set(picked[:2]) == {0, 1}
+    assert first.select(QUERY, cands, 3) == POLICY.select(QUERY, cands, 3)   # none observed: as before
+    # an observed chunk that adds less than min_gain is still not taken
+    assert first.select(QUERY, {0: key(yaw=180), 3: key()}, 3, observed=(0,)) == [3]
