@@ -25,12 +25,14 @@ import torch
 
 from engine.arena import fog
 from engine.arena.config import ArenaModelConfig
+from engine.arena.depth_fuse import fuse_observed
 from engine.arena.depth_warp import composite, warp
 from engine.arena.patches import patchify, unpatchify
 from engine.arena.reproject import reproject
 from engine.arena.source_rank import GENERATED, OBSERVED
 
 SAMPLE = "bilinear"  # how a moved source pixel is read (engine.arena.depth_warp.warp's ``sample``)
+FUSE = True        # observed frames seen from one place share one depth per direction (engine.arena.depth_fuse)
 FOG = True         # moved pixels change their fog from the source's distance to the target's (engine.arena.fog)
 SKY_INVERSE = 1e-2   # inverse depth below this (farther than 100 world units, past any arena wall): sky
 __all__ = ["OBSERVED", "GENERATED", "pack", "unpack", "z_depth", "reproject_with_depth", "same_place"]
@@ -72,6 +74,8 @@ def reproject_with_depth(x0: torch.Tensor, frames: torch.Tensor, inv_depth: torc
     from the cameras ``cam [B, F, 4]`` replaced by the winning source's pixel. Returns it, the replaced
     pixels ``[B, F, H, W]`` and their z-depth in the target (``inf`` elsewhere)."""
     z = z_depth(inv_depth)
+    if FUSE:                                                # observed frames of one place: one depth per direction
+        z = fuse_observed(z, kind == OBSERVED, ctx_cam, hfov)
     horizon = fog.horizon(frames, inv_depth <= SKY_INVERSE, kind == OBSERVED, ctx_cam, hfov) if FOG else None
     sources = frames.float()
     if horizon is not None:                                 # each pixel's own distance travels with its colour
