@@ -31,6 +31,7 @@ from engine.arena.depth_warp import pixel_rays
 from engine.arena.world import ArenaConfig
 
 FOG_LENGTH = ArenaConfig().fog_distance * ArenaConfig().cell_size   # world units: fog takes 1 - 1/e of a colour
+FIT_PIXELS = 512           # sky pixels the horizon is fitted on (evenly spaced among those seen)
 MIN_SKY_PIXELS = 32        # sky pixels the horizon fit needs
 MIN_ELEVATION_SPREAD = 0.05  # of their elevations' standard deviation (tan of the angle): else no gradient to fit
 MIN_CLEAR = 0.05           # a colour moved nearer is cleared of at most 1 / this of fog (~84 units of it)
@@ -62,7 +63,9 @@ def horizon(frames: torch.Tensor, sky: torch.Tensor, observed: torch.Tensor, cam
     for bi in range(b):
         colour = None
         for use in (observed[bi][:, None, None] & sky[bi], sky[bi]):
-            colour = _fit(frames[bi].float().permute(0, 2, 3, 1)[use], e[bi][use])
+            at = use.flatten().nonzero().squeeze(1)
+            at = at[::max(1, len(at) // FIT_PIXELS)]                                 # evenly spaced, at most ~2x
+            colour = _fit(frames[bi].float().permute(0, 2, 3, 1).reshape(-1, c)[at], e[bi].reshape(-1)[at])
             if colour is not None:
                 break
         if colour is None:

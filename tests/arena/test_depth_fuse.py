@@ -74,3 +74,18 @@ def test_a_generated_frame_beside_them_keeps_its_depth():
     fused = fuse_observed(noisy, kind, cams, CFG.hfov)
     assert torch.equal(fused[0, 1], noisy[0, 1]) and not torch.equal(fused[0, 0], noisy[0, 0])
     _ = (GENERATED, OBSERVED)
+
+
+def test_the_last_fusion_is_reused_only_for_the_same_frames():
+    _, z, cams = _look(LOOK[:4])
+    noisy = z * (1 + 0.05 * torch.randn(z.shape, generator=torch.Generator().manual_seed(2)))
+    observed = torch.ones(1, 4, dtype=torch.bool)
+    first = fuse_observed(noisy, observed, cams, CFG.hfov)
+    assert torch.equal(fuse_observed(noisy.clone(), observed, cams, CFG.hfov), first)
+    other = noisy.clone()
+    other[0, 1] *= 1.02
+    again = fuse_observed(other, observed, cams, CFG.hfov)
+    assert not torch.equal(again, first)
+    import engine.arena.depth_fuse as depth_fuse
+    depth_fuse._last.clear()
+    assert torch.equal(fuse_observed(other, observed, cams, CFG.hfov), again)
