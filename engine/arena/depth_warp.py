@@ -387,32 +387,34 @@ def _measures(zt, from_src, src_norm, finite, offset, area):
             torch.where(finite, cos.clamp(-1, 1).acos(), torch.zeros_like(inf)), area)
 
 
-def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor):
+def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor, read: torch.Tensor | None = None):
     """One source per target pixel (``engine.arena.source_rank.choose_among``: as ``choose`` over the
     sources) for sources of ``kind [B, S]`` (``OBSERVED`` / ``GENERATED``) made at latent frame ``time
     [B, S]``: frames ``[B, F, 3, H, W]`` (0 in holes), which pixels any source reaches ``[B, F, H, W]``,
-    their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes). One target at a
-    time, as ``warp``."""
+    their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes). Every target in
+    one pass over the sparse list (a pixel's entries are contiguous in it, in the sources' order).
+    ``read [B, F, H, W]`` (bool): the pixels whose colours are wanted (the rest stay 0; default: all)."""
     b, f, s, h, w = warped.shape
     c = warped.sources[0].shape[2]
-    bounds = torch.searchsorted(warped.hit, torch.arange(b * f + 1, device=warped.hit.device) * (s * h * w))
-    parts = []
-    for g, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-        local = warped.hit[lo:hi] - g * (s * h * w)                                          # flat (s, pixel)
-        source, pix = local // (h * w), local % (h * w)
-        src = g // f * s + source                                                             # flat (b, s)
-        quality = quality_cost(warped.hit_src_dist[lo:hi], warped.hit_dst_dist[lo:hi], warped.hit_angle[lo:hi],
-                               warped.hit_footprint[lo:hi])
-        win = choose_among(pix, warped.hit_depth[lo:hi], _at(kind.reshape(-1), src), quality, _at(time.reshape(-1), src),
-                           h * w)
-        cells = (win >= 0).nonzero().squeeze(1)
-        win = win[cells] + lo
-        parts.append((
-            torch.zeros(h * w, c, dtype=warped.sources[0].dtype, device=cells.device).index_put_(
-                (cells,), warped.colours_of(win)),
-            torch.zeros(h * w, dtype=torch.bool, device=cells.device).index_put_(
-                (cells,), torch.ones_like(cells, dtype=torch.bool)),
-            torch.full((h * w,), math.inf, device=cells.device).index_put_((cells,), _at(warped.hit_depth, win)),
-            torch.zeros(h * w, dtype=torch.long, device=cells.device).index_put_((cells,), _at(source, win - lo))))
-    frames, hit, depth, pick = (torch.stack(x).view(b, f, h, w, *x[0].shape[1:]) for x in zip(*parts))
-    return frames.permute(0, 1, 4, 2, 3), hit, depth, pick
+    dev = warped.hit.device
+    pair, pix = warped.hit // (h * w), warped.hit % (h * w)                                   # flat (b, f, s)
+    g, source = pair // s, pair % s                                                           # flat (b, f)
+    src = g // f * s + source                                                                 # flat (b, s)
+    quality = quality_cost(warped.hit_src_dist, warped.hit_dst_dist, warped.hit_angle, warped.hit_footprint)
+    cell = g * (h * w) + pix                                                                  # flat (b, f, pixel)
+    win = choose_among(cell, warped.hit_depth, _at(kind.reshape(-1), src), quality, _at(time.reshape(-1), src),
+                       b * f * h * w)
+    cells = (win >= 0).nonzero().squeeze(1)
+    win = _at(win, cells)
+    wanted, chosen = cells, win
+    if read is not None:
+        keep = _at(read.reshape(-1), cells)
+        wanted, chosen = cells[keep], win[keep]
+    frames = torch.zeros(b * f * h * w, c, dtype=warped.sources[0].dtype, device=dev)
+    frames.index_put_((wanted,), warped.colours_of(chosen))
+    hit = torch.zeros(b * f * h * w, dtype=torch.bool, device=dev).index_put_(
+        (cells,), torch.ones_like(cells, dtype=torch.bool))
+    depth = torch.full((b * f * h * w,), math.inf, device=dev).index_put_((cells,), _at(warped.hit_depth, win))
+    pick = torch.zeros(b * f * h * w, dtype=torch.long, device=dev).index_put_((cells,), _at(source, win))
+    return (frames.view(b, f, h, w, c).permute(0, 1, 4, 2, 3), hit.view(b, f, h, w), depth.view(b, f, h, w),
+            pick.view(b, f, h, w))
