@@ -71,7 +71,13 @@ def reproject_with_depth(x0: torch.Tensor, frames: torch.Tensor, inv_depth: torc
     from the cameras ``cam [B, F, 4]`` replaced by the winning source's pixel; then, with ``radius`` > 0,
     ``same_place`` over it (in one pass: the splat's colours are read only where the rotation-only pass
     leaves the pixel to it). Returns it, the splat's pixels ``[B, F, H, W]`` and their z-depth in the target
-    (``inf`` elsewhere)."""
+    (``inf`` elsewhere). Run in inference mode (its many small ops ~10 % faster), its results cloned out of it."""
+    with torch.inference_mode():
+        got = _reproject_with_depth(x0, frames, inv_depth, kind, time, ctx_cam, cam, hfov, radius)
+    return tuple(x.clone() for x in got)
+
+
+def _reproject_with_depth(x0, frames, inv_depth, kind, time, ctx_cam, cam, hfov: float, radius: float):
     warped = warp(frames.float(), z_depth(inv_depth), ctx_cam.float(), cam.float(), hfov, sample=SAMPLE)
     turned, seen = (reproject(x0, frames, ctx_cam, cam, radius, hfov, preferred=kind == OBSERVED) if radius > 0
                     else (None, None))
