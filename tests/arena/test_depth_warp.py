@@ -373,3 +373,37 @@ def test_tiny_images_warp_exactly_as_the_reference(height, width):
     depths = 1.0 + 3.0 * torch.rand(1, 3, height, width, generator=gen)
     src = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [0.1, 0.0, 5.0, 0.0], [0.0, 0.2, -5.0, 2.0]]])
     _assert_as_reference(frames, depths, src, torch.tensor([[[0.05, 0.05, 2.0, 1.0]]]))
+
+
+# ---- what the faster forms keep ------------------------------------------------------------------------
+
+def test_ray_grids_kept_per_camera_are_pixel_rays_bit_for_bit_and_stay_bounded(monkeypatch):
+    from engine.arena import depth_warp
+
+    monkeypatch.setattr(depth_warp, "_rays", depth_warp.OrderedDict())
+    gen = torch.Generator().manual_seed(5)
+    cams = torch.cat([torch.randn(1, 6, 2, generator=gen), torch.rand(1, 6, 2, generator=gen) * 360 - 180], -1)
+    want = depth_warp.pixel_rays(cams, H, W, CFG.hfov)
+    assert torch.equal(depth_warp._source_rays(cams, H, W, CFG.hfov), want)                  # made
+    assert torch.equal(depth_warp._source_rays(cams, H, W, CFG.hfov), want)                  # kept
+    moved = cams.clone()
+    moved[..., :2] += 1.0                                                  # a grid is the angles' only
+    assert torch.equal(depth_warp._source_rays(moved, H, W, CFG.hfov), want)
+    many = torch.cat([torch.zeros(1, 100, 2), torch.arange(100.0).view(1, 100, 1), torch.zeros(1, 100, 1)], -1)
+    assert torch.equal(depth_warp._source_rays(many, H, W, CFG.hfov), depth_warp.pixel_rays(many, H, W, CFG.hfov))
+    assert len(depth_warp._rays) == depth_warp.RAYS_CACHED                # more cameras than kept in one call
+
+
+def test_composite_reads_the_colours_of_the_pixels_asked_for_only_and_the_rest_as_always():
+    poses = [(0.0, 0.0, 20.0, 0.0), (0.3, -0.2, 40.0, 3.0), (-0.2, 0.3, 0.0, -4.0)]
+    frames, depths = _true_sources(poses)
+    targets = [(0.1, 0.0, 25.0, 0.0), (0.2, -0.1, 35.0, 2.0)]
+    warped = warp(frames[None], depths[None], _cams(*poses), _cams(*targets), CFG.hfov, sample="bilinear")
+    kind, time = torch.tensor([[OBSERVED, GENERATED, GENERATED]]), torch.tensor([[0, 1, 2]])
+    read = torch.rand(1, 2, H, W, generator=torch.Generator().manual_seed(1)) < 0.5
+    all_read = composite(warped, kind, time)
+    some = composite(warped, kind, time, read=read)
+    for a, b in zip(all_read[1:], some[1:]):                              # reached, depth, pick: as always
+        assert torch.equal(a, b)
+    assert torch.equal(some[0], torch.where(read[:, :, None], all_read[0], torch.zeros_like(all_read[0])))
+    assert (all_read[1] & read).any() and (all_read[1] & ~read).any()
