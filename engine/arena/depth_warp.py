@@ -38,7 +38,10 @@ on the source pixels whose nearest target pixel is within ``spread`` of the view
 from the target costs no more), their splats are listed in one pass over the offsets (the footprint
 test is separable: per axis, then crossed), the z-buffer's ties (nearest the centre, then the first) are
 one scatter of a packed key, and what wins is kept sparse: one entry per target pixel reached, the dense
-``[B, F, S, ...]`` views made only when asked for. The result is exactly the plain form's, one Python
+``[B, F, S, ...]`` views made only when asked for. Per target the small operations are the cheap kinds
+(float pairs moved as one int64, gathers from index tables instead of long divisions, 0 / 1 products
+instead of selects); the ray grids are kept per camera angle, the bilinear offset is made for the pixels
+read only. The result is exactly the plain form's, one Python
 pass per offset over every pixel at full size (``tests/arena/splat_reference.py``, compared field by
 field in ``tests/arena/test_depth_warp.py``).
 """

@@ -450,8 +450,8 @@ class ArenaDiT(nn.Module):
         x0 = self.likeliest(x0, logits)
         x0 = unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
         inv = None
-        late = with_depth and inputs.depth and cfg.depth_kind == "conv"     # after the splat, where it leaves holes
-        if with_depth and not late:   # the linear head reads the final features, the conv head the x0 before re-projection
+        late = with_depth and inputs.depth and cfg.depth_kind == "conv"   # after the splat, where it leaves holes
+        if with_depth and not late:   # the linear head reads the final features, the conv head the x0
             inv = self.inverse_depth(h, cond) if cfg.depth_kind == "linear" else self.frame_depth(x0, inputs.cam)
         if inputs.depth:
             x0, inv = self._depth_reprojected(x0, inv, v_all[:, :n_ctx], ctx, inputs, late)
@@ -510,7 +510,8 @@ class ArenaDiT(nn.Module):
                                                            inputs.cam, cfg.hfov, max(inputs.reproject, 0.0))
         if head:
             cam = inputs.cam.to(x0.device)
-            inv = depth_reproject.moved_inverse_depth(hit, z, x0.dtype, lambda need: self.frame_depth(x0[need], cam[need]))
+            inv = depth_reproject.moved_inverse_depth(hit, z, x0.dtype,
+                                                      lambda need: self.frame_depth(x0[need], cam[need]))
         elif inv is not None:
             inv = torch.where(hit, z.reciprocal().to(inv.dtype), inv)
         return out, inv
