@@ -40,15 +40,13 @@ test is separable: per axis, then crossed), the z-buffer's ties (nearest the cen
 one scatter of a packed key, and what wins is kept sparse: one entry per target pixel reached, the dense
 ``[B, F, S, ...]`` views made only when asked for. Per target the small operations are the cheap kinds
 (float pairs moved as one int64, gathers from index tables instead of long divisions, 0 / 1 products
-instead of selects); the ray grids are kept per camera angle, the bilinear offset is made for the pixels
-read only. The result is exactly the plain form's, one Python
-pass per offset over every pixel at full size (``tests/arena/splat_reference.py``, compared field by
-field in ``tests/arena/test_depth_warp.py``).
+instead of selects); the bilinear offset and its inputs are made for the pixels read only. The result
+is exactly the plain form's, one Python pass per offset over every pixel at full size
+(``tests/arena/splat_reference.py``, compared field by field in ``tests/arena/test_depth_warp.py``).
 """
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -75,7 +73,7 @@ class Warped:
     src_at: torch.Tensor        # [V] flat index over [B, S, H, W] of the source pixel each one shows
     hit_source: torch.Tensor    # [V] which source (of S) each one is of
     hit_cell: torch.Tensor      # [V] flat index over [B, F, H, W] of its target pixel
-    steps: tuple                # [V, 2] x 3: the winner's projection and its neighbour steps (``sub``'s inputs)
+    steps_from: tuple           # per target: positions, neighbour steps and which of them each winner is
     sources: tuple              # (frames [B, S, C, H, W], z-depth [B, S, H, W], sample): read on demand
     hit_depth: torch.Tensor     # [V] z-depth in the target camera (inf: sky)
     hit_src_dist: torch.Tensor  # [V] source camera -> point, world units (inf: sky)
@@ -87,6 +85,8 @@ class Warped:
         """``[N, C]`` colours (the sources' dtype) of the valid target pixels ``index`` (into ``hit``), read
         as ``sample`` says: only those are read (``composite`` reads one per target pixel, not one per pair)."""
         frames, depth, sample = self.sources
+        if len(index) == 0:                                                    # nothing asked: nothing made
+            return frames.new_zeros(0, frames.shape[2])
         at = _at(self.src_at, index)
         if sample == "bilinear":
             return _bilinear(frames, depth, at, self.sub_of(index))
@@ -99,6 +99,12 @@ class Warped:
         w = self.shape[-1]
         return _source_offset(_at(self.hit_cell, index) % (self.shape[-2] * w),
                               *(_at_pairs(x, index) for x in self.steps), w)
+
+    @cached_property
+    def steps(self) -> tuple:
+        """``[V, 2]`` x 3: each winner's projection and its neighbour steps (``sub``'s inputs)."""
+        return tuple(torch.cat(x) for x in zip(*((_at_pairs(pos, at), _at_pairs(sx, won), _at_pairs(sy, won))
+                                                 for pos, sx, sy, at, won in self.steps_from)))
 
     @cached_property
     def sub(self) -> torch.Tensor:
@@ -181,32 +187,6 @@ def pixel_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch
     v = (1 - (torch.arange(height, device=dev, dtype=dt) + 0.5) / height * 2) * tan_v         # [H]
     f, r, up = (x[..., None, None, :] for x in _basis(cam.float()))                          # [..., 1, 1, 3]
     return f + r * u[None, :, None] + up * v[:, None, None]
-
-
-RAYS_CACHED = 64        # cameras' ray grids kept (``_source_rays``): 46 KB each at 48 x 80
-
-
-_rays: OrderedDict = OrderedDict()
-
-
-def _source_rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch.Tensor:
-    """``pixel_rays`` of cameras ``[B, S, 4]``, each camera's grid kept (least recently used first out,
-    ``RAYS_CACHED`` of them): a ray grid depends on the yaw and pitch only, and a context frame stays in
-    context for many chunks (the same values: one camera's grid is computed alone as in a batch)."""
-    lead = cam.shape[:-1]
-    flat = cam.reshape(-1, cam.shape[-1])
-    keys = [(yaw, pitch, height, width, hfov, str(cam.device)) for yaw, pitch in flat[:, 2:4].float().tolist()]
-    missing = [i for i, key in enumerate(keys) if key not in _rays]
-    if missing:
-        made = pixel_rays(flat[missing], height, width, hfov)
-        for i, grid in zip(missing, made):
-            _rays[keys[i]] = grid.clone()                                    # not a view of the batch
-    grids = [_rays[key] for key in keys]
-    for key in keys:
-        _rays.move_to_end(key)
-    while len(_rays) > RAYS_CACHED:
-        _rays.popitem(last=False)
-    return torch.stack(grids).view(*lead, height, width, 3)
 
 
 def _project(from_src, finite: torch.Tensor, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float,
@@ -317,7 +297,7 @@ def _axis_keep(p: torch.Tensor, half: torch.Tensor, spread: int, size: int):
     offsets = torch.arange(-spread, spread + 1, device=p.device, dtype=p.dtype)[:, None]   # [K, 1]
     t = p.round()[None] + offsets
     gap = (t - p[None]).abs()
-    return t.long(), gap ** 2, (gap <= half[None]) & (t >= 0) & (t < size)
+    return t.int(), gap ** 2, (gap <= half[None]) & (t >= 0) & (t < size)        # int32: a pixel index is small
 
 
 def _candidates(p: torch.Tensor, half: torch.Tensor, idx: torch.Tensor, spread: int, h: int, w: int, image):
@@ -365,7 +345,7 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
         raise ValueError(f"sample must be one of {SAMPLES}, got {sample!r}")
     b, s, _, h, w = frames.shape
     f = dst_cam.shape[1]
-    rays = _source_rays(src_cam, h, w, hfov)                                                  # [B, S, H, W, 3]
+    rays = pixel_rays(src_cam, h, w, hfov)                                                    # [B, S, H, W, 3]
     d = depth.float()[..., None]
     finite = torch.isfinite(d)
     from_src = d.masked_fill(~finite, 1.0) * rays                                             # sky: a direction
@@ -374,14 +354,16 @@ def warp(frames: torch.Tensor, depth: torch.Tensor, src_cam: torch.Tensor, dst_c
     finite = finite[..., 0]
     tables = _image_tables(s, h, w, frames.device)
     solid = finite.float()
-    parts = []
+    parts, steps_from = [], []
     for g in range(b * f):
         bi, fi = divmod(g, f)
         sources = (tuple(planes[:, bi]), from_src[bi].view(-1, 3), norm[bi].view(-1), finite[bi], solid[bi])
-        hit, at, source, pixel, *values = _warp_target(sources, src_cam[bi], dst_cam[bi, fi], hfov, spread, tables)
+        hit, at, source, pixel, steps, *values = _warp_target(sources, src_cam[bi], dst_cam[bi, fi], hfov, spread,
+                                                              tables)
         parts.append((hit + g * (s * h * w), at + bi * (s * h * w), source, pixel + g * (h * w), *values))
-    hit, src_at, source, cell, pos, sx, sy, *values = (torch.cat(x) for x in zip(*parts))
-    return Warped((b, f, s, h, w), hit, src_at, source, cell, (pos, sx, sy), (frames, depth, sample), *values)
+        steps_from.append(steps)
+    hit, src_at, source, cell, *values = (torch.cat(x) for x in zip(*parts))
+    return Warped((b, f, s, h, w), hit, src_at, source, cell, tuple(steps_from), (frames, depth, sample), *values)
 
 
 def _warp_target(sources, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: float, spread: int, tables):
@@ -403,7 +385,7 @@ def _warp_target(sources, src_cam: torch.Tensor, dst_cam: torch.Tensor, hfov: fl
     offset = (src_cam.float() - dst_cam.float())[:, :2]                                      # [S, (x, z)]
     offset = torch.stack([offset[:, 0], torch.zeros_like(offset[:, 0]), offset[:, 1]], -1)   # eyes: one height
     return (hit, at, _at(tables[0], hit), _at(tables[1], hit),
-            _at_pairs(pos.view(-1, 2), at), _at_pairs(sx, won), _at_pairs(sy, won),            # the bilinear offset's
+            (pos.view(-1, 2), sx, sy, at, won),                                  # the bilinear offset's, on demand
             *_measures(_at(zt.view(-1), at), _at(rows, at), _at(norm, at), _at(finite.view(-1), at),
                        _at(offset, _at(tables[0], at)), _at(area, won)))
 

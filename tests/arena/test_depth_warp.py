@@ -377,23 +377,6 @@ def test_tiny_images_warp_exactly_as_the_reference(height, width):
 
 # ---- what the faster forms keep ------------------------------------------------------------------------
 
-def test_ray_grids_kept_per_camera_are_pixel_rays_bit_for_bit_and_stay_bounded(monkeypatch):
-    from engine.arena import depth_warp
-
-    monkeypatch.setattr(depth_warp, "_rays", depth_warp.OrderedDict())
-    gen = torch.Generator().manual_seed(5)
-    cams = torch.cat([torch.randn(1, 6, 2, generator=gen), torch.rand(1, 6, 2, generator=gen) * 360 - 180], -1)
-    want = depth_warp.pixel_rays(cams, H, W, CFG.hfov)
-    assert torch.equal(depth_warp._source_rays(cams, H, W, CFG.hfov), want)                  # made
-    assert torch.equal(depth_warp._source_rays(cams, H, W, CFG.hfov), want)                  # kept
-    moved = cams.clone()
-    moved[..., :2] += 1.0                                                  # a grid is the angles' only
-    assert torch.equal(depth_warp._source_rays(moved, H, W, CFG.hfov), want)
-    many = torch.cat([torch.zeros(1, 100, 2), torch.arange(100.0).view(1, 100, 1), torch.zeros(1, 100, 1)], -1)
-    assert torch.equal(depth_warp._source_rays(many, H, W, CFG.hfov), depth_warp.pixel_rays(many, H, W, CFG.hfov))
-    assert len(depth_warp._rays) == depth_warp.RAYS_CACHED                # more cameras than kept in one call
-
-
 def test_composite_reads_the_colours_of_the_pixels_asked_for_only_and_the_rest_as_always():
     poses = [(0.0, 0.0, 20.0, 0.0), (0.3, -0.2, 40.0, 3.0), (-0.2, 0.3, 0.0, -4.0)]
     frames, depths = _true_sources(poses)
