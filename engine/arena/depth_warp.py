@@ -452,28 +452,40 @@ def composite(warped: Warped, kind: torch.Tensor, time: torch.Tensor, read: torc
     """One source per target pixel (``engine.arena.source_rank.choose_among``: as ``choose`` over the
     sources) for sources of ``kind [B, S]`` (``OBSERVED`` / ``GENERATED``) made at latent frame ``time
     [B, S]``: frames ``[B, F, 3, H, W]`` (0 in holes), which pixels any source reaches ``[B, F, H, W]``,
-    their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes). Every target in
-    one pass over the sparse list (a pixel's entries are contiguous in it, in the sources' order).
+    their depth (inf in holes) and the source index picked ``[B, F, H, W]`` (0 in holes). One target at a
+    time, as ``warp`` (its entries are a slice of the sparse list; a pixel's, in the sources' order).
     ``read [B, F, H, W]`` (bool): the pixels whose colours are wanted (the rest stay 0; default: all)."""
     b, f, s, h, w = warped.shape
-    c = warped.sources[0].shape[2]
-    dev = warped.hit.device
-    source, cell = warped.hit_source, warped.hit_cell                                         # cell: flat (b, f, pixel)
-    src = cell // (f * h * w) * s + source                                                    # flat (b, s)
-    quality = quality_cost(warped.hit_src_dist, warped.hit_dst_dist, warped.hit_angle, warped.hit_footprint)
-    win = choose_among(cell, warped.hit_depth, _at(kind.reshape(-1), src), quality, _at(time.reshape(-1), src),
-                       b * f * h * w)
-    cells = (win >= 0).nonzero().squeeze(1)
-    win = _at(win, cells)
-    wanted, chosen = cells, win
-    if read is not None:
-        keep = _at(read.reshape(-1), cells)
-        wanted, chosen = cells[keep], win[keep]
-    frames = torch.zeros(b * f * h * w, c, dtype=warped.sources[0].dtype, device=dev)
-    frames.index_put_((wanted,), warped.colours_of(chosen))
-    hit = torch.zeros(b * f * h * w, dtype=torch.bool, device=dev).index_put_(
-        (cells,), torch.ones_like(cells, dtype=torch.bool))
-    depth = torch.full((b * f * h * w,), math.inf, device=dev).index_put_((cells,), _at(warped.hit_depth, win))
-    pick = torch.zeros(b * f * h * w, dtype=torch.long, device=dev).index_put_((cells,), _at(source, win))
+    n, dev = h * w, warped.hit.device
+    bounds = torch.searchsorted(warped.hit, torch.arange(b * f + 1, device=dev) * (s * n)).tolist()
+    frames = torch.zeros(b * f * n, warped.sources[0].shape[2], dtype=warped.sources[0].dtype, device=dev)
+    hit = torch.zeros(b * f * n, dtype=torch.bool, device=dev)
+    depth = torch.full((b * f * n,), math.inf, device=dev)
+    pick = torch.zeros(b * f * n, dtype=torch.long, device=dev)
+    for g, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        cells, win = _composite_target(warped, lo, hi, g, kind, time)
+        wanted, chosen = cells, win
+        if read is not None:
+            keep = _at(read.reshape(-1)[g * n:(g + 1) * n], cells)
+            wanted, chosen = cells[keep], win[keep]
+        frames[g * n:(g + 1) * n].index_put_((wanted,), warped.colours_of(chosen))
+        hit[g * n:(g + 1) * n].index_put_((cells,), torch.ones_like(cells, dtype=torch.bool))
+        depth[g * n:(g + 1) * n].index_put_((cells,), _at(warped.hit_depth, win))
+        pick[g * n:(g + 1) * n].index_put_((cells,), _at(warped.hit_source, win))
+    c = frames.shape[-1]
     return (frames.view(b, f, h, w, c).permute(0, 1, 4, 2, 3), hit.view(b, f, h, w), depth.view(b, f, h, w),
             pick.view(b, f, h, w))
+
+
+def _composite_target(warped: Warped, lo: int, hi: int, g: int, kind: torch.Tensor, time: torch.Tensor):
+    """``composite`` of target ``g`` (flat over ``[B, F]``; its entries ``lo:hi``): the target pixels some
+    source reaches (flat over ``[H, W]``) and the entry (into ``hit``) each one shows."""
+    b, f, s, h, w = warped.shape
+    source = warped.hit_source[lo:hi]
+    src = g // f * s + source                                                                 # flat (b, s)
+    quality = quality_cost(warped.hit_src_dist[lo:hi], warped.hit_dst_dist[lo:hi], warped.hit_angle[lo:hi],
+                           warped.hit_footprint[lo:hi])
+    win = choose_among(warped.hit_cell[lo:hi] - g * (h * w), warped.hit_depth[lo:hi], _at(kind.reshape(-1), src),
+                       quality, _at(time.reshape(-1), src), h * w)
+    cells = (win >= 0).nonzero().squeeze(1)
+    return cells, _at(win, cells) + lo
