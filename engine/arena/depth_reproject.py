@@ -35,7 +35,8 @@ SAMPLE = "bilinear"  # how a moved source pixel is read (engine.arena.depth_warp
 FUSE = True        # observed frames seen from one place share one depth per direction (engine.arena.depth_fuse)
 FOG = True         # moved pixels change their fog from the source's distance to the target's (engine.arena.fog)
 SKY_INVERSE = 1e-2   # inverse depth below this (farther than 100 world units, past any arena wall): sky
-__all__ = ["OBSERVED", "GENERATED", "pack", "unpack", "z_depth", "reproject_with_depth", "same_place"]
+__all__ = ["OBSERVED", "GENERATED", "pack", "unpack", "z_depth", "reproject_with_depth", "moved_inverse_depth",
+           "same_place"]
 
 
 def pack(inv_depth: torch.Tensor, kind: int, cfg: ArenaModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,11 +69,19 @@ def z_depth(inv_depth: torch.Tensor) -> torch.Tensor:
 
 def reproject_with_depth(x0: torch.Tensor, frames: torch.Tensor, inv_depth: torch.Tensor, kind: torch.Tensor,
                          time: torch.Tensor, ctx_cam: torch.Tensor, cam: torch.Tensor,
-                         hfov: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         hfov: float, radius: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x0 [B, F, 3, H, W]`` with every pixel some context frame (``frames [B, S, 3, H, W]``, their inverse
     depth ``[B, S, H, W]``, ``kind`` and latent-frame ``time [B, S]``, cameras ``ctx_cam [B, S, 4]``) sees
-    from the cameras ``cam [B, F, 4]`` replaced by the winning source's pixel. Returns it, the replaced
-    pixels ``[B, F, H, W]`` and their z-depth in the target (``inf`` elsewhere)."""
+    from the cameras ``cam [B, F, 4]`` replaced by the winning source's pixel; then, with ``radius`` > 0,
+    ``same_place`` over it (in one pass: the splat's colours are read only where the rotation-only pass
+    leaves the pixel to it). Returns it, the splat's pixels ``[B, F, H, W]`` and their z-depth in the target
+    (``inf`` elsewhere). Run in inference mode (its many small ops ~10 % faster), its results cloned out of it."""
+    with torch.inference_mode():
+        got = _reproject_with_depth(x0, frames, inv_depth, kind, time, ctx_cam, cam, hfov, radius)
+    return tuple(x.clone() for x in got)
+
+
+def _reproject_with_depth(x0, frames, inv_depth, kind, time, ctx_cam, cam, hfov: float, radius: float):
     z = z_depth(inv_depth)
     if FUSE:                                                # observed frames of one place: one depth per direction
         z = fuse_observed(z, kind == OBSERVED, ctx_cam, hfov)
@@ -82,11 +91,26 @@ def reproject_with_depth(x0: torch.Tensor, frames: torch.Tensor, inv_depth: torc
         reach = fog.distance(z, ctx_cam, hfov)
         sources = torch.cat([sources, reach.where(torch.isfinite(reach), torch.zeros_like(reach))[:, :, None]], 2)
     warped = warp(sources, z, ctx_cam.float(), cam.float(), hfov, sample=SAMPLE)
-    moved, hit, depth, _ = composite(warped, kind, time)
+    turned, seen = (reproject(x0, frames, ctx_cam, cam, radius, hfov, preferred=kind == OBSERVED) if radius > 0
+                    else (None, None))
+    moved, hit, depth, _ = composite(warped, kind, time, read=None if seen is None else ~seen)
     if horizon is not None:
         moved = fog.transfer(moved[:, :, :3], moved[:, :, 3], depth, cam, horizon, hfov)
     out = torch.where(hit[:, :, None], moved.to(x0.dtype), x0)
+    if seen is not None:     # as ``same_place(out, ...)``: its pixels where it sees, the splat's elsewhere
+        out = torch.where(seen[:, :, None], turned, out)
     return out, hit, depth
+
+
+def moved_inverse_depth(hit: torch.Tensor, depth: torch.Tensor, dtype: torch.dtype, head) -> torch.Tensor:
+    """A chunk's inverse depth ``[B, F, H, W]`` after the splat: ``1 / depth`` where it moved a pixel
+    (``hit``), elsewhere the depth head's, ``head(need)`` run on the frames ``need [B, F]`` (bool) that
+    have such pixels only (a frame the splat covers whole needs no head; the head is per frame)."""
+    inv = depth.reciprocal().to(dtype)
+    need = ~hit.flatten(2).all(-1)
+    if need.any():
+        inv[need] = torch.where(hit[need], inv[need], head(need).to(dtype))
+    return inv
 
 
 def same_place(out: torch.Tensor, frames: torch.Tensor, kind: torch.Tensor, ctx_cam: torch.Tensor,

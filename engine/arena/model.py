@@ -450,10 +450,11 @@ class ArenaDiT(nn.Module):
         x0 = self.likeliest(x0, logits)
         x0 = unpatchify(x0.unflatten(1, (cfg.frames_per_chunk, -1)), cfg.patch, cfg.height, cfg.width)
         inv = None
-        if with_depth:   # the linear head reads the final features, the conv head the x0 before re-projection
+        late = with_depth and inputs.depth and cfg.depth_kind == "conv"   # after the splat, where it leaves holes
+        if with_depth and not late:   # the linear head reads the final features, the conv head the x0
             inv = self.inverse_depth(h, cond) if cfg.depth_kind == "linear" else self.frame_depth(x0, inputs.cam)
         if inputs.depth:
-            x0, inv = self._depth_reprojected(x0, inv, v_all[:, :n_ctx], ctx, inputs)
+            x0, inv = self._depth_reprojected(x0, inv, v_all[:, :n_ctx], ctx, inputs, late)
         else:
             x0 = self._reprojected(x0, v_all[:, :n_ctx], inputs)
         return (x0, inv) if with_depth else x0
@@ -488,14 +489,15 @@ class ArenaDiT(nn.Module):
         state.write_current(k.to(state.k.dtype), v.to(state.v.dtype))
 
     def _depth_reprojected(self, x0: torch.Tensor, inv: torch.Tensor | None, v_ctx: torch.Tensor, ctx,
-                           inputs: ChunkInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+                           inputs: ChunkInputs, head: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x0`` with the context frames (pixels ``v_ctx``, depth and kind from the depth layer) moved into
         its views with their depth (``engine.arena.depth_reproject``); ``inv`` where a pixel was moved:
         its depth in the target. Then the frames within the rotation-only radius are warped in over it as
-        ``engine.arena.reproject`` does, observed ones last (``depth_reproject.same_place``)."""
+        ``engine.arena.reproject`` does, observed ones last (``depth_reproject.same_place``). ``head``: ``inv``
+        is the conv head's of ``x0``, run here on the frames the splat leaves holes in only."""
         cfg = self.cfg
         if inputs.ctx_cam is None or v_ctx.shape[1] == 0:
-            return x0, inv
+            return x0, (self.frame_depth(x0, inputs.cam) if head else inv)
         assert len(ctx.layers) > cfg.layers + 1, "depth re-projection needs the context's depth layer"
         d_ctx = ctx.layers[cfg.layers + 1].self_kv.context()[1][:, :v_ctx.shape[1]]
         frames = unpatchify(v_ctx.flatten(-2).unflatten(1, (-1, cfg.tokens_per_frame)), cfg.patch, cfg.height,
@@ -503,13 +505,15 @@ class ArenaDiT(nn.Module):
         if frames.shape[1] != inputs.ctx_cam.shape[1]:
             raise ValueError(f"{frames.shape[1]} context frames but {inputs.ctx_cam.shape[1]} context cameras")
         ctx_inv, kind = depth_reproject.unpack(d_ctx, cfg)
-        out, hit, z = depth_reproject.reproject_with_depth(x0, frames, ctx_inv, kind, inputs.ctx_time,
-                                                           inputs.ctx_cam, inputs.cam, cfg.hfov)
-        if inv is not None:
+        # then frames from (nearly) the same place (radius inputs.reproject): exact for a turn, no splat
+        out, hit, z = depth_reproject.reproject_with_depth(x0, frames, ctx_inv, kind, inputs.ctx_time, inputs.ctx_cam,
+                                                           inputs.cam, cfg.hfov, max(inputs.reproject, 0.0))
+        if head:
+            cam = inputs.cam.to(x0.device)
+            inv = depth_reproject.moved_inverse_depth(hit, z, x0.dtype,
+                                                      lambda need: self.frame_depth(x0[need], cam[need]))
+        elif inv is not None:
             inv = torch.where(hit, z.reciprocal().to(inv.dtype), inv)
-        if inputs.reproject > 0:   # frames from (nearly) the same place: exact for a turn, no splat
-            out = depth_reproject.same_place(out, frames, kind, inputs.ctx_cam, inputs.cam, inputs.reproject,
-                                             cfg.hfov)
         return out, inv
 
     def _reprojected(self, x0: torch.Tensor, v_ctx: torch.Tensor, inputs: ChunkInputs) -> torch.Tensor:

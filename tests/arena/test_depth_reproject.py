@@ -9,6 +9,7 @@ view back from half a unit away, where the rotation-only re-projection cannot.
 from __future__ import annotations
 
 import dataclasses
+import math
 import subprocess
 
 import numpy as np
@@ -136,6 +137,55 @@ def test_a_return_to_a_generated_place_shows_its_first_visit_and_an_observation_
     frames = torch.stack([observed_here, first_visit])[None]
     out = depth_reproject.same_place(splat, frames, kind, _cams(cam, cam), _cams(cam), CFG.reproject, CFG.hfov)
     assert torch.equal(out[0, 0], observed_here)     # from the same place, the observation wins
+
+
+def test_the_same_place_pass_in_the_call_is_same_place_over_the_splat():
+    cam, near, away = (0.0, 0.0, 20.0, 0.0), (0.05, 0.05, 26.0, 2.0), (0.6, -0.4, 10.0, 0.0)
+    frames = torch.stack([_view(away), _view(near), _view(cam)])[None]
+    frames[0, 2] = torch.rand(3, CFG.height, CFG.width, generator=torch.Generator().manual_seed(2))
+    inv = torch.stack([_inv(away), _inv(near), _inv(cam)])[None]
+    kind, time = torch.tensor([[OBSERVED, OBSERVED, GENERATED]]), torch.tensor([[0, 1, 2]])
+    ctx, targets = _cams(away, near, cam), _cams(cam, (0.3, -0.2, 15.0, 0.0), (0.02, 0.0, 24.0, 1.0))
+    x0 = torch.full((1, 3, 3, CFG.height, CFG.width), 0.5)
+    splat, hit, z = reproject_with_depth(x0, frames, inv, kind, time, ctx, targets, CFG.hfov)
+    want = depth_reproject.same_place(splat, frames, kind, ctx, targets, CFG.reproject, CFG.hfov)
+    out, hit2, z2 = reproject_with_depth(x0, frames, inv, kind, time, ctx, targets, CFG.hfov, CFG.reproject)
+    assert torch.equal(out, want) and torch.equal(hit, hit2) and torch.equal(z, z2)
+    assert not torch.equal(out, splat)                         # the same-place pass moved pixels of its own
+    assert not out.is_inference() and not hit2.is_inference()  # usable outside inference mode
+
+
+def test_the_depth_head_runs_on_the_frames_the_splat_leaves_holes_in_only():
+    gen = torch.Generator().manual_seed(4)
+    hit = torch.ones(1, 3, 4, 5, dtype=torch.bool)
+    hit[0, 1, 2, 3] = False                                                  # a hole in frame 1 only
+    z = 1.0 + torch.rand(1, 3, 4, 5, generator=gen)
+    z[0, 2, 0, 0] = math.inf                                                 # sky moved in: inverse depth 0
+    head_all = torch.rand(1, 3, 4, 5, generator=gen)
+    asked = []
+
+    def head(need):
+        asked.append(need.clone())
+        return head_all[need]
+    inv = depth_reproject.moved_inverse_depth(hit, z, torch.float32, head)
+    assert torch.equal(inv, torch.where(hit, z.reciprocal(), head_all))      # as the head run on every frame
+    assert len(asked) == 1 and asked[0].tolist() == [[False, True, False]]
+    asked.clear()
+    inv = depth_reproject.moved_inverse_depth(torch.ones_like(hit), z, torch.float32, head)
+    assert torch.equal(inv, z.reciprocal()) and not asked                  # no hole: no head
+
+
+def test_the_conv_head_of_some_frames_is_its_head_of_all_frames_on_those():
+    from engine.arena.depth_net import DepthNet
+
+    torch.manual_seed(0)
+    net = DepthNet(CFG).eval()
+    gen = torch.Generator().manual_seed(6)
+    frames = torch.rand(1, 3, 3, CFG.height, CFG.width, generator=gen) * 2 - 1
+    cam = torch.tensor([[[0.0, 0.0, 20.0, 0.0], [0.3, 0.1, 50.0, 5.0], [-0.2, 0.4, -70.0, -8.0]]])
+    need = torch.tensor([[True, False, True]])
+    with torch.no_grad():
+        assert torch.equal(net(frames[need], cam[need]), net(frames, cam)[need])
 
 
 # ---- sessions -----------------------------------------------------------------------------------

@@ -390,3 +390,20 @@ def test_tiny_images_warp_exactly_as_the_reference(height, width):
     depths = 1.0 + 3.0 * torch.rand(1, 3, height, width, generator=gen)
     src = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [0.1, 0.0, 5.0, 0.0], [0.0, 0.2, -5.0, 2.0]]])
     _assert_as_reference(frames, depths, src, torch.tensor([[[0.05, 0.05, 2.0, 1.0]]]))
+
+
+# ---- what the faster forms keep ------------------------------------------------------------------------
+
+def test_composite_reads_the_colours_of_the_pixels_asked_for_only_and_the_rest_as_always():
+    poses = [(0.0, 0.0, 20.0, 0.0), (0.3, -0.2, 40.0, 3.0), (-0.2, 0.3, 0.0, -4.0)]
+    frames, depths = _true_sources(poses)
+    targets = [(0.1, 0.0, 25.0, 0.0), (0.2, -0.1, 35.0, 2.0)]
+    warped = warp(frames[None], depths[None], _cams(*poses), _cams(*targets), CFG.hfov, sample="bilinear")
+    kind, time = torch.tensor([[OBSERVED, GENERATED, GENERATED]]), torch.tensor([[0, 1, 2]])
+    read = torch.rand(1, 2, H, W, generator=torch.Generator().manual_seed(1)) < 0.5
+    all_read = composite(warped, kind, time)
+    some = composite(warped, kind, time, read=read)
+    for a, b in zip(all_read[1:], some[1:]):                              # reached, depth, pick: as always
+        assert torch.equal(a, b)
+    assert torch.equal(some[0], torch.where(read[:, :, None], all_read[0], torch.zeros_like(all_read[0])))
+    assert (all_read[1] & read).any() and (all_read[1] & ~read).any()
