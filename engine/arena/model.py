@@ -505,9 +505,10 @@ class ArenaDiT(nn.Module):
         if frames.shape[1] != inputs.ctx_cam.shape[1]:
             raise ValueError(f"{frames.shape[1]} context frames but {inputs.ctx_cam.shape[1]} context cameras")
         ctx_inv, kind = depth_reproject.unpack(d_ctx, cfg)
-        # then frames from (nearly) the same place (radius inputs.reproject): exact for a turn, no splat
+        # then frames from the very same place (depth_reproject.same_place_radius): exact for a turn, no splat
         out, hit, z = depth_reproject.reproject_with_depth(x0, frames, ctx_inv, kind, inputs.ctx_time, inputs.ctx_cam,
-                                                           inputs.cam, cfg.hfov, max(inputs.reproject, 0.0))
+                                                           inputs.cam, cfg.hfov,
+                                                           depth_reproject.same_place_radius(inputs.reproject))
         if head:
             cam = inputs.cam.to(x0.device)
             inv = depth_reproject.moved_inverse_depth(hit, z, x0.dtype,

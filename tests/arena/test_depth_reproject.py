@@ -318,3 +318,28 @@ def test_a_depth_session_retrieves_observed_chunks_first(tmp_path, on, monkeypat
     (retriever,) = made
     assert retriever.observed == range(1 if on else 0)          # chunk 0: the start view, observed
     assert retriever.policy.observed_bonus == (OBSERVED_FIRST if on else 0.0)
+
+
+def test_with_depth_the_rotation_only_pass_keeps_to_the_very_same_place():
+    """0.13 units off the look-around, rotation alone misplaces near surfaces the splat places; at the very
+    same place it still gives the observed view exactly."""
+    look = [(0.0, 0.0, float(y), 0.0) for y in range(0, 360, 30)]
+    frames = torch.stack([_view(c) for c in look])[None]
+    inv = torch.stack([_inv(c) for c in look])[None]
+    kind = torch.full((1, len(look)), OBSERVED)
+    time = torch.arange(len(look))[None]
+    cams = torch.tensor([look], dtype=torch.float32)
+    radius = depth_reproject.same_place_radius(CFG.reproject)
+    assert 0 < radius < 0.01 and depth_reproject.same_place_radius(0.0) == 0.0
+    x0 = torch.zeros(1, 1, 3, CFG.height, CFG.width)
+    scores = {}
+    for r in (CFG.reproject, radius):
+        total = 0.0
+        for yaw in (10.0, 100.0, 220.0):
+            cam = (0.13 * np.cos(yaw), 0.13 * np.sin(yaw), yaw, 0.0)
+            out, _, _ = reproject_with_depth(x0, frames, inv, kind, time, cams, _cams(cam), CFG.hfov, r)
+            total += psnr(out[0, :1], _view(cam)[None]).item()
+        scores[r] = total / 3
+    assert scores[radius] > scores[CFG.reproject] + 1.0, scores
+    out, _, _ = reproject_with_depth(x0, frames, inv, kind, time, cams, _cams(look[3]), CFG.hfov, radius)
+    assert torch.equal(out[0, 0], frames[0, 3])
