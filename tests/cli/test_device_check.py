@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from engine.bench.device_check import STEPS
+from engine.bench.device_step_names import STEP_NAMES
 from engine.bench.device_steps import junit_counts
-from tests_support import PATIENCE_S, WORLDPAGER
+from tests_support import PATIENCE_S, WORLDPAGER, run_cli_inprocess
 
 REPO = Path(__file__).resolve().parents[2]
 STATUSES = {"ok", "failed", "skipped"}
@@ -137,12 +138,22 @@ def test_without_pyav_the_mp4_steps_are_skipped_with_the_reason_and_the_rest_run
     assert doc["skipped"] == ["session_mp4", "synthetic_session"] and doc["status"] == "ok"
 
 
+def test_the_steps_run_in_the_order_of_their_names():
+    """``--steps`` is read against the torch-free names before torch is imported."""
+    assert tuple(STEPS) == STEP_NAMES
+
+
 def test_bad_options_are_one_line_errors(tmp_path):
-    for args, message in ((["--steps", "nope"], "unknown step 'nope'"), (["--steps", "env,env"], "name each step once"),
+    """The first through the real entry point, as a user meets it; the others in this process (the same
+    command and the same checks, without a process that imports torch for each)."""
+    run = subprocess.run(WORLDPAGER + ["bench", "device", "--dry-run", "--out", str(tmp_path / "x"), "--steps", "nope"],
+                         capture_output=True, text=True, timeout=PATIENCE_S)
+    assert run.returncode == 1 and "unknown step 'nope'" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    for args, message in ((["--steps", "env,env"], "name each step once"),
                           (["--step-budget", "env=-1"], "seconds must be positive"),
                           (["--step-budget", "nope=3"], "no step 'nope'"), (["--budget-s", "0"], "must be positive")):
-        run = subprocess.run(WORLDPAGER + ["bench", "device", "--dry-run", "--out", str(tmp_path / "x"), *args],
-                             capture_output=True, text=True, timeout=PATIENCE_S)
-        assert run.returncode == 1 and message in run.stderr, (args, run.stderr)
-        assert len(run.stderr.strip().splitlines()) == 1
+        code, out, err = run_cli_inprocess(["bench", "device", "--dry-run", "--out", tmp_path / "x", *args])
+        assert code == 1 and message in err and out == "", (args, err)
+        assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
