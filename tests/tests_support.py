@@ -80,6 +80,24 @@ def hang_guard(seconds: float, error: type[BaseException] = TimeoutError, doing:
         signal.signal(signal.SIGALRM, previous)
 
 
+def run_cli_inprocess(args, env: dict | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
+    """``worldpager ARGS`` run in this process through click's test runner: (exit code, stdout, stderr),
+    the two streams apart, as a process's would be. For quick commands whose claim is their exit code,
+    their text or their files (help, option values click or the command refuses, ``plan``, ``tail``,
+    small micro-model runs): each saves a process that imports torch (about 1.5 s of CPU) before it does
+    anything. ``env`` is set in ``os.environ`` for the call only and ``cwd`` is the directory the call runs
+    in (both restored after). Keep a real process where the process itself is the claim: signals, kills,
+    the entry point's own stderr and exit status for a failure class, anything that changes
+    process-wide state."""
+    from click.testing import CliRunner
+
+    from worldpager_cli.main import cli
+
+    with contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext():
+        result = CliRunner().invoke(cli, [str(a) for a in args], env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
 def sigkill_when_ready(code: str, *args: str, cwd: Path, env: dict) -> int:
     """Run ``python -c code args`` until it prints ``ready``, SIGKILL it, and return its exit status."""
     child = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,

@@ -56,7 +56,7 @@ def predict(trajectories: str, chunks: int, retrieve_k: int, lookahead: int) -> 
 
 
 def _step_budgets(values: tuple[str, ...]) -> dict[str, float]:
-    from engine.bench.device_check import STEPS
+    from engine.bench.device_step_names import STEP_NAMES as STEPS
 
     out = {}
     for value in values:
@@ -88,14 +88,16 @@ def _step_budgets(values: tuple[str, ...]) -> dict[str, float]:
 def device(dry_run: bool, out: Path, steps_spec: str | None, budget_s: float | None, step_budget: tuple[str, ...],
            spill: Path | None) -> None:
     """Everything that needs a GPU, in one run of a few minutes: one JSON document and a Markdown table."""
-    import torch
+    from engine.bench.device_step_names import step_names
 
-    from engine.bench.device_check import run_device_check, step_names
-
-    names = step_names(steps_spec)
+    names = step_names(steps_spec)   # the options are checked before torch is imported
     budgets = _step_budgets(step_budget)
     if budget_s is not None and not budget_s > 0:
         raise ConfigError(f"--budget-s must be positive, got {budget_s}")
+    import torch
+
+    from engine.bench.device_check import run_device_check
+
     if not dry_run and not torch.cuda.is_available():
         raise ConfigError("bench device: no CUDA device here (use --dry-run to exercise the check on the CPU)")
     click.echo(f"bench device: {len(names)} steps{' (dry run on the CPU)' if dry_run else ''}, output in {out}",

@@ -1,8 +1,9 @@
 """The device check (``worldpager bench device``, ``scripts/device_check.sh``): everything that needs a GPU,
 in one run of at most a few minutes, written as one JSON document and one Markdown table.
 
-Owns the order of the steps (``STEPS``), their time budgets and what happens when one goes wrong. The
-steps themselves live in ``engine.bench.device_steps`` and ``engine.bench.device_models``.
+Owns the steps (``STEPS``, in the order of ``engine.bench.device_step_names``), their time budgets and
+what happens when one goes wrong. The steps themselves live in ``engine.bench.device_steps`` and
+``engine.bench.device_models``.
 
 How it runs: the steps run one after another in a child process (``python -m engine.bench.device_check``)
 that reports each step's start and its row to a progress file. The parent watches it: a step that runs
@@ -41,7 +42,6 @@ from engine.bench import device_models as models
 from engine.bench import device_steps as steps
 from engine.bench import device_weights
 from engine.bench.device_steps import StepContext, StepFailed, StepSkipped
-from engine.errors import ConfigError
 from engine.files.output_files import check_output_dir
 
 SCHEMA = 1
@@ -75,19 +75,6 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("weights", device_weights.weights_step, 90, 60,
          "MG2's DiT: resident vs half the blocks streamed vs int8 (chunk time, exactness, int8 error)"),
 )}
-
-
-def step_names(spec: str | None) -> list[str]:
-    """``--steps`` as names, in the order given (None: all, in ``STEPS`` order)."""
-    if spec is None:
-        return list(STEPS)
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    for name in names:
-        if name not in STEPS:
-            raise ConfigError(f"--steps: unknown step {name!r} (choose from {', '.join(STEPS)})")
-    if len(set(names)) < len(names) or not names:
-        raise ConfigError(f"--steps {spec!r}: name each step once")
-    return names
 
 
 def run_device_check(out: Path, *, dry_run: bool, names: list[str] | None = None,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.runtime.telemetry import read_log
-from tests_support import PATIENCE_S
+from tests_support import PATIENCE_S, run_cli_inprocess
 
 WORLDPAGER = [sys.executable, "-c", "from worldpager_cli.main import cli; cli()"]
 CHUNKS = 3
@@ -22,12 +22,18 @@ CHUNKS = 3
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     where = tmp_path_factory.mktemp("finished")
-    done = _run(where, "generate", "--model", "micro", "--chunks", str(CHUNKS), "--out", "f.mp4", "--quiet")
-    assert done.returncode == 0, done.stderr
+    code, _, err = run_cli_inprocess(["generate", "--model", "micro", "--chunks", CHUNKS, "--out", "f.mp4", "--quiet"],
+                                     cwd=where)
+    assert code == 0, err
     return where / "f.log.jsonl"
 
 
-def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def _run(cwd: Path, *args: str, here: bool = False) -> subprocess.CompletedProcess:
+    """``worldpager ARGS`` from ``cwd`` in a process of its own (its whole stderr is the claim), or with
+    ``here`` in this process (the same command and checks without a process's start)."""
+    if here:
+        code, out, err = run_cli_inprocess(args, cwd=cwd)
+        return subprocess.CompletedProcess(args, code, out, err)
     return subprocess.run(WORLDPAGER + list(args), cwd=cwd, capture_output=True, text=True, timeout=PATIENCE_S)
 
 
@@ -49,7 +55,7 @@ def test_report_of_a_log_cut_inside_its_last_line_plots_every_whole_record(tmp_p
     last = lines[-1]
     cut = tmp_path / "cut.log.jsonl"
     cut.write_bytes(b"".join(lines[:-1]) + last[:max(1, int(len(last) * keep))])
-    result = _run(tmp_path, "report", str(cut), "--out", "r")
+    result = _run(tmp_path, "report", str(cut), "--out", "r", here=keep != 0.5)   # one in a process of its own
     assert result.returncode == 0, result.stderr
     n = len(lines)
     _stderr_line(result, "worldpager: warning: ", f"cut at line {n}", f"plotted up to line {n - 1}")

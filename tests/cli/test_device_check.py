@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from engine.bench.device_check import STEPS
+from engine.bench.device_step_names import STEP_NAMES
 from engine.bench.device_steps import junit_counts
-from tests_support import PATIENCE_S, WORLDPAGER
+from tests_support import PATIENCE_S, WORLDPAGER, run_cli_inprocess
 
 REPO = Path(__file__).resolve().parents[2]
 STATUSES = {"ok", "failed", "skipped"}
@@ -31,9 +32,17 @@ def patient(*names: str) -> list[str]:
     return args
 
 
-def bench_device(out: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
-    run = subprocess.run(WORLDPAGER + ["bench", "device", "--dry-run", "--out", str(out), *args],
-                         capture_output=True, text=True, timeout=4 * PATIENCE_S, cwd=out.parent, env=env)
+def bench_device(out: Path, *args: str, env: dict | None = None, here: bool = False
+                 ) -> tuple[subprocess.CompletedProcess, dict]:
+    """``bench device --dry-run``; with ``here`` the command itself runs in this process (its steps still
+    run in the child processes it starts and watches)."""
+    command = ["bench", "device", "--dry-run", "--out", str(out), *args]
+    if here:
+        code, stdout, stderr = run_cli_inprocess(command, cwd=out.parent)
+        run = subprocess.CompletedProcess(command, code, stdout, stderr)
+    else:
+        run = subprocess.run(WORLDPAGER + command, capture_output=True, text=True, timeout=4 * PATIENCE_S,
+                             cwd=out.parent, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     doc = json.loads((out / "device_check.json").read_text())
     assert doc["dry_run"] is True and doc["check"] == "device"
@@ -73,7 +82,7 @@ def test_a_failing_step_is_one_row_and_the_next_steps_still_run(tmp_path):
     not_a_dir = tmp_path / "spill-file"
     not_a_dir.write_text("a file where the disk tier's directory should be")
     _, doc = bench_device(tmp_path / "check", "--steps", "env,synthetic_session,arena", "--spill", str(not_a_dir),
-                          *patient("env", "synthetic_session", "arena"))
+                          *patient("env", "synthetic_session", "arena"), here=True)
     got = rows(doc)
     assert list(got) == ["env", "synthetic_session", "arena"]       # in the order asked for
     assert got["synthetic_session"]["status"] == "failed"
@@ -86,7 +95,7 @@ def test_a_step_past_its_budget_is_stopped_and_a_fresh_process_goes_on(tmp_path)
     """pytest in a subprocess cannot start, let alone finish, in 50 ms: the step is killed with its
     process group, and the next step runs in a new child."""
     run, doc = bench_device(tmp_path / "check", "--steps", "pytest_gpu,env", "--budget-s", str(PATIENCE_S),
-                            "--step-budget", "pytest_gpu=0.05", "--step-budget", f"env={PATIENCE_S}")
+                            "--step-budget", "pytest_gpu=0.05", "--step-budget", f"env={PATIENCE_S}", here=True)
     got = rows(doc)
     assert got["pytest_gpu"]["status"] == "failed"
     assert got["pytest_gpu"]["reason"] == "ran past its budget of 0.05 s and was stopped"
@@ -137,12 +146,22 @@ def test_without_pyav_the_mp4_steps_are_skipped_with_the_reason_and_the_rest_run
     assert doc["skipped"] == ["session_mp4", "synthetic_session"] and doc["status"] == "ok"
 
 
+def test_the_steps_run_in_the_order_of_their_names():
+    """``--steps`` is read against the torch-free names before torch is imported."""
+    assert tuple(STEPS) == STEP_NAMES
+
+
 def test_bad_options_are_one_line_errors(tmp_path):
-    for args, message in ((["--steps", "nope"], "unknown step 'nope'"), (["--steps", "env,env"], "name each step once"),
+    """The first through the real entry point, as a user meets it; the others in this process (the same
+    command and the same checks, without a process that imports torch for each)."""
+    run = subprocess.run(WORLDPAGER + ["bench", "device", "--dry-run", "--out", str(tmp_path / "x"), "--steps", "nope"],
+                         capture_output=True, text=True, timeout=PATIENCE_S)
+    assert run.returncode == 1 and "unknown step 'nope'" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    for args, message in ((["--steps", "env,env"], "name each step once"),
                           (["--step-budget", "env=-1"], "seconds must be positive"),
                           (["--step-budget", "nope=3"], "no step 'nope'"), (["--budget-s", "0"], "must be positive")):
-        run = subprocess.run(WORLDPAGER + ["bench", "device", "--dry-run", "--out", str(tmp_path / "x"), *args],
-                             capture_output=True, text=True, timeout=PATIENCE_S)
-        assert run.returncode == 1 and message in run.stderr, (args, run.stderr)
-        assert len(run.stderr.strip().splitlines()) == 1
+        code, out, err = run_cli_inprocess(["bench", "device", "--dry-run", "--out", tmp_path / "x", *args])
+        assert code == 1 and message in err and out == "", (args, err)
+        assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()

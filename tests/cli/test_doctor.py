@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 
-from tests_support import WORLDPAGER
+from tests_support import WORLDPAGER, run_cli_inprocess
 
 
 def _doctor(tmp_path, *args, env=None):
@@ -56,10 +56,9 @@ def test_a_spill_directory_generate_would_create_is_ready_and_generate_creates_i
     drive = checks[f"drive {spill}"]
     assert drive["status"] in ("ok", "warn") and "generate creates it" in drive["found"]
     assert not (tmp_path / "new").exists()                                # doctor creates nothing
-    made = subprocess.run(WORLDPAGER + ["generate", "--model", "micro", "--chunks", "2", "--quiet", "--spill",
-                                        str(spill), "--out", str(tmp_path / "x.mp4")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stderr
+    code, _, err = run_cli_inprocess(["generate", "--model", "micro", "--chunks", "2", "--quiet", "--spill", spill,
+                                      "--out", tmp_path / "x.mp4"], cwd=tmp_path)   # generate in this process
+    assert code == 0, err
     assert spill.is_dir()
 
 

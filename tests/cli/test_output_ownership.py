@@ -28,7 +28,7 @@ from engine.session.resume import run_config
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
 from engine.runtime.telemetry import read_log
-from tests_support import PATIENCE_S, WORLDPAGER, one_line_error, sigkill_when_ready
+from tests_support import PATIENCE_S, WORLDPAGER, one_line_error, run_cli_inprocess, sigkill_when_ready
 from worldpager_cli.main import cli
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -42,13 +42,13 @@ def _start(cwd: Path, *args) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def _run(cwd: Path, *args) -> subprocess.CompletedProcess:
-    """``worldpager ARGS`` run to its end in a process of its own (one torch thread: chunks stay fast on
-    a busy machine); ``_here`` for commands that are refused."""
-    done = subprocess.run(WORLDPAGER + [str(a) for a in args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=PATIENCE_S)
-    assert done.returncode == 0, done.stderr
-    return done
+def _run(cwd: Path, *args) -> str:
+    """``worldpager ARGS`` run to its end in this process, from ``cwd`` (what is claimed is its files and
+    what it says; the runs that must be processes of their own, the ones killed or watched, are
+    ``_start``ed); ``_here`` for commands that are refused. Returns its stderr."""
+    code, _, err = run_cli_inprocess(args, cwd=cwd)
+    assert code == 0, err
+    return err
 
 
 def _here(*args):
@@ -221,8 +221,8 @@ def test_a_video_shorter_than_the_newest_save_point_resumes_from_an_older_one(tm
     older = spec.grid.frames_total(kept[0])   # the video now ends at the oldest save point
     height, width = spec.frame_size
     VideoWriter.reopen(out, older, width, height, spec.grid.fps, preset=spec.encoder_preset).close()
-    done = _run(tmp_path, "resume", out, "--quiet")
-    assert f"holds {older}" in done.stderr and "(skipped)" in done.stderr
+    said = _run(tmp_path, "resume", out, "--quiet")
+    assert f"holds {older}" in said and "(skipped)" in said
     log = out.with_suffix(".log.jsonl")
     assert [r["chunk"] for r in read_log(log) if r["type"] == "resume"] == [kept[0]]
     assert _decodes_to_its_log(out, log) == spec.grid.frames_total(8)

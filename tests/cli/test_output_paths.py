@@ -26,7 +26,7 @@ from engine.io.video import VideoWriter, count_frames
 from engine.files.output_files import OutputInUseError, check_output_file, refuse_in_use
 from engine.session.ownership import claim_output, lock_path
 from engine.runtime.telemetry import read_log
-from tests_support import PATIENCE_S, WORLDPAGER, hang_guard, start_generate, wait_for_chunks
+from tests_support import PATIENCE_S, WORLDPAGER, hang_guard, run_cli_inprocess, start_generate, wait_for_chunks
 from worldpager_cli.main import cli
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -85,11 +85,10 @@ def refused(result, *needles: str) -> str:
     return lines[-1]
 
 
-def run(cwd: Path, *args) -> subprocess.CompletedProcess:
-    done = subprocess.run(WORLDPAGER + [str(a) for a in args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=PATIENCE_S)
-    assert done.returncode == 0, done.stderr
-    return done
+def run(cwd: Path, *args) -> None:
+    """``worldpager ARGS`` run to its end in this process, from ``cwd`` (a run the tests read, not test)."""
+    code, _, err = run_cli_inprocess(args, cwd=cwd)
+    assert code == 0, err
 
 
 # ---- 1. outputs that are not plain files ------------------------------------------------------------

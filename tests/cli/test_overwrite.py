@@ -7,7 +7,6 @@ there removes only its staged files. (Failures from the environment's limits bef
 """
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from engine.io.video import count_frames
@@ -17,13 +16,15 @@ from engine.session.resume import with_absolute_paths
 from engine.session.save import savepoint_dir
 from engine.session.savepoint import savepoint_paths
 from engine.runtime.telemetry import read_log
-from tests_support import PATIENCE_S, WORLDPAGER
+from tests_support import run_cli_inprocess
 
 
 def _generate(cwd: Path, *args: str) -> None:
-    done = subprocess.run(WORLDPAGER + ["generate", "--model", "micro", "--quiet", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=PATIENCE_S)
-    assert done.returncode == 0, done.stderr
+    """``worldpager generate`` of the micro model in this process, run from ``cwd`` (what is claimed is
+    the files it leaves; the staging before the first chunk in a process of its own:
+    ``test_resource_limits.py``)."""
+    code, _, err = run_cli_inprocess(["generate", "--model", "micro", "--quiet", *args], cwd=cwd)
+    assert code == 0, err
 
 
 def _files(directory: Path) -> dict[str, bytes]:

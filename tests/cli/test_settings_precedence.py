@@ -16,17 +16,23 @@ import yaml
 
 from engine.batch.jobs import Job
 from engine.batch.plan import job_config
-from tests_support import WORLDPAGER
+from tests_support import WORLDPAGER, run_cli_inprocess
 
 
-def _plan(tmp_path, *args, env=None, config=None) -> subprocess.CompletedProcess:
-    environ = {**os.environ, **(env or {})}
+def _plan(tmp_path, *args, env=None, config=None, here=False) -> subprocess.CompletedProcess:
+    """``worldpager plan`` with ``env`` added to the environment: in a process of its own, or with
+    ``here`` in this process (the variables set for the call only)."""
+    environ = dict(env or {})
     if config is not None:
         path = tmp_path / "config.yaml"
         path.write_text(yaml.safe_dump(config))
         environ["WORLDPAGER_CONFIG"] = str(path)
-    return subprocess.run(WORLDPAGER + ["plan", "--model", "tiny", "--chunks", "10", "--quiet", *args],
-                          cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300)
+    args = ["plan", "--model", "tiny", "--chunks", "10", "--quiet", *args]
+    if here:
+        code, out, err = run_cli_inprocess(args, env=environ, cwd=tmp_path)
+        return subprocess.CompletedProcess(args, code, out, err)
+    return subprocess.run(WORLDPAGER + args, cwd=tmp_path, env={**os.environ, **environ}, capture_output=True,
+                          text=True, timeout=300)
 
 
 def _retrieve_k(result) -> int:
@@ -41,14 +47,19 @@ def _preset(tmp_path, k: int):
 
 
 def test_flags_then_environment_then_preset_then_config_file_then_defaults(tmp_path):
-    assert _retrieve_k(_plan(tmp_path)) == 3                                            # the default
-    assert _retrieve_k(_plan(tmp_path, config={"memory": {"retrieve_k": 4}})) == 4      # config file
+    """Each step in this process (its environment set for the call); the variable over the preset once in
+    a process of its own, whose environment it inherits."""
+    assert _retrieve_k(_plan(tmp_path, here=True)) == 3                                 # the default
+    assert _retrieve_k(_plan(tmp_path, config={"memory": {"retrieve_k": 4}}, here=True)) == 4   # config file
     assert _retrieve_k(_plan(tmp_path, "--preset", _preset(tmp_path, 5),
-                             config={"memory": {"retrieve_k": 4}})) == 5                # preset over file
+                             config={"memory": {"retrieve_k": 4}}, here=True)) == 5     # preset over file
     assert _retrieve_k(_plan(tmp_path, "--preset", _preset(tmp_path, 5), env={"WORLDPAGER_RETRIEVE_K": "6"},
-                             config={"memory": {"retrieve_k": 4}})) == 6                # environment over preset
+                             config={"memory": {"retrieve_k": 4}}, here=True)) == 6     # environment over preset
+    assert _retrieve_k(_plan(tmp_path, "--preset", _preset(tmp_path, 5), env={"WORLDPAGER_RETRIEVE_K": "6"},
+                             config={"memory": {"retrieve_k": 4}})) == 6                # ... in a process too
     assert _retrieve_k(_plan(tmp_path, "--preset", _preset(tmp_path, 5), "--retrieve-k", "7",
-                             env={"WORLDPAGER_RETRIEVE_K": "6"}, config={"memory": {"retrieve_k": 4}})) == 7
+                             env={"WORLDPAGER_RETRIEVE_K": "6"}, config={"memory": {"retrieve_k": 4}},
+                             here=True)) == 7
 
 
 def test_a_batch_job_reads_the_config_file_under_its_own_options(tmp_path, monkeypatch):

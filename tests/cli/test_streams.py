@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from engine.runtime.telemetry import read_log
-from tests_support import PATIENCE_S, WORLDPAGER
+from tests_support import PATIENCE_S, WORLDPAGER, run_cli_inprocess
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 MICRO = ["generate", "--model", "micro", "--chunks", "2"]
@@ -116,8 +116,8 @@ def test_tail_of_a_binary_file_starting_like_json_is_not_a_log(tmp_path):
 def _log_with_a_hole(tmp_path) -> tuple[Path, int]:
     """A finished micro run's log with three chunk records overwritten by NUL bytes (what a log
     truncated while its writer went on holds), and how many chunk records are left."""
-    result = _run([*MICRO, "--chunks", "6", "--out", "h.mp4", "--quiet"], tmp_path)
-    assert result.returncode == 0, result.stderr
+    code, _, err = run_cli_inprocess([*MICRO, "--chunks", "6", "--out", "h.mp4", "--quiet"], cwd=tmp_path)
+    assert code == 0, err   # made in this process: the log is what is read
     log = tmp_path / "h.log.jsonl"
     lines = log.read_bytes().split(b"\n")
     hole = b"\0" * sum(len(line) + 1 for line in lines[1:4])

@@ -60,7 +60,8 @@ WING_MAY_IMPORT = {   # wing or shared-ground module -> the only engine packages
 }
 TORCH_FREE_WINGS = ("engine.facts", "engine.files", "engine.settings")
 TORCH_FREE = ("engine.memory.manager", "engine.retrieval.select", "engine.planner.model", "engine.geometry",
-              "engine.facts.kv_format", "engine.facts.layout", "engine.files.durable")
+              "engine.facts.kv_format", "engine.facts.layout", "engine.files.durable",
+              "engine.bench.device_step_names")
 
 
 @dataclass(frozen=True)
@@ -238,3 +239,33 @@ def test_deciders_import_no_torch(module):
 def test_no_engine_module_imports_click():
     bad = [(name, i.module) for name, imports in MODULES.items() for i in imports if _within(i.module, "click")]
     assert not bad, bad
+
+
+# Run in a fresh interpreter: help and refused options, which need no model, import no torch (about
+# 1.5 s of CPU before anything is said; what a user waits for, and what each test process would pay).
+NO_TORCH_FOR = """
+import contextlib, io, sys
+from worldpager_cli.main import cli
+for args in (["--help"], ["generate", "--help"], ["generate", "--chunks", "abc"],
+             ["bench", "device", "--dry-run", "--out", sys.argv[1], "--steps", "nope"],
+             ["bench", "device", "--dry-run", "--out", sys.argv[1], "--step-budget", "nope=3"]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        try:
+            cli.main(args, prog_name="worldpager")
+        except SystemExit as exc:
+            code = exc.code
+    print(code, "torch" in sys.modules, err.getvalue().strip().splitlines()[-1:])
+"""
+
+
+def test_help_and_refused_options_import_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", NO_TORCH_FOR, str(tmp_path / "x")], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = [line.split(" ", 2) for line in done.stdout.splitlines()]
+    assert [(code, torch) for code, torch, _ in said] == [("0", "False")] * 2 + [("2", "False")] + [("1", "False")] * 2, \
+        done.stdout
+    assert "unknown step 'nope'" in said[3][2] and "no step 'nope'" in said[4][2], done.stdout

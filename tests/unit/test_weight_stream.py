@@ -109,17 +109,13 @@ def test_the_device_checks_weights_step_runs_dry_on_the_cpu(tmp_path):
     """``bench device --dry-run --steps weights``: resident, streamed and int8 chunks of micro's DiT;
     the streamed ones exact, the int8 error measured (the GPU run gives the full-size figures)."""
     import json
-    import os
-    import subprocess
 
-    from tests_support import PATIENCE_S, WORLDPAGER
+    from tests_support import PATIENCE_S, run_cli_inprocess
 
     out = tmp_path / "check"
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    run = subprocess.run(WORLDPAGER + ["bench", "device", "--dry-run", "--steps", "weights", "--out", str(out),
-                                       "--step-budget", f"weights={PATIENCE_S}"],
-                         capture_output=True, text=True, timeout=2 * PATIENCE_S, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
+    code, _, err = run_cli_inprocess(["bench", "device", "--dry-run", "--steps", "weights", "--out", out,
+                                      "--step-budget", f"weights={PATIENCE_S}"])   # its step in a child process
+    assert code == 0, err[-3000:]
     (row,) = json.loads((out / "device_check.json").read_text())["steps"]
     assert row["name"] == "weights" and row["status"] == "ok", row
     figures = row["figures"]
