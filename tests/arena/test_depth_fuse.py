@@ -1,8 +1,6 @@
 """Observed frames of one place share one depth per direction (engine.arena.depth_fuse)."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 import engine.arena.depth_reproject as depth_reproject
@@ -12,6 +10,7 @@ from engine.arena.render import depth, render
 from engine.arena.source_rank import GENERATED, OBSERVED
 from engine.arena.weights import load_model, packaged_depth_weights_path
 from engine.arena.world import Arena
+from moved_views import reached_psnr
 
 CFG = ArenaModelConfig()
 ARENA = Arena.generate(1510001)                  # held out
@@ -41,29 +40,16 @@ def test_true_depth_stays_true_and_what_is_not_fused_is_untouched():
     assert torch.equal(fuse_observed(noisy, observed, apart, CFG.hfov), noisy)
 
 
-def test_fused_head_depth_moves_a_look_around_nearer_the_truth():
-    frames, z, cams = _look()
+def test_fused_head_depth_moves_a_look_around_nearer_the_truth(monkeypatch):
+    frames, _, cams = _look()
     model = load_model(packaged_depth_weights_path()).eval()
     with torch.no_grad():
         inv = model.observed_frame_depth(frames, cams)
-    kind = torch.full((1, len(LOOK)), OBSERVED)
-    time = torch.arange(len(LOOK))[None]
     targets = [(1.5, -2.0, 30.0, 0.0), (-3.0, 1.0, 250.0, 0.0), (2.5, 2.5, 140.0, 0.0), (-1.0, -3.0, 320.0, 0.0)]
     scores = {}
     for fuse in (False, True):
-        saved, depth_reproject.FUSE = depth_reproject.FUSE, fuse
-        try:
-            total, count = 0.0, 0
-            for t in targets:
-                truth = torch.from_numpy(render(ARENA, *t, CFG.height, CFG.width, CFG.hfov))
-                out, hit, _ = depth_reproject.reproject_with_depth(
-                    torch.zeros(1, 1, 3, CFG.height, CFG.width), frames, inv, kind, time, cams,
-                    torch.tensor([t])[None], CFG.hfov)
-                err = ((out[0, 0] - truth) ** 2).mean(0)[hit[0, 0]]
-                total, count = total + float(err.sum()), count + err.numel()
-        finally:
-            depth_reproject.FUSE = saved
-        scores[fuse] = 10 * math.log10(4 / (total / count))
+        monkeypatch.setattr(depth_reproject, "FUSE", fuse)
+        scores[fuse] = reached_psnr(ARENA, frames, inv, cams, targets)
     assert scores[True] > scores[False] + 0.5, scores
 
 

@@ -10,8 +10,8 @@ import engine.arena.depth_reproject as depth_reproject
 from engine.arena import fog
 from engine.arena.config import ArenaModelConfig
 from engine.arena.render import depth, render
-from engine.arena.source_rank import OBSERVED
 from engine.arena.world import Arena
+from moved_views import reached_psnr
 
 CFG = ArenaModelConfig()
 ARENA = 1003007                        # a held-out arena
@@ -41,26 +41,13 @@ def test_the_horizon_is_read_from_the_sky_alone():
     assert fog.horizon(frames, torch.zeros_like(poor), observed, cams, CFG.hfov) is None   # no sky: no fit
 
 
-def test_pixels_moved_nearer_take_the_targets_fog():
+def test_pixels_moved_nearer_take_the_targets_fog(monkeypatch):
     arena = Arena.generate(ARENA)
     frames, z, cams = _frames(arena, LOOK)
-    kind = torch.full((1, len(LOOK)), OBSERVED)
-    time = torch.arange(len(LOOK))[None]
     inv = torch.where(torch.isinf(z), torch.zeros_like(z), z.reciprocal())
     targets = [(2.5 * math.cos(a), 2.5 * math.sin(a), float(y), 0.0) for a, y in ((0.3, 10), (2.0, 200), (4.0, 290))]
-    errors = {}
+    scores = {}
     for on in (False, True):
-        depth_reproject.FOG, saved = on, depth_reproject.FOG
-        try:
-            total, count = 0.0, 0
-            for t in targets:
-                truth = torch.from_numpy(render(arena, *t, CFG.height, CFG.width, CFG.hfov))
-                x0 = torch.zeros(1, 1, 3, CFG.height, CFG.width)
-                out, hit, _ = depth_reproject.reproject_with_depth(x0, frames, inv, kind, time, cams,
-                                                                   torch.tensor([t])[None], CFG.hfov)
-                err = ((out[0, 0] - truth) ** 2).mean(0)[hit[0, 0]]
-                total, count = total + float(err.sum()), count + err.numel()
-        finally:
-            depth_reproject.FOG = saved
-        errors[on] = 10 * math.log10(4 / (total / count))
-    assert errors[True] > errors[False] + 0.3, errors
+        monkeypatch.setattr(depth_reproject, "FOG", on)
+        scores[on] = reached_psnr(arena, frames, inv, cams, targets)
+    assert scores[True] > scores[False] + 0.3, scores
