@@ -34,8 +34,8 @@ AGREE = 0.1         # relative: the estimates within this of their median are av
 
 def fuse_observed(z_depth: torch.Tensor, observed: torch.Tensor, cam: torch.Tensor, hfov: float) -> torch.Tensor:
     """z-depth ``[B, S, H, W]`` (``inf``: sky) of context frames seen from ``cam [B, S, 4]`` with every
-    ``observed [B, S]`` frame's depth replaced by the median distance of each pixel's direction over the
-    observed frames of its place (module docstring); other frames, and an observed frame alone at its
+    ``observed [B, S]`` frame's depth replaced by the distance the observed frames of its place agree on for
+    each pixel's direction (the mean within ``AGREE`` of their median: module docstring); other frames, and an observed frame alone at its
     place, unchanged."""
     out = z_depth.clone()
     for b in range(z_depth.shape[0]):

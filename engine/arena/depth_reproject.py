@@ -25,7 +25,7 @@ import torch
 
 from engine.arena import fog
 from engine.arena.config import ArenaModelConfig
-from engine.arena.depth_fuse import fuse_observed
+from engine.arena.depth_fuse import SAME_PLACE, fuse_observed
 from engine.arena.depth_warp import composite, warp
 from engine.arena.patches import patchify, unpatchify
 from engine.arena.reproject import reproject
@@ -34,7 +34,6 @@ from engine.arena.source_rank import GENERATED, OBSERVED
 SAMPLE = "bilinear"  # how a moved source pixel is read (engine.arena.depth_warp.warp's ``sample``)
 FUSE = True        # observed frames seen from one place share one depth per direction (engine.arena.depth_fuse)
 FOG = True         # moved pixels change their fog from the source's distance to the target's (engine.arena.fog)
-SAME_PLACE = 1e-3   # world units: with depth, the rotation-only pass keeps to frames seen from the very same place
 SKY_INVERSE = 1e-2   # inverse depth below this (farther than 100 world units, past any arena wall): sky
 __all__ = ["OBSERVED", "GENERATED", "pack", "unpack", "z_depth", "reproject_with_depth", "moved_inverse_depth",
            "same_place_radius", "same_place"]

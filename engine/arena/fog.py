@@ -39,14 +39,10 @@ REFITS = 3                 # fits after the first, each without the pixels far o
 SAME = 1e-4                # relative: a pixel moved this close to its own distance keeps its colour exactly
 
 
-def _rays(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch.Tensor:
-    return pixel_rays(cam, height, width, hfov)                                     # [..., H, W, 3]
-
-
 def elevation(cam: torch.Tensor, height: int, width: int, hfov: float) -> torch.Tensor:
     """Each pixel's ray elevation ``[..., H, W]`` as the sky is shaded by: rise over horizontal run,
     clamped to [0, 1] (``engine.arena.render``'s convention)."""
-    r = _rays(cam, height, width, hfov)
+    r = pixel_rays(cam, height, width, hfov)
     return (r[..., 1] / torch.hypot(r[..., 0], r[..., 2]).clamp_min(1e-6)).clamp(0.0, 1.0)
 
 
@@ -93,7 +89,7 @@ def _fit(colours: torch.Tensor, e: torch.Tensor) -> torch.Tensor | None:
 def distance(z_depth: torch.Tensor, cam: torch.Tensor, hfov: float) -> torch.Tensor:
     """Eye-to-surface distance ``[..., H, W]`` of z-depths ``[..., H, W]`` seen from ``cam [..., 4]``."""
     h, w = z_depth.shape[-2:]
-    return z_depth * _rays(cam.float(), h, w, hfov).norm(dim=-1)
+    return z_depth * pixel_rays(cam.float(), h, w, hfov).norm(dim=-1)
 
 
 def transfer(moved: torch.Tensor, src_distance: torch.Tensor, z_depth: torch.Tensor, cam: torch.Tensor,
@@ -106,7 +102,7 @@ def transfer(moved: torch.Tensor, src_distance: torch.Tensor, z_depth: torch.Ten
     d_t = distance(z_depth.float(), cam, hfov)
     d_s = src_distance.float()
     keep = ~(torch.isfinite(d_t) & torch.isfinite(d_s)) | ((d_s - d_t).abs() <= SAME * d_s.abs())
-    step = torch.where(keep, torch.zeros_like(d_t), (d_s - d_t).where(~keep, torch.zeros_like(d_t)) / FOG_LENGTH)
+    step = (d_s - d_t).where(~keep, torch.zeros_like(d_t)) / FOG_LENGTH          # 0 (not nan) where kept
     ratio = torch.where(keep, torch.ones_like(d_t), step.clamp(max=-math.log(MIN_CLEAR)).exp())
     hc = horizon_colour[:, None, :, None, None].to(moved.dtype)
     return moved + (moved - hc) * (ratio - 1)[:, :, None].to(moved.dtype)
